@@ -1,0 +1,337 @@
+"""Whole-manifest checks: uniqueness, references between sections, layout arithmetic.
+
+Each check returns diagnostics positioned at the offending value in the source file.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable, Iterable
+
+from provisioner.errors import Diagnostic
+from provisioner.manifest.model import Manifest, Network, Node
+from provisioner.manifest.ranges import RangeError, expand
+from provisioner.manifest.source import PathKey, Source
+
+
+class SelectorError(ValueError):
+    pass
+
+
+def select_nodes(manifest: Manifest, items: Iterable[str]) -> list[str]:
+    """Resolve node selectors (names, ranges like gpu[01-04], or @role) to node names.
+
+    Order follows the manifest's node order; unknown names raise SelectorError.
+    """
+    known = manifest.node_names()
+    wanted: set[str] = set()
+    for item in items:
+        if item.startswith("@"):
+            role = item[1:]
+            members = [n.name for n in manifest.nodes if role in n.roles]
+            if not members:
+                raise SelectorError(f"{item!r} matches no node (no node has role {role!r})")
+            wanted.update(members)
+            continue
+        try:
+            names = expand(item)
+        except RangeError as exc:
+            raise SelectorError(str(exc)) from None
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise SelectorError(f"unknown node {unknown[0]!r}" + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""))
+        wanted.update(names)
+    return [n for n in known if n in wanted]
+
+
+Check = Callable[[Manifest, Source], list[Diagnostic]]
+
+
+def _node_path(node: Node, *rest: str | int) -> PathKey:
+    return ("nodes", node.source_index, *rest)
+
+
+def check_unique_nodes(m: Manifest, src: Source) -> list[Diagnostic]:
+    out: list[Diagnostic] = []
+    names: dict[str, Node] = {}
+    ips: dict[ipaddress.IPv4Address, str] = {}
+    macs: dict[str, str] = {}
+    bmcs: dict[str, str] = {}
+    for node in m.nodes:
+        if node.name in names:
+            out.append(src.diag(_node_path(node, "name"), f"duplicate host name {node.name!r}"))
+        names[node.name] = node
+        for net, iface in node.interfaces.items():
+            if iface.ip in ips:
+                out.append(
+                    src.diag(_node_path(node, "interfaces", net, "ip"),
+                             f"{node.name}: IP {iface.ip} is already used by {ips[iface.ip]}")
+                )
+            ips[iface.ip] = f"{node.name} ({net})"
+            if iface.mac:
+                if iface.mac in macs:
+                    out.append(
+                        src.diag(_node_path(node, "interfaces", net, "mac"),
+                                 f"{node.name}: MAC {iface.mac} is already used by {macs[iface.mac]}")
+                    )
+                macs[iface.mac] = f"{node.name} ({net})"
+        if node.bmc is not None:
+            addr = str(node.bmc.address)
+            if addr in bmcs:
+                out.append(src.diag(_node_path(node, "bmc", "address"),
+                                    f"{node.name}: BMC address {addr} is already used by {bmcs[addr]}"))
+            bmcs[addr] = node.name
+            bip = node.bmc.ipv4
+            if bip is not None and bip in ips:
+                out.append(src.diag(_node_path(node, "bmc", "address"),
+                                    f"{node.name}: BMC address {addr} is also a node IP ({ips[bip]})"))
+    return out
+
+
+def _inside(net: Network, ip: ipaddress.IPv4Address) -> str | None:
+    if ip not in net.cidr:
+        return f"{ip} is outside {net.cidr}"
+    if net.cidr.prefixlen < 31 and ip in (net.cidr.network_address, net.cidr.broadcast_address):
+        return f"{ip} is the network or broadcast address of {net.cidr}"
+    if net.gateway is not None and ip == net.gateway:
+        return f"{ip} is the gateway of {net.cidr}"
+    return None
+
+
+def check_addresses(m: Manifest, src: Source) -> list[Diagnostic]:
+    out: list[Diagnostic] = []
+    nets = m.networks
+    for node in m.nodes:
+        for net_name, iface in node.interfaces.items():
+            net: Network | None = getattr(nets, net_name)
+            if net is None:
+                out.append(src.diag(_node_path(node, "interfaces", net_name),
+                                    f"{node.name}: network {net_name!r} is not defined under networks"))
+                continue
+            problem = _inside(net, iface.ip)
+            if problem:
+                out.append(src.diag(_node_path(node, "interfaces", net_name, "ip"), f"{node.name}: {problem}"))
+        if node.bmc is not None and nets.bmc is not None:
+            bip = node.bmc.ipv4
+            if bip is None:
+                continue
+            problem = _inside(nets.bmc, bip)
+            if problem:
+                out.append(src.diag(_node_path(node, "bmc", "address"), f"{node.name}: BMC {problem}"))
+    # networks must not overlap each other
+    defined = [(k, getattr(nets, k)) for k in ("management", "bmc", "data", "infiniband") if getattr(nets, k)]
+    for i, (a, na) in enumerate(defined):
+        for b, nb in defined[i + 1 :]:
+            if na.cidr.overlaps(nb.cidr):
+                out.append(src.diag(("networks", b, "cidr"), f"{nb.cidr} overlaps the {a} network {na.cidr}"))
+    return out
+
+
+def check_roles(m: Manifest, src: Source) -> list[Diagnostic]:
+    out: list[Diagnostic] = []
+    heads = m.with_role("head")
+    if not heads:
+        out.append(src.diag(("nodes",), "no node has role 'head' (the head node runs the controller, NTP and PXE)"))
+    elif len(heads) > 1:
+        out.append(src.diag(_node_path(heads[1], "roles"),
+                            f"{heads[1].name}: only one head node is supported (already {heads[0].name})"))
+    for node in m.nodes:
+        if "infiniband" in node.interfaces and m.networks.infiniband is None:
+            continue  # reported by check_addresses
+        if len(node.install_disks) == 2 and node.install_disks[0] == node.install_disks[1]:
+            out.append(src.diag(_node_path(node, "install_disks"), f"{node.name}: the two install disks are the same"))
+        disk_ids = [d.id for d in node.hardware.disks]
+        for did in {d for d in disk_ids if disk_ids.count(d) > 1}:
+            out.append(src.diag(_node_path(node, "hardware", "disks"), f"{node.name}: disk {did!r} is listed twice"))
+    return out
+
+
+def check_zfs(m: Manifest, src: Source) -> tuple[list[Diagnostic], list[Diagnostic]]:
+    errors: list[Diagnostic] = []
+    warnings: list[Diagnostic] = []
+    names = set(m.node_names())
+    seen_pools: set[tuple[str, str]] = set()
+    for i, pool in enumerate(m.zfs.pools):
+        base: PathKey = ("zfs", "pools", i)
+        if pool.node not in names:
+            errors.append(src.diag((*base, "node"), f"pool {pool.name!r} names unknown node {pool.node!r}"))
+        elif not m.node(pool.node).has_role("storage"):
+            errors.append(src.diag((*base, "node"), f"pool {pool.name!r}: node {pool.node!r} does not have role 'storage'"))
+        if (pool.node, pool.name) in seen_pools:
+            errors.append(src.diag((*base, "name"), f"pool {pool.name!r} is defined twice on {pool.node}"))
+        seen_pools.add((pool.node, pool.name))
+        used: dict[str, str] = {}
+        groups = [("vdevs", pool.vdevs)] + ([("special", pool.special)] if pool.special else [])
+        for key, group in groups:
+            assert group is not None
+            try:
+                disks = [d for item in group.disks for d in expand(item)]
+            except RangeError as exc:
+                errors.append(src.diag((*base, key, "disks"), str(exc)))
+                continue
+            minimum = {"mirror": 2, "raidz1": 3, "raidz2": 4, "raidz3": 5, "stripe": 1}[group.type]
+            if group.width < minimum:
+                errors.append(src.diag((*base, key, "width"),
+                                       f"a {group.type} group needs a width of at least {minimum}"))
+            elif len(disks) % group.width:
+                errors.append(src.diag((*base, key, "disks"),
+                                       f"{len(disks)} disks do not divide into {group.type} groups of {group.width}"))
+            if key == "vdevs" and pool.purpose == "training-data" and group.type.startswith("raidz"):
+                warnings.append(src.diag((*base, key, "type"),
+                                         f"pool {pool.name!r} holds training data on {group.type}: mirrors keep "
+                                         "random reads fast; raidz bottlenecks ETL and training", "warning"))
+            if group.type == "stripe" and key == "vdevs":
+                warnings.append(src.diag((*base, key, "type"),
+                                         f"pool {pool.name!r} has no redundancy: one disk failure loses the pool",
+                                         "warning"))
+            for d in disks:
+                if d in used:
+                    errors.append(src.diag((*base, key, "disks"), f"disk {d!r} is used twice (also in {used[d]})"))
+                used[d] = key
+        for key in ("log", "cache"):
+            try:
+                devs = [d for item in getattr(pool, key) for d in expand(item)]
+            except RangeError as exc:
+                errors.append(src.diag((*base, key), str(exc)))
+                continue
+            for d in devs:
+                if d in used:
+                    errors.append(src.diag((*base, key), f"disk {d!r} is used twice (also in {used[d]})"))
+                used[d] = key
+        if len(pool.log) == 1:
+            warnings.append(src.diag((*base, "log"), f"pool {pool.name!r}: a single SLOG device is not mirrored",
+                                     "warning"))
+        ds_names = [d.name for d in pool.datasets]
+        for dup in {n for n in ds_names if ds_names.count(n) > 1}:
+            errors.append(src.diag((*base, "datasets"), f"dataset {dup!r} is listed twice"))
+    return errors, warnings
+
+
+def check_nfs(m: Manifest, src: Source) -> list[Diagnostic]:
+    out: list[Diagnostic] = []
+    names = set(m.node_names())
+    exports: dict[str, int] = {}
+    for i, exp in enumerate(m.nfs.exports):
+        base: PathKey = ("nfs", "exports", i)
+        if exp.name in exports:
+            out.append(src.diag((*base, "name"), f"export name {exp.name!r} is used twice"))
+        exports[exp.name] = i
+        if exp.node not in names:
+            out.append(src.diag((*base, "node"), f"export {exp.name!r} names unknown node {exp.node!r}"))
+        if exp.dataset is not None:
+            pool = exp.dataset.split("/")[0]
+            if not any(p.name == pool and p.node == exp.node for p in m.zfs.pools):
+                out.append(src.diag((*base, "dataset"), f"export {exp.name!r}: no pool {pool!r} on {exp.node}"))
+        for c, client in enumerate(exp.clients):
+            if client in ("management", "data", "infiniband", "bmc"):
+                if getattr(m.networks, client) is None:
+                    out.append(src.diag((*base, "clients", c), f"network {client!r} is not defined"))
+                continue
+            try:
+                ipaddress.IPv4Network(client, strict=False)
+            except ValueError:
+                out.append(src.diag((*base, "clients", c), f"{client!r} is neither a network name nor a CIDR"))
+    mount_paths: dict[tuple[str, str], int] = {}
+    for i, mnt in enumerate(m.nfs.mounts):
+        base = ("nfs", "mounts", i)
+        if mnt.export not in exports:
+            out.append(src.diag((*base, "export"), f"mount {mnt.path}: unknown export {mnt.export!r}"))
+        try:
+            nodes = select_nodes(m, mnt.nodes)
+        except SelectorError as exc:
+            out.append(src.diag((*base, "nodes"), f"mount {mnt.path}: {exc}"))
+            continue
+        for n in nodes:
+            if (n, mnt.path) in mount_paths:
+                out.append(src.diag((*base, "path"), f"{n} mounts two things at {mnt.path}"))
+            mount_paths[(n, mnt.path)] = i
+        if mnt.proto == "rdma" and (m.networks.infiniband is None or not m.networks.infiniband.rdma):
+            out.append(src.diag((*base, "proto"), "proto rdma needs an infiniband network with rdma: true"))
+    return out
+
+
+def check_mergerfs(m: Manifest, src: Source) -> list[Diagnostic]:
+    out: list[Diagnostic] = []
+    for i, union in enumerate(m.mergerfs):
+        base: PathKey = ("mergerfs", i)
+        try:
+            select_nodes(m, union.nodes)
+        except SelectorError as exc:
+            out.append(src.diag((*base, "nodes"), f"union {union.path}: {exc}"))
+        if union.path in union.branches:
+            out.append(src.diag((*base, "branches"), f"union {union.path} lists itself as a branch"))
+        if len(set(union.branches)) != len(union.branches):
+            out.append(src.diag((*base, "branches"), "a branch is listed twice"))
+    return out
+
+
+def check_docker(m: Manifest, src: Source) -> list[Diagnostic]:
+    out: list[Diagnostic] = []
+    if not m.docker.enabled:
+        return out
+    try:
+        select_nodes(m, m.docker.nodes)
+    except SelectorError as exc:
+        out.append(src.diag(("docker", "nodes"), str(exc)))
+    nets = [(k, getattr(m.networks, k)) for k in ("management", "bmc", "data", "infiniband")]
+    for i, pool in enumerate(m.docker.address_pools):
+        if pool.size < pool.base.prefixlen:
+            out.append(src.diag(("docker", "address_pools", i, "size"),
+                                f"size /{pool.size} is larger than the pool {pool.base}"))
+        for name, net in nets:
+            if net is not None and pool.base.overlaps(net.cidr):
+                out.append(src.diag(("docker", "address_pools", i, "base"),
+                                    f"{pool.base} collides with the {name} network {net.cidr}"))
+    admins = {u.name for u in m.cluster.admin_users}
+    for i, user in enumerate(m.docker.users):
+        if user not in admins:
+            out.append(src.diag(("docker", "users", i), f"{user!r} is not one of cluster.admin_users"))
+    return out
+
+
+def check_slurm(m: Manifest, src: Source) -> list[Diagnostic]:
+    out: list[Diagnostic] = []
+    if not m.slurm.enabled:
+        return out
+    defaults = [p for p in m.slurm.partitions if p.default]
+    if len(defaults) > 1:
+        out.append(src.diag(("slurm", "partitions"), "more than one partition has default: true"))
+    seen: set[str] = set()
+    for i, part in enumerate(m.slurm.partitions):
+        base: PathKey = ("slurm", "partitions", i)
+        if part.name in seen:
+            out.append(src.diag((*base, "name"), f"partition {part.name!r} is defined twice"))
+        seen.add(part.name)
+        try:
+            members = select_nodes(m, part.nodes)
+        except SelectorError as exc:
+            out.append(src.diag((*base, "nodes"), f"partition {part.name!r}: {exc}"))
+            continue
+        for name in members:
+            if not m.node(name).has_role("compute"):
+                out.append(src.diag((*base, "nodes"),
+                                    f"partition {part.name!r}: {name} does not have role 'compute'"))
+    if m.with_role("compute") and not m.slurm.partitions:
+        out.append(src.diag(("slurm",), "slurm is enabled but has no partitions", "warning"))
+    return out
+
+
+CHECKS: list[Check] = [
+    check_unique_nodes,
+    check_addresses,
+    check_roles,
+    check_nfs,
+    check_mergerfs,
+    check_docker,
+    check_slurm,
+]
+
+
+def run_checks(m: Manifest, src: Source) -> tuple[list[Diagnostic], list[Diagnostic]]:
+    errors: list[Diagnostic] = []
+    warnings: list[Diagnostic] = []
+    for check in CHECKS:
+        for d in check(m, src):
+            (warnings if d.severity == "warning" else errors).append(d)
+    zerr, zwarn = check_zfs(m, src)
+    return errors + zerr, warnings + zwarn

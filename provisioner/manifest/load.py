@@ -1,0 +1,176 @@
+"""Manifest loading: text -> positions -> pydantic model -> expanded nodes -> semantic checks."""
+
+from __future__ import annotations
+
+import difflib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from provisioner.errors import Diagnostic, ManifestError
+from provisioner.manifest.model import Bmc, Interface, Manifest, Node
+from provisioner.manifest.ranges import RangeError, add_ip, add_mac, expand
+from provisioner.manifest.source import PathKey, Source, parse_text, read_source
+
+
+@dataclass
+class Loaded:
+    """A validated manifest with its source (for positions) and any warnings."""
+
+    manifest: Manifest
+    source: Source
+    warnings: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def path(self) -> Path:
+        return Path(self.source.file)
+
+
+# --------------------------------------------------------------------------- pydantic errors
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """Walk ``loc`` through model fields and return the model class found there."""
+    current: Any = model
+    for part in loc:
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            if isinstance(part, int):
+                return None
+            info = current.model_fields.get(str(part))
+            if info is None:
+                return None
+            current = info.annotation
+        elif isinstance(part, int) or isinstance(part, str):
+            current = _unwrap(current, container=True)
+        if current is None:
+            return None
+        current = _unwrap(current, container=False)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _unwrap(tp: Any, container: bool) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is typing.Annotated:
+        return _unwrap(args[0], container)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+        non_none = [a for a in args if a is not type(None)]
+        if models:
+            return models[0]
+        return _unwrap(non_none[0], container) if len(non_none) == 1 else tp
+    if container and origin in (list, dict):
+        return args[-1] if args else None
+    return tp
+
+
+def _message(err: Any, loc: tuple[Any, ...]) -> str:
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        key = str(loc[-1])
+        parent = _model_at(Manifest, loc[:-1])
+        hint = ""
+        if parent is not None:
+            close = difflib.get_close_matches(key, list(parent.model_fields), n=1, cutoff=0.6)
+            if close:
+                hint = f"; did you mean '{close[0]}'?"
+            else:
+                hint = f"; allowed: {', '.join(sorted(parent.model_fields))}"
+        return f"unknown field{hint}"
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "literal_error":
+        expected = err.get("ctx", {}).get("expected", "")
+        return f"got {err.get('input')!r}; expected one of {expected}"
+    msg = str(err["msg"])
+    for prefix in ("Value error, ", "Assertion failed, "):
+        msg = msg.removeprefix(prefix)
+    return msg
+
+
+def _diagnostics(source: Source, exc: ValidationError) -> list[Diagnostic]:
+    out: list[Diagnostic] = []
+    seen: set[tuple[PathKey, str]] = set()
+    for err in exc.errors(include_url=False):
+        loc = _data_loc(source, tuple(err["loc"]), keep_last=err["type"] == "missing")
+        message = _message(err, loc)
+        key = (loc, message)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(source.diag(loc, message))
+    return out
+
+
+def _data_loc(source: Source, loc: tuple[Any, ...], keep_last: bool) -> PathKey:
+    """Drop pydantic's union/validator tags: keep only the parts that exist in the data."""
+    kept: list[str | int] = []
+    for i, part in enumerate(loc):
+        candidate = (*kept, part)
+        if candidate in source.positions or candidate in source.key_positions:
+            kept.append(part)
+        elif keep_last and i == len(loc) - 1:
+            kept.append(part)
+    return tuple(kept)
+
+
+# --------------------------------------------------------------------------- node ranges
+def expand_nodes(nodes: list[Node]) -> list[Node]:
+    """Expand ``gpu[01-04]`` entries into one node each; addresses increment per node."""
+    out: list[Node] = []
+    for index, node in enumerate(nodes):
+        names = expand(node.name)
+        for offset, name in enumerate(names):
+            interfaces = {
+                net: Interface(
+                    ip=add_ip(iface.ip, offset),
+                    mac=add_mac(iface.mac, offset) if iface.mac else None,
+                    interface=iface.interface,
+                )
+                for net, iface in node.interfaces.items()
+            }
+            bmc: Bmc | None = node.bmc
+            if bmc is not None and offset:
+                if bmc.ipv4 is None:
+                    raise RangeError(f"{node.name}: a ranged node needs an IPv4 BMC address to increment")
+                bmc = bmc.model_copy(update={"address": str(add_ip(bmc.ipv4, offset))})
+            copy = node.model_copy(update={"name": name, "interfaces": interfaces, "bmc": bmc})
+            copy._source_index = index
+            out.append(copy)
+    return out
+
+
+# --------------------------------------------------------------------------- entry points
+def load_source(source: Source) -> Loaded:
+    from provisioner.manifest.checks import run_checks
+
+    data = source.data
+    version = data.get("version")
+    if version is None:
+        raise ManifestError([source.diag(("version",), "required field is missing; this tool reads version: 1")])
+    if version != 1:
+        raise ManifestError(
+            [source.diag(("version",), f"schema version {version!r} is not supported; this tool reads version: 1")]
+        )
+    try:
+        manifest = Manifest.model_validate(data)
+    except ValidationError as exc:
+        raise ManifestError(_diagnostics(source, exc)) from None
+    try:
+        expanded = expand_nodes(manifest.nodes)
+    except RangeError as exc:
+        raise ManifestError([source.diag(("nodes",), str(exc))]) from None
+    manifest = manifest.model_copy(update={"nodes": expanded})
+    errors, warnings = run_checks(manifest, source)
+    if errors:
+        raise ManifestError(errors)
+    return Loaded(manifest, source, warnings)
+
+
+def load_manifest(path: str | Path) -> Loaded:
+    return load_source(read_source(path))
+
+
+def load_text(text: str, file: str = "manifest.yaml") -> Loaded:
+    return load_source(parse_text(text, file))

@@ -1,0 +1,643 @@
+"""The manifest schema (version 1): the single source of truth for a cluster.
+
+Field-level rules live here (types, ranges, formats). Rules that need the whole manifest
+(unique addresses, references between sections) live in :mod:`provisioner.manifest.checks`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
+
+from provisioner.manifest.ranges import RangeError, expand, normalize_mac
+
+SCHEMA_VERSION = 1
+
+HOST_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SLURM_TIME_RE = re.compile(r"^(INFINITE|UNLIMITED|\d+|\d+:\d{2}(:\d{2})?|\d+-\d+(:\d{2}(:\d{2})?)?)$")
+SIZE_RE = re.compile(r"^\d+(\.\d+)?[KMGT]?$")
+SSH_KEY_RE = re.compile(
+    r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)@openssh\.com) "
+    r"[A-Za-z0-9+/=]+( .*)?$"
+)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True, frozen=False)
+
+
+def _hostname_pattern(value: str) -> str:
+    try:
+        names = expand(value)
+    except RangeError as exc:
+        raise ValueError(str(exc)) from None
+    for name in names:
+        if not HOST_RE.match(name):
+            raise ValueError(
+                f"{name!r} is not a valid host name (lower-case letters, digits and '-', "
+                "at most 63 characters)"
+            )
+    return value
+
+
+def _abs_path(value: str) -> str:
+    if not value.startswith("/"):
+        raise ValueError(f"{value!r} must be an absolute path")
+    if "//" in value or "/../" in value or value.endswith("/..") or (value != "/" and value.endswith("/")):
+        raise ValueError(f"{value!r} is not a normalised absolute path")
+    return value
+
+
+def _mac(value: str) -> str:
+    return normalize_mac(value)
+
+
+def _onoff(value: Any) -> Any:
+    """YAML 1.1 turns ``off``/``on`` into booleans; ZFS/NFS properties want the words."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return value
+
+
+HostPattern = Annotated[str, AfterValidator(_hostname_pattern)]
+AbsPath = Annotated[str, AfterValidator(_abs_path)]
+Mac = Annotated[str, AfterValidator(_mac)]
+PropertyValue = Annotated[str | int, BeforeValidator(_onoff)]
+Role = Literal["head", "compute", "storage", "services", "login"]
+OsName = Literal["ubuntu-22.04", "ubuntu-24.04", "debian-12"]
+NetworkName = Literal["management", "bmc", "data", "infiniband"]
+
+
+# --------------------------------------------------------------------------- cluster
+class AdminUser(Strict):
+    name: str = Field(description="login name")
+    ssh_keys: list[str] = Field(min_length=1)
+    sudo: bool = True
+    shell: AbsPath = "/bin/bash"
+    uid: int | None = Field(default=None, ge=1000, le=60000)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not USER_RE.match(v):
+            raise ValueError(f"{v!r} is not a valid user name")
+        if v == "root":
+            raise ValueError("'root' is not an admin user; list named operators")
+        return v
+
+    @field_validator("ssh_keys")
+    @classmethod
+    def _keys(cls, v: list[str]) -> list[str]:
+        for key in v:
+            if not SSH_KEY_RE.match(key):
+                shown = key[:30] + ("..." if len(key) > 30 else "")
+                raise ValueError(f"{shown!r} is not an OpenSSH public key (ssh-ed25519 AAAA... comment)")
+        return v
+
+
+class Mirrors(Strict):
+    apt: str | None = Field(default=None, description="APT mirror base URL for air-gapped sites")
+    apt_proxy: str | None = None
+    pip: str | None = Field(default=None, description="PyPI simple index URL")
+
+    @field_validator("apt", "apt_proxy", "pip")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^(https?|file)://[^\s]+$", v):
+            raise ValueError(f"{v!r} is not an http(s):// or file:// URL")
+        return v
+
+
+class SshSettings(Strict):
+    user: str = "root"
+    port: int = Field(default=22, ge=1, le=65535)
+    private_key: str | None = Field(default=None, description="private key file for Ansible's SSH")
+
+
+class Cluster(Strict):
+    name: str
+    domain: str = "cluster.local"
+    timezone: str = "Etc/UTC"
+    ntp_servers: list[str] = Field(default_factory=list, description="empty: nodes follow the head node")
+    admin_users: list[AdminUser] = Field(default_factory=list)
+    mirrors: Mirrors = Field(default_factory=Mirrors)
+    ssh: SshSettings = Field(default_factory=SshSettings)
+    allow_reboot: bool = False
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not re.match(r"^[a-z][a-z0-9-]{0,30}$", v):
+            raise ValueError(f"{v!r}: use lower-case letters, digits and '-', starting with a letter")
+        return v
+
+    @field_validator("domain")
+    @classmethod
+    def _domain(cls, v: str) -> str:
+        labels = v.split(".")
+        if not all(HOST_RE.match(label) for label in labels):
+            raise ValueError(f"{v!r} is not a valid DNS domain")
+        return v
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, v: str) -> str:
+        if not re.match(r"^[A-Za-z_]+(/[A-Za-z0-9_+-]+)*$", v):
+            raise ValueError(f"{v!r} is not a timezone name like Europe/Berlin or Etc/UTC")
+        return v
+
+
+# --------------------------------------------------------------------------- networks
+class Network(Strict):
+    cidr: ipaddress.IPv4Network
+    gateway: ipaddress.IPv4Address | None = None
+    dns: list[ipaddress.IPv4Address] = Field(default_factory=list)
+    mtu: int = Field(default=1500, ge=576, le=65520)
+
+    @field_validator("cidr", mode="before")
+    @classmethod
+    def _cidr(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            try:
+                return ipaddress.IPv4Network(v, strict=True)
+            except ValueError as exc:
+                raise ValueError(f"{v!r} is not an IPv4 network like 10.0.0.0/24 ({exc})") from None
+        return v
+
+    @model_validator(mode="after")
+    def _gateway_inside(self) -> Network:
+        if self.gateway is not None and self.gateway not in self.cidr:
+            raise ValueError(f"gateway {self.gateway} is outside {self.cidr}")
+        return self
+
+
+class InfinibandNetwork(Network):
+    mtu: int = Field(default=2044, ge=576, le=65520)
+    mode: Literal["datagram", "connected"] = "datagram"
+    subnet_manager: Literal["switch", "opensm"] = Field(
+        default="switch", description="'opensm' runs a subnet manager on the head node"
+    )
+    rdma: bool = Field(default=True, description="NFS over RDMA and GPUDirect on this fabric")
+
+
+class Networks(Strict):
+    management: Network
+    bmc: Network | None = None
+    data: Network | None = None
+    infiniband: InfinibandNetwork | None = None
+
+
+# --------------------------------------------------------------------------- nodes
+class Interface(Strict):
+    ip: ipaddress.IPv4Address
+    mac: Mac | None = None
+    interface: str | None = Field(default=None, description="NIC name, e.g. eno1, ib0")
+
+    @field_validator("interface")
+    @classmethod
+    def _ifname(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^[A-Za-z0-9_.:-]{1,15}$", v):
+            raise ValueError(f"{v!r} is not a network interface name")
+        return v
+
+
+class Bmc(Strict):
+    type: Literal["redfish", "ipmi"]
+    address: str = Field(description="IPv4 address or DNS name of the BMC")
+    port: int | None = Field(default=None, ge=1, le=65535)
+    user: str
+    password_env: str | None = None
+    password_file: str | None = None
+    verify_tls: bool = False
+    system_id: str | None = Field(default=None, description="Redfish system path; default: the first")
+    boot_mode: Literal["uefi", "legacy"] = "uefi"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_inline_password(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "password" in data:
+            raise ValueError(
+                "inline BMC passwords are not allowed; use password_env (an environment "
+                "variable name) or password_file"
+            )
+        return data
+
+    @field_validator("address", mode="before")
+    @classmethod
+    def _address(cls, v: Any) -> Any:
+        v = str(v)
+        try:
+            return str(ipaddress.IPv4Address(v))
+        except ValueError:
+            pass
+        if not re.match(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$", v):
+            raise ValueError(f"{v!r} is neither an IPv4 address nor a host name")
+        return v
+
+    @property
+    def ipv4(self) -> ipaddress.IPv4Address | None:
+        try:
+            return ipaddress.IPv4Address(self.address)
+        except ValueError:
+            return None
+
+    @model_validator(mode="after")
+    def _one_secret(self) -> Bmc:
+        if (self.password_env is None) == (self.password_file is None):
+            raise ValueError("give exactly one of password_env or password_file")
+        if self.password_env is not None and not ENV_RE.match(self.password_env):
+            raise ValueError(f"password_env {self.password_env!r} is not an environment variable name")
+        return self
+
+
+class Gpu(Strict):
+    model: str
+    count: int = Field(ge=1, le=16)
+    type: str | None = Field(default=None, description="Slurm GRES type; default from the model")
+    memory_gb: int | None = Field(default=None, ge=1)
+    nvlink: bool = False
+    nvswitch: bool = Field(default=False, description="SXM/HGX board: fabric manager needed")
+
+    @property
+    def gres_type(self) -> str:
+        if self.type:
+            return self.type
+        slug = re.sub(r"[^a-z0-9]+", "_", self.model.lower()).strip("_")
+        for prefix in ("nvidia_", "geforce_"):
+            slug = slug.removeprefix(prefix)
+        return slug or "gpu"
+
+    @field_validator("type")
+    @classmethod
+    def _type(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^[a-z0-9_]+$", v):
+            raise ValueError(f"{v!r}: a GRES type uses lower-case letters, digits and '_'")
+        return v
+
+
+class Cpu(Strict):
+    model: str | None = None
+    sockets: int = Field(default=1, ge=1, le=16)
+    cores_per_socket: int = Field(ge=1, le=512)
+    threads_per_core: int = Field(default=1, ge=1, le=8)
+
+    @property
+    def cores(self) -> int:
+        return self.sockets * self.cores_per_socket
+
+    @property
+    def threads(self) -> int:
+        return self.cores * self.threads_per_core
+
+
+class Disk(Strict):
+    id: str = Field(description="name under /dev/disk/by-id")
+    size_gb: int | None = Field(default=None, ge=1)
+    kind: Literal["nvme", "ssd", "hdd"] = "hdd"
+    use: Literal["os", "scratch", "zfs", "none"] = "none"
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        if "/" in v or not v:
+            raise ValueError(f"{v!r}: give the name under /dev/disk/by-id, without a path")
+        return v
+
+
+class Hardware(Strict):
+    cpu: Cpu
+    memory_gb: int = Field(ge=1, le=65536)
+    gpu: Gpu | None = None
+    disks: list[Disk] = Field(default_factory=list)
+
+    @property
+    def real_memory_mb(self) -> int:
+        """Memory Slurm may hand out: the manifest's size less a reserve for the OS."""
+        total = self.memory_gb * 1024
+        reserve = min(max(total // 20, 2048), 16384)
+        return total - reserve
+
+
+class Node(Strict):
+    name: HostPattern
+    roles: list[Role] = Field(min_length=1)
+    os: OsName = "ubuntu-22.04"
+    install_disks: list[str] = Field(default_factory=list, max_length=2)
+    interfaces: dict[NetworkName, Interface]
+    bmc: Bmc | None = None
+    hardware: Hardware
+    _source_index: int = PrivateAttr(default=-1)
+
+    @property
+    def source_index(self) -> int:
+        return self._source_index
+
+    @field_validator("roles")
+    @classmethod
+    def _roles(cls, v: list[Role]) -> list[Role]:
+        if len(set(v)) != len(v):
+            raise ValueError("a role is listed twice")
+        return v
+
+    @field_validator("interfaces")
+    @classmethod
+    def _mgmt(cls, v: dict[str, Interface]) -> dict[str, Interface]:
+        if "management" not in v:
+            raise ValueError("every node needs a 'management' interface")
+        return v
+
+    @property
+    def ip(self) -> ipaddress.IPv4Address:
+        return self.interfaces["management"].ip
+
+    def has_role(self, role: str) -> bool:
+        return role in self.roles
+
+    @property
+    def gpu_count(self) -> int:
+        return self.hardware.gpu.count if self.hardware.gpu else 0
+
+
+# --------------------------------------------------------------------------- storage
+class VdevGroup(Strict):
+    type: Literal["mirror", "raidz1", "raidz2", "raidz3", "stripe"] = "mirror"
+    width: int = Field(default=2, ge=1, le=32)
+    disks: list[str] = Field(min_length=1)
+
+
+class Dataset(Strict):
+    name: str
+    properties: dict[str, PropertyValue] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*(/[A-Za-z0-9][A-Za-z0-9_.:-]*)*$", v):
+            raise ValueError(f"{v!r} is not a dataset name relative to the pool (e.g. data/imagenet)")
+        return v
+
+
+class ZfsPool(Strict):
+    name: str
+    node: str
+    purpose: Literal["training-data", "general", "backup", "scratch"] = "general"
+    vdevs: VdevGroup
+    log: list[str] = Field(default_factory=list, description="SLOG devices; two or more are mirrored")
+    cache: list[str] = Field(default_factory=list, description="L2ARC devices")
+    special: VdevGroup | None = None
+    ashift: int = Field(default=12, ge=9, le=16)
+    force: bool = Field(default=False, description="allow creating the pool on disks with data")
+    properties: dict[str, PropertyValue] = Field(
+        default_factory=lambda: {"compression": "lz4", "atime": "off", "xattr": "sa", "acltype": "posixacl"}
+    )
+    datasets: list[Dataset] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not re.match(r"^[A-Za-z][A-Za-z0-9_.:-]{0,63}$", v) or v in {"mirror", "raidz", "spare", "log"}:
+            raise ValueError(f"{v!r} is not a valid pool name")
+        return v
+
+
+class Zfs(Strict):
+    arc_max_percent: int = Field(default=50, ge=5, le=90, description="ARC maximum, percent of RAM")
+    scrub: Literal["weekly", "monthly", "off"] = "monthly"
+    pools: list[ZfsPool] = Field(default_factory=list)
+
+
+class NfsExport(Strict):
+    name: str
+    node: str
+    path: AbsPath | None = None
+    dataset: str | None = Field(default=None, description="pool/dataset; exported at its mountpoint")
+    clients: list[str] = Field(default_factory=lambda: ["data"], description="network names or CIDRs")
+    rw: bool = True
+    root_squash: bool = True
+    sync: bool = True
+    options: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _path_or_dataset(self) -> NfsExport:
+        if (self.path is None) == (self.dataset is None):
+            raise ValueError("give exactly one of path or dataset")
+        return self
+
+    @property
+    def export_path(self) -> str:
+        return self.path if self.path is not None else "/" + str(self.dataset)
+
+
+class NfsMount(Strict):
+    export: str = Field(description="name of an nfs.exports entry")
+    path: AbsPath
+    nodes: list[str] = Field(min_length=1, description="node names, ranges or @role")
+    vers: Literal["4.2", "4.1", "3"] = "4.2"
+    nconnect: int = Field(default=8, ge=1, le=16)
+    rsize: int = Field(default=1048576, ge=4096, le=1048576)
+    wsize: int = Field(default=1048576, ge=4096, le=1048576)
+    hard: bool = True
+    proto: Literal["auto", "tcp", "rdma"] = "auto"
+    automount: bool = False
+    options: list[str] = Field(default_factory=list)
+
+
+class Nfs(Strict):
+    threads: int | None = Field(default=None, ge=8, le=1024, description="nfsd threads; default from cores")
+    exports: list[NfsExport] = Field(default_factory=list)
+    mounts: list[NfsMount] = Field(default_factory=list)
+
+
+class MergerfsUnion(Strict):
+    path: AbsPath
+    branches: list[AbsPath] = Field(min_length=2)
+    nodes: list[str] = Field(min_length=1)
+    create_policy: Literal["epmfs", "mfs", "lfs", "pfrd", "rand", "ff", "epff", "eplfs", "lus"] = "pfrd"
+    minfreespace: str = "50G"
+    options: list[str] = Field(default_factory=list)
+
+    @field_validator("minfreespace")
+    @classmethod
+    def _size(cls, v: str) -> str:
+        if not SIZE_RE.match(v):
+            raise ValueError(f"{v!r} is not a size like 50G or 500M")
+        return v
+
+
+# --------------------------------------------------------------------------- services
+class AddressPool(Strict):
+    base: ipaddress.IPv4Network
+    size: int = Field(default=24, ge=16, le=30)
+
+
+class Docker(Strict):
+    enabled: bool = True
+    nodes: list[str] = Field(default_factory=lambda: ["@compute"])
+    source: Literal["auto", "docker-ce", "distro"] = "auto"
+    data_root: AbsPath = "/var/lib/docker"
+    log_max_size: str = "100m"
+    log_max_file: int = Field(default=5, ge=1, le=100)
+    live_restore: bool = True
+    address_pools: list[AddressPool] = Field(
+        default_factory=lambda: [AddressPool(base=ipaddress.IPv4Network("172.31.0.0/16"), size=24)]
+    )
+    nvidia_runtime: bool = True
+    nvidia_runtime_default: bool = False
+    users: list[str] = Field(default_factory=list, description="admin users added to the docker group")
+
+
+class Partition(Strict):
+    name: str
+    nodes: list[str] = Field(min_length=1)
+    default: bool = False
+    max_time: str = "INFINITE"
+    default_time: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not re.match(r"^[A-Za-z0-9_-]{1,40}$", v):
+            raise ValueError(f"{v!r} is not a valid partition name")
+        return v
+
+    @field_validator("max_time", "default_time")
+    @classmethod
+    def _time(cls, v: str | None) -> str | None:
+        if v is not None and not SLURM_TIME_RE.match(str(v)):
+            raise ValueError(f"{v!r} is not a Slurm time (minutes, HH:MM:SS, D-HH:MM:SS or INFINITE)")
+        return v
+
+
+class Slurm(Strict):
+    enabled: bool = True
+    cluster_name: str | None = None
+    accounting: bool = False
+    partitions: list[Partition] = Field(default_factory=list)
+    constrain_cores: bool = True
+    constrain_memory: bool = True
+    constrain_devices: bool = True
+
+
+class NvidiaDriver(Strict):
+    branch: str = "550"
+    source: Literal["auto", "ubuntu-signed", "cuda-repo", "debian"] = "auto"
+    open_kernel_modules: bool | None = Field(default=None, description="None: open on branch 560+")
+
+    @field_validator("branch", mode="before")
+    @classmethod
+    def _branch(cls, v: Any) -> Any:
+        if isinstance(v, int):
+            v = str(v)
+        if not isinstance(v, str) or not re.match(r"^\d{3}$", v):
+            raise ValueError(f"{v!r} is not a driver branch like 550")
+        return v
+
+
+class Cuda(Strict):
+    versions: list[str] = Field(default_factory=lambda: ["12.4"], min_length=1)
+    default: str | None = None
+    cudnn: bool = False
+    source: Literal["auto", "cuda-repo", "debian"] = "auto"
+
+    @field_validator("versions", mode="before")
+    @classmethod
+    def _versions(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            v = [str(x) for x in v]
+            for x in v:
+                if not re.match(r"^\d+\.\d+$", x):
+                    raise ValueError(f"{x!r} is not a CUDA version like 12.4")
+        return v
+
+    @field_validator("default", mode="before")
+    @classmethod
+    def _default(cls, v: Any) -> Any:
+        return None if v is None else str(v)
+
+    @model_validator(mode="after")
+    def _default_listed(self) -> Cuda:
+        if self.default is not None and self.default not in self.versions:
+            raise ValueError(f"default {self.default} is not one of versions {self.versions}")
+        return self
+
+    @property
+    def default_version(self) -> str:
+        return self.default or self.versions[-1]
+
+
+class Nccl(Strict):
+    version: str = "2.21.5"
+    source: Literal["auto", "apt", "pypi"] = "auto"
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version(cls, v: Any) -> Any:
+        v = str(v)
+        if not re.match(r"^\d+\.\d+\.\d+(-\d+)?$", v):
+            raise ValueError(f"{v!r} is not an NCCL version like 2.21.5")
+        return v
+
+
+class Ofed(Strict):
+    source: Literal["inbox", "doca"] = "inbox"
+    doca_version: str | None = None
+
+
+class Software(Strict):
+    nvidia_driver: NvidiaDriver = Field(default_factory=NvidiaDriver)
+    cuda: Cuda = Field(default_factory=Cuda)
+    nccl: Nccl = Field(default_factory=Nccl)
+    ofed: Ofed = Field(default_factory=Ofed)
+
+
+# --------------------------------------------------------------------------- top level
+class Manifest(Strict):
+    version: Literal[1]
+    cluster: Cluster
+    networks: Networks
+    nodes: list[Node] = Field(min_length=1)
+    zfs: Zfs = Field(default_factory=Zfs)
+    nfs: Nfs = Field(default_factory=Nfs)
+    mergerfs: list[MergerfsUnion] = Field(default_factory=list)
+    docker: Docker = Field(default_factory=Docker)
+    slurm: Slurm = Field(default_factory=Slurm)
+    software: Software = Field(default_factory=Software)
+
+    # ----- helpers over the expanded node list (see provisioner.manifest.load)
+    def node(self, name: str) -> Node:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    def node_names(self) -> list[str]:
+        return [n.name for n in self.nodes]
+
+    def with_role(self, role: str) -> list[Node]:
+        return [n for n in self.nodes if role in n.roles]
+
+    @property
+    def head(self) -> Node:
+        heads = self.with_role("head")
+        if not heads:
+            raise KeyError("head")
+        return heads[0]
+
+    @property
+    def fqdn_suffix(self) -> str:
+        return self.cluster.domain

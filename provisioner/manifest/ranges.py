@@ -1,0 +1,74 @@
+"""Host-range syntax: ``gpu[01-16]`` expands to gpu01 .. gpu16 (zero padding kept).
+
+Also used for disk ids (``ata-ST6000_[1-8]``) and node selectors in mounts and partitions.
+Addresses of a ranged node entry increment per node: IPv4 by one, MACs by one.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+RANGE_RE = re.compile(r"^(?P<prefix>[^\[\]]*)\[(?P<lo>\d+)-(?P<hi>\d+)\](?P<suffix>[^\[\]]*)$")
+MAX_RANGE = 4096
+
+
+class RangeError(ValueError):
+    pass
+
+
+def is_range(text: str) -> bool:
+    return "[" in text or "]" in text
+
+
+def expand(text: str) -> list[str]:
+    """Expand one ``prefix[lo-hi]suffix`` pattern; a plain name expands to itself."""
+    if not is_range(text):
+        return [text]
+    m = RANGE_RE.match(text)
+    if not m:
+        raise RangeError(f"bad range {text!r}: use one range like name[01-16]")
+    lo_s, hi_s = m.group("lo"), m.group("hi")
+    lo, hi = int(lo_s), int(hi_s)
+    if hi < lo:
+        raise RangeError(f"bad range {text!r}: {hi_s} is below {lo_s}")
+    if hi - lo + 1 > MAX_RANGE:
+        raise RangeError(f"range {text!r} is too large (more than {MAX_RANGE} items)")
+    width = len(lo_s) if lo_s.startswith("0") and len(lo_s) > 1 else 0
+    return [f"{m.group('prefix')}{i:0{width}d}{m.group('suffix')}" for i in range(lo, hi + 1)]
+
+
+def expand_all(items: list[str]) -> list[str]:
+    out: list[str] = []
+    for item in items:
+        out.extend(expand(item))
+    return out
+
+
+def range_size(text: str) -> int:
+    return len(expand(text))
+
+
+def add_ip(ip: ipaddress.IPv4Address, offset: int) -> ipaddress.IPv4Address:
+    value = int(ip) + offset
+    if value > int(ipaddress.IPv4Address("255.255.255.255")):
+        raise RangeError(f"{ip} + {offset} leaves the IPv4 address space")
+    return ipaddress.IPv4Address(value)
+
+
+MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
+
+
+def normalize_mac(mac: str) -> str:
+    norm = mac.strip().lower().replace("-", ":")
+    if not MAC_RE.match(norm):
+        raise ValueError(f"{mac!r} is not a MAC address like 52:54:00:12:34:56")
+    return norm
+
+
+def add_mac(mac: str, offset: int) -> str:
+    value = int(mac.replace(":", ""), 16) + offset
+    if value >= 1 << 48:
+        raise RangeError(f"{mac} + {offset} overflows the MAC address space")
+    raw = f"{value:012x}"
+    return ":".join(raw[i : i + 2] for i in range(0, 12, 2))

@@ -1,0 +1,301 @@
+#!/usr/bin/env bash
+# Test bed for molecule scenarios and end-to-end tests (see docs/design.md, "Test bed").
+#
+# Runs as root on a fresh Debian 12 machine; idempotent (a second run only checks).
+#   1. installs podman + runc + debootstrap + apt-cacher-ng and test tools
+#   2. writes /etc/containers/containers.conf (runc, ulimits that work here)
+#   3. runs apt-cacher-ng on the host (port 3142): shared apt cache for every container/VM
+#   4. builds localhost/provision-base:bookworm (only if missing or its stamp changed)
+#   5. smoke-tests the image (systemd boots, apt goes through the cache)
+#
+# Environment knobs:
+#   TESTBED_REBUILD=1          rebuild the base image even if its stamp matches
+#   TESTBED_SKIP_SMOKE=1       skip the smoke test
+#   TESTBED_EXTRA_PACKAGES=".." extra host packages (space separated)
+#   TESTBED_MIRROR=URL         Debian mirror (default http://deb.debian.org/debian)
+set -euo pipefail
+
+# ---------------------------------------------------------------------------
+# Configuration
+# ---------------------------------------------------------------------------
+# Bump IMAGE_VERSION when the image recipe changes in a way the stamp below cannot see.
+IMAGE_VERSION=1
+IMAGE=localhost/provision-base:bookworm
+SUITE=bookworm
+MIRROR=${TESTBED_MIRROR:-http://deb.debian.org/debian}
+SECURITY_MIRROR=${TESTBED_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
+ACNG_PORT=3142
+# How containers reach the host's apt-cacher-ng. podman (4.3, rootful, netavark) puts
+# this name into every container's /etc/hosts, on the default network and on
+# user-created networks alike (it resolves to the host's primary address).
+CONTAINER_PROXY_HOST=host.containers.internal
+
+HOST_PACKAGES=(
+  podman runc debootstrap apt-cacher-ng
+  slirp4netns uidmap iptables
+  openssh-client curl ca-certificates
+  # used by later tests: BMC (IPMI) client, TFTP client for PXE tests
+  ipmitool tftp-hpa
+)
+# shellcheck disable=SC2206
+HOST_PACKAGES+=(${TESTBED_EXTRA_PACKAGES:-})
+
+# Everything every scenario needs, baked in once (Ansible: python3 + python3-apt;
+# systemd as PID 1; dbus for hostnamectl/logind; sshd for ssh-based tests).
+IMAGE_PACKAGES=(
+  python3 python3-apt
+  systemd systemd-sysv dbus libpam-systemd
+  sudo openssh-server
+  iproute2 procps kmod
+  ca-certificates gnupg curl
+  less
+)
+IMAGE_COMPONENTS="main contrib non-free non-free-firmware"
+
+# Stamp: changes whenever the recipe above changes -> image is rebuilt.
+IMAGE_STAMP=$(printf '%s\n' "$IMAGE_VERSION" "$SUITE" "$MIRROR" "$SECURITY_MIRROR" \
+  "$IMAGE_COMPONENTS" "$CONTAINER_PROXY_HOST" "${IMAGE_PACKAGES[@]}" | sha256sum | cut -c1-16)
+STAMP_LABEL=io.provisioner.testbed.stamp
+
+# ---------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------
+T0=$(date +%s)
+STAGE_NAME=""
+STAGE_T0=0
+log() { printf '[testbed] %s\n' "$*"; }
+stage() {
+  stage_end
+  STAGE_NAME=$1
+  STAGE_T0=$(date +%s)
+  log "==> $STAGE_NAME"
+}
+stage_end() {
+  if [[ -n $STAGE_NAME ]]; then
+    log "<== $STAGE_NAME: $(($(date +%s) - STAGE_T0)) s"
+    STAGE_NAME=""
+  fi
+}
+die() { log "ERROR: $*"; exit 1; }
+
+# write_if_changed PATH MODE  (content on stdin) -> returns 0 if written, 1 if unchanged
+write_if_changed() {
+  local path=$1 mode=$2 tmp
+  tmp=$(mktemp)
+  cat >"$tmp"
+  if [[ -f $path ]] && cmp -s "$tmp" "$path"; then
+    rm -f "$tmp"
+    log "unchanged: $path"
+    return 1
+  fi
+  mkdir -p "$(dirname "$path")"
+  if [[ -f $path ]]; then
+    cp -a "$path" "$path.bak.$(date +%Y%m%d%H%M%S)"
+    log "backed up previous $path"
+  fi
+  install -m "$mode" "$tmp" "$path"
+  rm -f "$tmp"
+  log "wrote: $path"
+  return 0
+}
+
+[[ $(id -u) -eq 0 ]] || die "must run as root"
+[[ -r /etc/os-release ]] && . /etc/os-release
+[[ ${ID:-} == debian ]] || log "WARNING: written for Debian 12, this is ${PRETTY_NAME:-unknown}"
+
+# ---------------------------------------------------------------------------
+# 1. Host packages
+# ---------------------------------------------------------------------------
+stage "host packages"
+export DEBIAN_FRONTEND=noninteractive
+missing=()
+for p in "${HOST_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  log "installing: ${missing[*]}"
+  # apt-cacher-ng asks whether to allow HTTPS tunnels; keep the default (no).
+  echo 'apt-cacher-ng apt-cacher-ng/tunnelenable boolean false' | debconf-set-selections
+  apt-get update
+  apt-get install -y --no-install-recommends "${missing[@]}"
+else
+  log "all host packages present"
+fi
+
+# ---------------------------------------------------------------------------
+# 2. containers.conf
+# ---------------------------------------------------------------------------
+stage "containers.conf"
+# crun fails on this host (cgroups hybrid mode) and podman's default ulimits fail
+# with "setrlimit RLIMIT_NOFILE: Operation not permitted".
+write_if_changed /etc/containers/containers.conf 0644 <<'EOF' || true
+# Managed by tests/testbed/setup.sh
+[containers]
+default_ulimits = ["nofile=4096:4096", "nproc=4096:4096"]
+
+[engine]
+runtime = "runc"
+EOF
+
+# ---------------------------------------------------------------------------
+# 3. apt-cacher-ng
+# ---------------------------------------------------------------------------
+stage "apt-cacher-ng"
+acng_up() { curl -fsS -o /dev/null --max-time 5 "http://127.0.0.1:${ACNG_PORT}/acng-report.html"; }
+pid1=$(ps -p 1 -o comm= | tr -d ' ')
+# The package's default Debian backend is ftp.debian.org, which is not reachable from
+# every CI machine: send Debian requests to the mirror we use. (No "#09f369..." marker
+# line, so package upgrades leave this file alone.)
+acng_changed=0
+write_if_changed /etc/apt-cacher-ng/backends_debian 0644 <<EOF && acng_changed=1
+# Managed by tests/testbed/setup.sh: upstream for http://<cache>/debian/... requests
+${MIRROR%/}/
+EOF
+if acng_up && ((acng_changed)); then
+  log "backend changed: restarting apt-cacher-ng"
+  if [[ $pid1 == systemd ]]; then systemctl restart apt-cacher-ng; else /etc/init.d/apt-cacher-ng restart; fi
+  sleep 1
+fi
+if acng_up; then
+  log "apt-cacher-ng answers on :${ACNG_PORT}"
+elif [[ $pid1 == systemd ]]; then
+  log "PID 1 is systemd: systemctl enable --now apt-cacher-ng"
+  systemctl enable --now apt-cacher-ng
+else
+  log "PID 1 is '$pid1' (not systemd): starting apt-cacher-ng via its init script"
+  /etc/init.d/apt-cacher-ng start || true
+  sleep 1
+  if ! acng_up; then
+    log "init script did not bring it up; starting the daemon directly"
+    install -d -o apt-cacher-ng -g apt-cacher-ng /run/apt-cacher-ng /var/cache/apt-cacher-ng /var/log/apt-cacher-ng
+    start-stop-daemon --start --background --chuid apt-cacher-ng --exec /usr/sbin/apt-cacher-ng -- \
+      -c /etc/apt-cacher-ng ForeGround=1 pidfile=/run/apt-cacher-ng/pid \
+      SocketPath=/run/apt-cacher-ng/socket
+  fi
+fi
+for _ in $(seq 1 20); do acng_up && break; sleep 0.5; done
+acng_up || die "apt-cacher-ng does not answer on 127.0.0.1:${ACNG_PORT}"
+log "apt-cacher-ng answers on :${ACNG_PORT}"
+
+# ---------------------------------------------------------------------------
+# 4. Base image
+# ---------------------------------------------------------------------------
+stage "base image ${IMAGE}"
+current_stamp=""
+if podman image exists "$IMAGE"; then
+  current_stamp=$(podman image inspect --format "{{ index .Labels \"${STAMP_LABEL}\" }}" "$IMAGE" 2>/dev/null || true)
+fi
+if [[ ${TESTBED_REBUILD:-0} != 1 && $current_stamp == "$IMAGE_STAMP" ]]; then
+  log "image present with stamp ${IMAGE_STAMP}: nothing to build"
+else
+  log "building (present stamp: '${current_stamp:-none}', wanted: ${IMAGE_STAMP})"
+  ROOTFS=$(mktemp -d /var/tmp/provision-base.XXXXXX)
+  trap 'rm -rf --one-file-system "$ROOTFS"' EXIT
+  # Fetch through the local cache: rebuilds come from disk, not the network.
+  proxied_mirror="http://127.0.0.1:${ACNG_PORT}/${MIRROR#http://}"
+  include=$(IFS=,; echo "${IMAGE_PACKAGES[*]}")
+  t=$(date +%s)
+  debootstrap --variant=minbase --components="${IMAGE_COMPONENTS// /,}" \
+    --include="$include" "$SUITE" "$ROOTFS" "$proxied_mirror"
+  log "debootstrap: $(($(date +%s) - t)) s"
+
+  # apt sources: the real mirror (the proxy is configured separately below).
+  cat >"$ROOTFS/etc/apt/sources.list" <<EOF
+deb ${MIRROR} ${SUITE} ${IMAGE_COMPONENTS}
+deb ${MIRROR} ${SUITE}-updates ${IMAGE_COMPONENTS}
+deb ${SECURITY_MIRROR} ${SUITE}-security ${IMAGE_COMPONENTS}
+EOF
+  # apt proxy: use the host's apt-cacher-ng when it answers, go direct otherwise
+  # (so the image still works on a machine without the cache).
+  cat >"$ROOTFS/usr/local/sbin/testbed-apt-proxy" <<EOF
+#!/bin/bash
+# Prints the apt proxy for a URL (apt's Proxy-Auto-Detect protocol): the test bed's
+# apt-cacher-ng on the container host if it answers, else DIRECT.
+if timeout 2 bash -c 'exec 3<>/dev/tcp/${CONTAINER_PROXY_HOST}/${ACNG_PORT}' 2>/dev/null; then
+  echo "http://${CONTAINER_PROXY_HOST}:${ACNG_PORT}"
+else
+  echo DIRECT
+fi
+EOF
+  chmod 0755 "$ROOTFS/usr/local/sbin/testbed-apt-proxy"
+  cat >"$ROOTFS/etc/apt/apt.conf.d/01testbed-proxy" <<'EOF'
+// Test bed: apt traffic goes through the host's apt-cacher-ng (tests/testbed/setup.sh).
+Acquire::http::Proxy-Auto-Detect "/usr/local/sbin/testbed-apt-proxy";
+EOF
+  # Keep the image lean the Docker way: no docs/man pages installed by later apt runs.
+  cat >"$ROOTFS/etc/dpkg/dpkg.cfg.d/01testbed-nodoc" <<'EOF'
+path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/man/*
+path-exclude /usr/share/info/*
+path-exclude /usr/share/locale/*
+path-include /usr/share/locale/locale.alias
+EOF
+
+  # Clean identity so every container boots as a new machine.
+  rm -f "$ROOTFS/etc/hostname" "$ROOTFS/etc/resolv.conf" "$ROOTFS/var/lib/dbus/machine-id"
+  : >"$ROOTFS/etc/machine-id"
+  rm -f "$ROOTFS"/etc/ssh/ssh_host_*
+  # Regenerate sshd host keys on first boot (Debian's ssh.service does not).
+  cat >"$ROOTFS/etc/systemd/system/ssh-hostkeys.service" <<'EOF'
+[Unit]
+Description=Generate SSH host keys (test bed image)
+ConditionPathExists=!/etc/ssh/ssh_host_ed25519_key
+Before=ssh.service
+
+[Service]
+Type=oneshot
+ExecStart=/usr/bin/ssh-keygen -A
+
+[Install]
+WantedBy=multi-user.target
+EOF
+  chroot "$ROOTFS" systemctl enable ssh-hostkeys.service ssh.service
+  # Units that cannot work in a container and only mark the system degraded.
+  chroot "$ROOTFS" systemctl mask systemd-remount-fs.service
+  chroot "$ROOTFS" apt-get clean
+  rm -rf "$ROOTFS"/var/lib/apt/lists/* "$ROOTFS"/var/cache/apt/*.bin \
+    "$ROOTFS"/var/log/*.log "$ROOTFS"/var/log/apt/* "$ROOTFS"/tmp/*
+  du -sh "$ROOTFS" | sed 's/^/[testbed] rootfs size: /'
+
+  t=$(date +%s)
+  old_id=$(podman image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)
+  tar --numeric-owner -C "$ROOTFS" -c . | podman import \
+    --change 'CMD ["/sbin/init"]' \
+    --change "LABEL ${STAMP_LABEL}=${IMAGE_STAMP}" \
+    --message "provision test bed base image (stamp ${IMAGE_STAMP})" \
+    - "$IMAGE" >/dev/null
+  log "podman import: $(($(date +%s) - t)) s"
+  # Drop the previous image if nothing uses it any more (dangling after re-tag).
+  if [[ -n $old_id ]]; then podman rmi "$old_id" >/dev/null 2>&1 || true; fi
+  rm -rf --one-file-system "$ROOTFS"
+  trap - EXIT
+fi
+
+# ---------------------------------------------------------------------------
+# 5. Smoke test
+# ---------------------------------------------------------------------------
+if [[ ${TESTBED_SKIP_SMOKE:-0} != 1 ]]; then
+  stage "smoke test"
+  name=testbed-smoke-$$
+  podman rm -f "$name" >/dev/null 2>&1 || true
+  podman run -d --name "$name" --systemd=always "$IMAGE" >/dev/null
+  trap 'podman rm -f "$name" >/dev/null 2>&1 || true' EXIT
+  state=$(podman exec "$name" timeout 60 systemctl is-system-running --wait 2>/dev/null || true)
+  log "systemd in container: ${state}"
+  if [[ $state != running && $state != degraded ]]; then
+    podman exec "$name" systemctl --failed --no-pager || true
+    die "systemd did not boot in the base image"
+  fi
+  [[ $state == running ]] || podman exec "$name" systemctl --failed --no-pager --plain || true
+  proxy=$(podman exec "$name" /usr/local/sbin/testbed-apt-proxy)
+  log "apt proxy in container: ${proxy}"
+  [[ $proxy == DIRECT ]] && die "container cannot reach apt-cacher-ng at ${CONTAINER_PROXY_HOST}:${ACNG_PORT}"
+  podman exec "$name" apt-get -qq update
+  log "apt-get update in container through the cache: ok"
+  podman rm -f "$name" >/dev/null
+  trap - EXIT
+fi
+
+stage_end
+log "done in $(($(date +%s) - T0)) s; image: ${IMAGE} (stamp ${IMAGE_STAMP})"
