@@ -39,7 +39,8 @@ def select_nodes(manifest: Manifest, items: Iterable[str]) -> list[str]:
             raise SelectorError(str(exc)) from None
         unknown = [n for n in names if n not in known]
         if unknown:
-            raise SelectorError(f"unknown node {unknown[0]!r}" + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""))
+            more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+            raise SelectorError(f"unknown node {unknown[0]!r}{more}")
         wanted.update(names)
     return [n for n in known if n in wanted]
 
@@ -51,6 +52,14 @@ def _node_path(node: Node, *rest: str | int) -> PathKey:
     return ("nodes", node.source_index, *rest)
 
 
+# Names the inventory uses for groups; a host with the same name confuses Ansible.
+RESERVED_NAMES = frozenset({
+    "all", "ungrouped", "localhost", "head", "compute", "storage", "services", "login", "gpu",
+    "infiniband", "zfs", "nfs_server", "nfs_client", "mergerfs", "docker", "slurm_controller",
+    "slurm_compute", "slurm_node",
+})
+
+
 def check_unique_nodes(m: Manifest, src: Source) -> list[Diagnostic]:
     out: list[Diagnostic] = []
     names: dict[str, Node] = {}
@@ -58,6 +67,9 @@ def check_unique_nodes(m: Manifest, src: Source) -> list[Diagnostic]:
     macs: dict[str, str] = {}
     bmcs: dict[str, str] = {}
     for node in m.nodes:
+        if node.name in RESERVED_NAMES:
+            out.append(src.diag(_node_path(node, "name"),
+                                f"{node.name!r} is reserved (an inventory group name); choose another host name"))
         if node.name in names:
             out.append(src.diag(_node_path(node, "name"), f"duplicate host name {node.name!r}"))
         names[node.name] = node
@@ -156,7 +168,9 @@ def check_zfs(m: Manifest, src: Source) -> tuple[list[Diagnostic], list[Diagnost
         if pool.node not in names:
             errors.append(src.diag((*base, "node"), f"pool {pool.name!r} names unknown node {pool.node!r}"))
         elif not m.node(pool.node).has_role("storage"):
-            errors.append(src.diag((*base, "node"), f"pool {pool.name!r}: node {pool.node!r} does not have role 'storage'"))
+            errors.append(
+                src.diag((*base, "node"), f"pool {pool.name!r}: node {pool.node!r} does not have role 'storage'")
+            )
         if (pool.node, pool.name) in seen_pools:
             errors.append(src.diag((*base, "name"), f"pool {pool.name!r} is defined twice on {pool.node}"))
         seen_pools.add((pool.node, pool.name))

@@ -41,7 +41,7 @@ def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] |
             if info is None:
                 return None
             current = info.annotation
-        elif isinstance(part, int) or isinstance(part, str):
+        elif isinstance(part, (int, str)):
             current = _unwrap(current, container=True)
         if current is None:
             return None
@@ -73,10 +73,8 @@ def _message(err: Any, loc: tuple[Any, ...]) -> str:
         hint = ""
         if parent is not None:
             close = difflib.get_close_matches(key, list(parent.model_fields), n=1, cutoff=0.6)
-            if close:
-                hint = f"; did you mean '{close[0]}'?"
-            else:
-                hint = f"; allowed: {', '.join(sorted(parent.model_fields))}"
+            allowed = ", ".join(sorted(parent.model_fields))
+            hint = f"; did you mean '{close[0]}'?" if close else f"; allowed: {allowed}"
         return f"unknown field{hint}"
     if kind == "missing":
         return "required field is missing"
@@ -108,9 +106,7 @@ def _data_loc(source: Source, loc: tuple[Any, ...], keep_last: bool) -> PathKey:
     kept: list[str | int] = []
     for i, part in enumerate(loc):
         candidate = (*kept, part)
-        if candidate in source.positions or candidate in source.key_positions:
-            kept.append(part)
-        elif keep_last and i == len(loc) - 1:
+        if candidate in source.positions or candidate in source.key_positions or (keep_last and i == len(loc) - 1):
             kept.append(part)
     return tuple(kept)
 

@@ -392,6 +392,10 @@ class Dataset(Strict):
         return v
 
 
+def _default_pool_properties() -> dict[str, str | int]:
+    return {"compression": "lz4", "atime": "off", "xattr": "sa", "acltype": "posixacl"}
+
+
 class ZfsPool(Strict):
     name: str
     node: str
@@ -402,9 +406,7 @@ class ZfsPool(Strict):
     special: VdevGroup | None = None
     ashift: int = Field(default=12, ge=9, le=16)
     force: bool = Field(default=False, description="allow creating the pool on disks with data")
-    properties: dict[str, PropertyValue] = Field(
-        default_factory=lambda: {"compression": "lz4", "atime": "off", "xattr": "sa", "acltype": "posixacl"}
-    )
+    properties: dict[str, PropertyValue] = Field(default_factory=_default_pool_properties)
     datasets: list[Dataset] = Field(default_factory=list)
 
     @field_validator("name")

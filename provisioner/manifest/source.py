@@ -84,11 +84,9 @@ class _Builder:
                         self._at(key_node, (*path, skey), f"duplicate key (first defined on line {first[0]})")
                     )
                     continue
-                self.key_positions[(*path, skey)] = (
-                    key_node.start_mark.line + 1,
-                    key_node.start_mark.column + 1,
-                )
-                out[skey] = self.build(value_node, (*path, skey))
+                key_path = (*path, skey)
+                self.key_positions[key_path] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+                out[skey] = self.build(value_node, key_path)
             return out
         if isinstance(node, yaml.SequenceNode):
             return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]

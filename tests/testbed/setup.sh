@@ -52,9 +52,69 @@ IMAGE_PACKAGES=(
 )
 IMAGE_COMPONENTS="main contrib non-free non-free-firmware"
 
+# Everything done to the debootstrapped tree. Its text (declare -f, comments dropped)
+# is part of the image stamp, so editing it triggers a rebuild.
+customize_rootfs() {
+  local ROOTFS=$1
+  # apt sources: the real mirror (the proxy is configured separately below).
+  cat >"$ROOTFS/etc/apt/sources.list" <<EOF
+deb ${MIRROR} ${SUITE} ${IMAGE_COMPONENTS}
+deb ${MIRROR} ${SUITE}-updates ${IMAGE_COMPONENTS}
+deb ${SECURITY_MIRROR} ${SUITE}-security ${IMAGE_COMPONENTS}
+EOF
+  # apt proxy: use the host's apt-cacher-ng when it answers, go direct otherwise
+  # (so the image still works on a machine without the cache).
+  cat >"$ROOTFS/usr/local/sbin/testbed-apt-proxy" <<EOF
+#!/bin/bash
+# apt Proxy-Auto-Detect helper (test bed image, tests/testbed/setup.sh): prints the
+# host's apt-cacher-ng if it answers, else DIRECT. Candidates: ${CONTAINER_PROXY_HOST}
+# (podman writes it into /etc/hosts) and the default gateway (the host on podman bridge
+# networks; covers --no-hosts containers).
+gw=\$(ip -4 route show default 2>/dev/null | awk '{print \$3; exit}')
+for h in ${CONTAINER_PROXY_HOST} \$gw; do
+  if timeout 2 bash -c "exec 3<>/dev/tcp/\$h/${ACNG_PORT}" 2>/dev/null; then
+    echo "http://\$h:${ACNG_PORT}"
+    exit 0
+  fi
+done
+echo DIRECT
+EOF
+  chmod 0755 "$ROOTFS/usr/local/sbin/testbed-apt-proxy"
+  cat >"$ROOTFS/etc/apt/apt.conf.d/01testbed-proxy" <<'EOF'
+// Test bed: apt traffic goes through the host's apt-cacher-ng (tests/testbed/setup.sh).
+Acquire::http::Proxy-Auto-Detect "/usr/local/sbin/testbed-apt-proxy";
+EOF
+
+  # Clean identity so every container boots as a new machine.
+  rm -f "$ROOTFS/etc/hostname" "$ROOTFS/etc/resolv.conf" "$ROOTFS/var/lib/dbus/machine-id"
+  : >"$ROOTFS/etc/machine-id"
+  rm -f "$ROOTFS"/etc/ssh/ssh_host_*
+  # Regenerate sshd host keys on first boot (Debian's ssh.service does not).
+  cat >"$ROOTFS/etc/systemd/system/ssh-hostkeys.service" <<'EOF'
+[Unit]
+Description=Generate SSH host keys (test bed image)
+ConditionPathExists=!/etc/ssh/ssh_host_ed25519_key
+Before=ssh.service
+
+[Service]
+Type=oneshot
+ExecStart=/usr/bin/ssh-keygen -A
+
+[Install]
+WantedBy=multi-user.target
+EOF
+  chroot "$ROOTFS" systemctl enable ssh-hostkeys.service ssh.service
+  # Units that cannot work in a container and only mark the system degraded.
+  chroot "$ROOTFS" systemctl mask systemd-remount-fs.service
+  chroot "$ROOTFS" apt-get clean
+  rm -rf "$ROOTFS"/var/lib/apt/lists/* "$ROOTFS"/var/cache/apt/*.bin \
+    "$ROOTFS"/var/log/*.log "$ROOTFS"/var/log/apt/* "$ROOTFS"/tmp/*
+}
+
 # Stamp: changes whenever the recipe above changes -> image is rebuilt.
 IMAGE_STAMP=$(printf '%s\n' "$IMAGE_VERSION" "$SUITE" "$MIRROR" "$SECURITY_MIRROR" \
-  "$IMAGE_COMPONENTS" "$CONTAINER_PROXY_HOST" "${IMAGE_PACKAGES[@]}" | sha256sum | cut -c1-16)
+  "$IMAGE_COMPONENTS" "$CONTAINER_PROXY_HOST" "$ACNG_PORT" "${IMAGE_PACKAGES[@]}" \
+  "$(declare -f customize_rootfs)" | sha256sum | cut -c1-16)
 STAMP_LABEL=io.provisioner.testbed.stamp
 
 # ---------------------------------------------------------------------------
@@ -89,8 +149,8 @@ write_if_changed() {
     return 1
   fi
   mkdir -p "$(dirname "$path")"
-  if [[ -f $path ]]; then
-    cp -a "$path" "$path.bak.$(date +%Y%m%d%H%M%S)"
+  if [[ -f $path ]] && ! grep -q '^# Managed by tests/testbed/setup.sh' "$path"; then
+    cp -a "$path" "$path.orig"
     log "backed up previous $path"
   fi
   install -m "$mode" "$tmp" "$path"
@@ -157,7 +217,7 @@ if acng_up && ((acng_changed)); then
   sleep 1
 fi
 if acng_up; then
-  log "apt-cacher-ng answers on :${ACNG_PORT}"
+  log "apt-cacher-ng is running"
 elif [[ $pid1 == systemd ]]; then
   log "PID 1 is systemd: systemctl enable --now apt-cacher-ng"
   systemctl enable --now apt-cacher-ng
@@ -199,63 +259,7 @@ else
     --include="$include" "$SUITE" "$ROOTFS" "$proxied_mirror"
   log "debootstrap: $(($(date +%s) - t)) s"
 
-  # apt sources: the real mirror (the proxy is configured separately below).
-  cat >"$ROOTFS/etc/apt/sources.list" <<EOF
-deb ${MIRROR} ${SUITE} ${IMAGE_COMPONENTS}
-deb ${MIRROR} ${SUITE}-updates ${IMAGE_COMPONENTS}
-deb ${SECURITY_MIRROR} ${SUITE}-security ${IMAGE_COMPONENTS}
-EOF
-  # apt proxy: use the host's apt-cacher-ng when it answers, go direct otherwise
-  # (so the image still works on a machine without the cache).
-  cat >"$ROOTFS/usr/local/sbin/testbed-apt-proxy" <<EOF
-#!/bin/bash
-# Prints the apt proxy for a URL (apt's Proxy-Auto-Detect protocol): the test bed's
-# apt-cacher-ng on the container host if it answers, else DIRECT.
-if timeout 2 bash -c 'exec 3<>/dev/tcp/${CONTAINER_PROXY_HOST}/${ACNG_PORT}' 2>/dev/null; then
-  echo "http://${CONTAINER_PROXY_HOST}:${ACNG_PORT}"
-else
-  echo DIRECT
-fi
-EOF
-  chmod 0755 "$ROOTFS/usr/local/sbin/testbed-apt-proxy"
-  cat >"$ROOTFS/etc/apt/apt.conf.d/01testbed-proxy" <<'EOF'
-// Test bed: apt traffic goes through the host's apt-cacher-ng (tests/testbed/setup.sh).
-Acquire::http::Proxy-Auto-Detect "/usr/local/sbin/testbed-apt-proxy";
-EOF
-  # Keep the image lean the Docker way: no docs/man pages installed by later apt runs.
-  cat >"$ROOTFS/etc/dpkg/dpkg.cfg.d/01testbed-nodoc" <<'EOF'
-path-exclude /usr/share/doc/*
-path-include /usr/share/doc/*/copyright
-path-exclude /usr/share/man/*
-path-exclude /usr/share/info/*
-path-exclude /usr/share/locale/*
-path-include /usr/share/locale/locale.alias
-EOF
-
-  # Clean identity so every container boots as a new machine.
-  rm -f "$ROOTFS/etc/hostname" "$ROOTFS/etc/resolv.conf" "$ROOTFS/var/lib/dbus/machine-id"
-  : >"$ROOTFS/etc/machine-id"
-  rm -f "$ROOTFS"/etc/ssh/ssh_host_*
-  # Regenerate sshd host keys on first boot (Debian's ssh.service does not).
-  cat >"$ROOTFS/etc/systemd/system/ssh-hostkeys.service" <<'EOF'
-[Unit]
-Description=Generate SSH host keys (test bed image)
-ConditionPathExists=!/etc/ssh/ssh_host_ed25519_key
-Before=ssh.service
-
-[Service]
-Type=oneshot
-ExecStart=/usr/bin/ssh-keygen -A
-
-[Install]
-WantedBy=multi-user.target
-EOF
-  chroot "$ROOTFS" systemctl enable ssh-hostkeys.service ssh.service
-  # Units that cannot work in a container and only mark the system degraded.
-  chroot "$ROOTFS" systemctl mask systemd-remount-fs.service
-  chroot "$ROOTFS" apt-get clean
-  rm -rf "$ROOTFS"/var/lib/apt/lists/* "$ROOTFS"/var/cache/apt/*.bin \
-    "$ROOTFS"/var/log/*.log "$ROOTFS"/var/log/apt/* "$ROOTFS"/tmp/*
+  customize_rootfs "$ROOTFS"
   du -sh "$ROOTFS" | sed 's/^/[testbed] rootfs size: /'
 
   t=$(date +%s)

@@ -1,0 +1,107 @@
+"""Terminal output with rich: diagnostics, plan tables, live apply progress, recap."""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from provisioner.errors import Diagnostic
+from provisioner.plan import Plan
+from provisioner.runner import RunResult, Tracker
+
+STATUS_STYLE = {"new": "green", "changed": "yellow", "unchanged": "dim", "removed": "red"}
+
+
+def print_diagnostics(console: Console, diags: list[Diagnostic]) -> None:
+    for d in diags:
+        style = "red" if d.severity == "error" else "yellow"
+        console.print(d.format(), style=style, markup=False, highlight=False, soft_wrap=True)
+
+
+def plan_table(plan: Plan, title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("node")
+    table.add_column("status")
+    table.add_column("lifecycle")
+    table.add_column("changed sections")
+    table.add_column("plays that will run")
+    for node in plan.nodes:
+        style = STATUS_STYLE.get(node.status, "")
+        sections = ", ".join(node.sections) if node.status == "changed" else ""
+        table.add_row(
+            node.name,
+            f"[{style}]{node.status}[/]",
+            node.lifecycle,
+            sections,
+            ", ".join(node.plays) if node.plays else "-",
+        )
+    return table
+
+
+def print_plan(console: Console, plan: Plan, cluster: str) -> None:
+    console.print(plan_table(plan, f"plan for cluster {cluster}"))
+    counts = {s: sum(1 for n in plan.nodes if n.status == s) for s in STATUS_STYLE}
+    summary = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
+    files = "cluster-wide files change" if plan.cluster_files_change else "cluster-wide files unchanged"
+    heavy = ", ".join(plan.targets) if plan.targets else "none"
+    console.print(f"{summary}; {files}; node-local plays on: {heavy}", highlight=False)
+
+
+class LiveProgress:
+    """A live per-host table while a playbook runs (plain lines when not a terminal)."""
+
+    def __init__(self, console: Console, title: str) -> None:
+        self.console = console
+        self.title = title
+        self.live: Live | None = None
+        self._last = 0.0
+        self._seen_errors: dict[str, int] = {}
+
+    def render(self, tracker: Tracker) -> Table:
+        table = Table(title=f"{self.title} — {tracker.play}", title_justify="left")
+        for col in ("host", "role", "task", "ok", "changed", "failed", "state"):
+            table.add_column(col)
+        for p in tracker.hosts.values():
+            state = {"ok": "[green]running[/]", "failed": "[red]failed[/]", "unreachable": "[red]unreachable[/]"}
+            table.add_row(p.host, p.role, p.task[:60], str(p.ok), str(p.changed), str(p.failed), state[p.status])
+        return table
+
+    def __enter__(self) -> LiveProgress:
+        if self.console.is_terminal:
+            self.live = Live(console=self.console, refresh_per_second=4, transient=True)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.__exit__(None, None, None)
+
+    def update(self, tracker: Tracker) -> None:
+        if self.live is not None:
+            now = time.monotonic()
+            if now - self._last > 0.2:
+                self.live.update(self.render(tracker))
+                self._last = now
+            return
+        for p in tracker.hosts.values():  # not a terminal: print each new failure once
+            seen = self._seen_errors.get(p.host, 0)
+            for err in p.errors[seen:]:
+                self.console.print(f"{p.host}: FAILED {err}", style="red", markup=False, highlight=False)
+            self._seen_errors[p.host] = len(p.errors)
+
+
+def recap_table(result: RunResult, title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in ("host", "ok", "changed", "failed", "skipped", "result", "first error"):
+        table.add_column(col)
+    for name in sorted(result.hosts):
+        p = result.hosts[name]
+        style = "green" if p.status == "ok" else "red"
+        table.add_row(
+            name, str(p.ok), str(p.changed), str(p.failed), str(p.skipped),
+            f"[{style}]{p.status}[/]", p.errors[0] if p.errors else "",
+        )
+    return table

@@ -1,0 +1,196 @@
+"""Compare a manifest with the recorded state: what is new, changed, unchanged or removed,
+and which plays will run on which node. Pure functions; the playbooks are read by
+:func:`load_plays` at the edge and passed in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from provisioner import rolevars
+from provisioner.inventory import groups
+from provisioner.manifest.model import Manifest, Node
+from provisioner.state import State
+
+Status = Literal["new", "changed", "unchanged", "removed"]
+TARGETS_MARK = "provision_targets"
+
+
+def fingerprint(data: Any) -> str:
+    blob = json.dumps(data, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def node_sections(m: Manifest, node: Node) -> dict[str, str]:
+    """Fingerprints of everything that drives heavy node-local work on ``node``.
+
+    One section per role-variable area (its node variables plus its cluster-wide variables
+    that heavy plays consume), the node's own definition, and its BMC (install only).
+    """
+    sections: dict[str, str] = {
+        "node": fingerprint(node.model_dump(mode="json", exclude={"bmc"})),
+        "bmc": fingerprint(node.bmc.model_dump(mode="json") if node.bmc else None),
+    }
+    for area in rolevars.AREAS:
+        heavy_cluster = {k: v for k, v in area.cluster_vars(m).items() if k not in area.light_keys}
+        sections[area.name] = fingerprint({"cluster": heavy_cluster, "node": area.node_vars(m, node)})
+    return sections
+
+
+# Sections whose change does not need node-local plays (the BMC matters only to installs).
+PASSIVE_SECTIONS = frozenset({"bmc"})
+
+
+def cluster_fingerprint(m: Manifest) -> str:
+    """Fingerprint of the cluster-wide files (light plays): /etc/hosts, slurm.conf, exports."""
+    light = {
+        area.name: {k: v for k, v in area.cluster_vars(m).items() if k in area.light_keys}
+        for area in rolevars.AREAS
+    }
+    return fingerprint(light)
+
+
+@dataclass(frozen=True)
+class PlaySpec:
+    name: str
+    hosts: str
+    playbook: str
+
+    @property
+    def heavy(self) -> bool:
+        return TARGETS_MARK in self.hosts
+
+    @property
+    def label(self) -> str:
+        """Short name for tables: the role part of the play name, light plays marked."""
+        base = self.name.split(" - ")[0].strip()
+        return base if self.heavy else f"{base} (files)"
+
+
+@dataclass
+class NodePlan:
+    name: str
+    status: Status
+    sections: list[str] = field(default_factory=list)
+    lifecycle: str = "new"
+    heavy: bool = False
+    plays: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Plan:
+    nodes: list[NodePlan]
+    cluster_files_change: bool
+    targets: list[str]
+
+    @property
+    def has_changes(self) -> bool:
+        return self.cluster_files_change or any(n.status != "unchanged" for n in self.nodes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "has_changes": self.has_changes,
+            "cluster_files_change": self.cluster_files_change,
+            "targets": self.targets,
+            "nodes": [asdict(n) for n in self.nodes],
+        }
+
+
+def resolve_pattern(pattern: str, grp: dict[str, list[str]], all_hosts: list[str], targets: list[str]) -> list[str]:
+    """Evaluate an Ansible host pattern (groups, names, ``:``/``,``, ``&``, ``!``)."""
+    pattern = re.sub(r"\{\{[^}]*" + TARGETS_MARK + r"[^}]*\}\}", "__targets__", pattern)
+    selected: list[str] = []
+    include: set[str] = set()
+    intersections: list[set[str]] = []
+    excludes: set[str] = set()
+
+    def members(term: str) -> set[str]:
+        if term in ("all", "*"):
+            return set(all_hosts)
+        if term == "__targets__":
+            return set(targets)
+        if term in grp:
+            return set(grp[term])
+        return {term} if term in all_hosts else set()
+
+    for raw in re.split(r"[:,]", pattern):
+        term = raw.strip()
+        if not term:
+            continue
+        if term.startswith("&"):
+            intersections.append(members(term[1:]))
+        elif term.startswith("!"):
+            excludes |= members(term[1:])
+        else:
+            include |= members(term)
+    for inter in intersections:
+        include &= inter
+    include -= excludes
+    selected = [h for h in all_hosts if h in include]
+    return selected
+
+
+def compute(
+    m: Manifest,
+    state: State,
+    plays: list[PlaySpec],
+    *,
+    limit: list[str] | None = None,
+    full: bool = False,
+) -> Plan:
+    """The plan: per node status, heavy targets, and the plays each node will run."""
+    names = m.node_names()
+    node_plans: list[NodePlan] = []
+    targets: list[str] = []
+    for node in m.nodes:
+        recorded = state.nodes.get(node.name)
+        current = node_sections(m, node)
+        if recorded is None or not recorded.fingerprints:
+            plan = NodePlan(node.name, "new", sorted(current), recorded.lifecycle if recorded else "new")
+        else:
+            changed = sorted(k for k, v in current.items() if recorded.fingerprints.get(k) != v)
+            status: Status = "changed" if changed else "unchanged"
+            plan = NodePlan(node.name, status, changed, recorded.lifecycle)
+        needs_heavy = plan.status == "new" or any(s not in PASSIVE_SECTIONS for s in plan.sections)
+        if limit is not None and node.name not in limit:
+            needs_heavy = False
+        elif full:
+            needs_heavy = True
+        plan.heavy = needs_heavy
+        if needs_heavy:
+            targets.append(node.name)
+        node_plans.append(plan)
+    for name in sorted(set(state.nodes) - set(names)):
+        node_plans.append(NodePlan(name, "removed", [], state.nodes[name].lifecycle))
+    grp = groups(m)
+    run_hosts = names if limit is None else [n for n in names if n in limit]
+    for plan in node_plans:
+        if plan.status == "removed":
+            continue
+        if plan.name not in run_hosts:
+            continue
+        for play in plays:
+            if plan.name in resolve_pattern(play.hosts, grp, names, targets) and play.label not in plan.plays:
+                plan.plays.append(play.label)
+    cluster_change = state.cluster_fingerprint != cluster_fingerprint(m)
+    return Plan(node_plans, cluster_change, targets)
+
+
+def load_plays(site: Path) -> list[PlaySpec]:
+    """Read ``site.yml`` and the playbooks it imports into a flat, ordered list of plays."""
+    out: list[PlaySpec] = []
+    entries = yaml.safe_load(site.read_text()) or []
+    for entry in entries:
+        imported = entry.get("ansible.builtin.import_playbook") or entry.get("import_playbook")
+        if imported:
+            out.extend(load_plays(site.parent / str(imported)))
+        elif "hosts" in entry:
+            out.append(PlaySpec(str(entry.get("name", entry["hosts"])), str(entry["hosts"]), site.name))
+    return out

@@ -1,0 +1,232 @@
+"""Run playbooks through the ansible-runner Python API (the side-effect edge).
+
+Ansible is tuned for speed and safety here: pipelining, SSH ControlPersist, forks sized to
+the node count, a fact cache at a stable path, host key checking against the state's
+known_hosts (first contact recorded with accept-new, a later mismatch fails). Secrets are
+kept out of artifacts: no env/ files are written, and environment variables that look like
+or are declared as secrets are removed from the environment ansible-runner records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from provisioner.errors import ProvisionError
+from provisioner.state import StateDir
+
+SECRET_ENV_RE = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN|CREDENTIAL|PRIVATE_KEY|_PASS$)", re.IGNORECASE)
+MAX_FORKS = 50
+
+
+def project_root() -> Path:
+    """Where playbooks/ and roles/ live: $PROVISION_HOME or the source checkout."""
+    env = os.environ.get("PROVISION_HOME")
+    root = Path(env) if env else Path(__file__).resolve().parents[1]
+    if not (root / "playbooks" / "site.yml").is_file():
+        raise ProvisionError(
+            f"playbooks not found under {root}; install from a source checkout (pip install -e .) "
+            "or set PROVISION_HOME to it"
+        )
+    return root
+
+
+def forks_for(node_count: int) -> int:
+    return max(5, min(node_count, MAX_FORKS))
+
+
+def ansible_env(state: StateDir, root: Path, node_count: int) -> dict[str, str]:
+    ssh_args = " ".join(
+        [
+            "-o ControlMaster=auto",
+            "-o ControlPersist=120s",
+            f"-o UserKnownHostsFile={state.known_hosts}",
+            "-o StrictHostKeyChecking=accept-new",
+            "-o ServerAliveInterval=15",
+            "-o ConnectTimeout=20",
+        ]
+    )
+    return {
+        "ANSIBLE_ROLES_PATH": str(root / "roles"),
+        "ANSIBLE_PIPELINING": "True",
+        "ANSIBLE_SSH_ARGS": ssh_args,
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+        "ANSIBLE_GATHERING": "smart",
+        "ANSIBLE_CACHE_PLUGIN": "jsonfile",
+        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(state.facts),
+        "ANSIBLE_CACHE_PLUGIN_TIMEOUT": "86400",
+        "ANSIBLE_FORKS": str(forks_for(node_count)),
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_DISPLAY_SKIPPED_HOSTS": "False",
+        "ANSIBLE_DEPRECATION_WARNINGS": "False",
+        "ANSIBLE_LOCALHOST_WARNING": "False",
+        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
+        "ANSIBLE_NOCOLOR": "True",
+        "ANSIBLE_TIMEOUT": "30",
+    }
+
+
+def secret_env_names(declared: set[str]) -> set[str]:
+    return {k for k in os.environ if k in declared or SECRET_ENV_RE.search(k)}
+
+
+@contextlib.contextmanager
+def scrubbed_environ(names: set[str]) -> Iterator[None]:
+    """Temporarily remove secret variables from os.environ (ansible-runner records it)."""
+    saved = {k: os.environ.pop(k) for k in list(names) if k in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+@dataclass
+class HostProgress:
+    host: str
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    unreachable: bool = False
+    role: str = ""
+    task: str = ""
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        if self.unreachable:
+            return "unreachable"
+        if self.failed:
+            return "failed"
+        return "ok"
+
+
+@dataclass
+class RunResult:
+    rc: int
+    status: str
+    hosts: dict[str, HostProgress]
+    artifact_dir: Path
+
+    @property
+    def failed_hosts(self) -> list[str]:
+        return sorted(h for h, p in self.hosts.items() if p.status != "ok")
+
+
+class Tracker:
+    """Folds ansible-runner events into per-host progress; the display reads it."""
+
+    def __init__(self, hosts: list[str], on_change: Callable[[Tracker], None] | None = None) -> None:
+        self.hosts = {h: HostProgress(h) for h in hosts}
+        self.play = ""
+        self.on_change = on_change
+
+    def _host(self, name: str) -> HostProgress:
+        return self.hosts.setdefault(name, HostProgress(name))
+
+    def handle(self, event: dict[str, Any]) -> bool:
+        kind = event.get("event", "")
+        data = event.get("event_data", {}) or {}
+        host = data.get("host") or data.get("remote_addr")
+        if kind == "playbook_on_play_start":
+            self.play = str(data.get("play", ""))
+        elif host and kind == "runner_on_start":
+            p = self._host(host)
+            p.role = str(data.get("role", "") or "")
+            p.task = str(data.get("task", "") or "")
+        elif host and kind == "runner_on_ok":
+            p = self._host(host)
+            if (data.get("res") or {}).get("changed"):
+                p.changed += 1
+            else:
+                p.ok += 1
+        elif host and kind == "runner_on_skipped":
+            self._host(host).skipped += 1
+        elif host and kind == "runner_on_failed" and not data.get("ignore_errors"):
+            p = self._host(host)
+            p.failed += 1
+            p.errors.append(f"{data.get('task', '?')}: {_failure_message(data.get('res') or {})}")
+        elif host and kind == "runner_on_unreachable":
+            p = self._host(host)
+            p.unreachable = True
+            p.errors.append(f"unreachable: {_failure_message(data.get('res') or {})}")
+        else:
+            return True
+        if self.on_change is not None:
+            self.on_change(self)
+        return True
+
+
+def _failure_message(res: dict[str, Any]) -> str:
+    if res.get("censored"):
+        return "(output hidden: task handles secrets)"
+    msg = res.get("msg") or res.get("stderr") or res.get("reason") or ""
+    text = str(msg).strip().splitlines()
+    return text[-1][:300] if text else "failed"
+
+
+def run_playbook(
+    *,
+    state: StateDir,
+    run_id: str,
+    playbook: Path,
+    inventory: Path,
+    hosts: list[str],
+    extravars: dict[str, Any] | None = None,
+    limit: list[str] | None = None,
+    check: bool = False,
+    tracker: Tracker,
+    secret_names: set[str] | None = None,
+) -> RunResult:
+    import ansible_runner
+
+    root = project_root()
+    env = ansible_env(state, root, len(hosts))
+    cmdline = "--check --diff" if check else ""
+    with scrubbed_environ(secret_env_names(secret_names or set())):
+        result = ansible_runner.run(
+            private_data_dir=str(state.runs / run_id),
+            ident="artifacts",
+            playbook=str(playbook),
+            inventory=str(inventory),
+            project_dir=str(root),
+            extravars=extravars or {},
+            limit=",".join(limit) if limit else None,
+            envvars=env,
+            cmdline=cmdline or None,
+            event_handler=tracker.handle,
+            quiet=True,
+            suppress_env_files=True,
+            rotate_artifacts=0,
+            timeout=None,
+        )
+    stats = result.stats or {}
+    for host in stats.get("dark", {}) or {}:
+        tracker._host(host).unreachable = True
+    for host in stats.get("failures", {}) or {}:
+        p = tracker._host(host)
+        p.failed = max(p.failed, int(stats["failures"][host]))
+    for host, count in (stats.get("changed", {}) or {}).items():
+        tracker._host(host).changed = int(count)
+    artifact = state.runs / run_id / "artifacts" / "artifacts"
+    return RunResult(int(result.rc), str(result.status), tracker.hosts, artifact)
+
+
+def scan_for_secrets(folder: Path, secrets: list[str]) -> list[Path]:
+    """Files under ``folder`` that contain any of ``secrets`` (a last line of defence)."""
+    needles = [s.encode() for s in secrets if len(s) >= 4]
+    if not needles or not folder.exists():
+        return []
+    hits: list[Path] = []
+    for path in folder.rglob("*"):
+        if path.is_file():
+            with contextlib.suppress(OSError):
+                blob = path.read_bytes()
+                if any(n in blob for n in needles):
+                    hits.append(path)
+    return hits

@@ -1,0 +1,248 @@
+"""End to end: `provision apply` onto systemd containers over real SSH.
+
+Three nodes first (a head and two compute), then a fourth is added to the manifest: the plan
+shows only it as new, apply configures it and updates /etc/hosts everywhere, and nothing
+heavy re-runs on the first three. Needs podman and the test bed image
+(tests/testbed/setup.sh); skipped with a reason otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.container, pytest.mark.slow]
+
+IMAGE = "localhost/provision-base:bookworm"
+NET = "provtest-e2e"
+SUBNET = "10.213.7.0/24"
+GATEWAY = "10.213.7.1"
+NODES = {"e2ehead": "10.213.7.10", "e2enode1": "10.213.7.11", "e2enode2": "10.213.7.12", "e2enode3": "10.213.7.13"}
+ROOT = Path(__file__).resolve().parents[2]
+SECRET_ENV = "PROVISION_E2E_BMC_PASSWORD"
+SECRET_VALUE = "e2e-Secret-Value-7f3a9"
+
+
+def _podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["podman", *args], check=check, capture_output=True, text=True)
+
+
+def _have_testbed() -> str | None:
+    if shutil.which("podman") is None:
+        return "podman is not installed (run tests/testbed/setup.sh)"
+    if _podman("image", "exists", IMAGE, check=False).returncode != 0:
+        return f"{IMAGE} is missing (run tests/testbed/setup.sh)"
+    return None
+
+
+def _cleanup() -> None:
+    for name in NODES:
+        _podman("rm", "-f", "-t", "0", name, check=False)
+    _podman("network", "rm", "-f", NET, check=False)
+
+
+def _start(name: str, ip: str, pubkey: str) -> None:
+    _podman(
+        "run", "-d", "--name", name, "--hostname", name, "--network", NET, "--ip", ip,
+        "--systemd=always", "--cap-add", "NET_ADMIN", "--cap-add", "SYS_TIME", IMAGE, "/sbin/init",
+    )
+    subprocess.run(
+        ["podman", "exec", "-i", name, "bash", "-c",
+         "mkdir -p -m 700 /root/.ssh && cat > /root/.ssh/authorized_keys && chmod 600 /root/.ssh/authorized_keys"],
+        input=pubkey, text=True, check=True, capture_output=True,
+    )
+
+
+def _wait_ssh(ip: str, key: Path, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        r = subprocess.run(
+            ["ssh", "-i", str(key), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+             "-o", "UserKnownHostsFile=/dev/null", "-o", "ConnectTimeout=3", f"root@{ip}", "true"],
+            capture_output=True, text=True,
+        )
+        if r.returncode == 0:
+            return
+        time.sleep(1)
+    raise AssertionError(f"sshd on {ip} did not answer")
+
+
+def _exec(name: str, *cmd: str) -> str:
+    return _podman("exec", name, *cmd).stdout
+
+
+def _manifest(key: Path, nodes: list[str]) -> dict[str, object]:
+    return {
+        "version": 1,
+        "cluster": {
+            "name": "e2e",
+            "domain": "e2e.test",
+            "timezone": "Europe/Berlin",
+            "admin_users": [
+                {"name": "ops", "ssh_keys": [(key.with_suffix(".pub")).read_text().strip()]},
+                {"name": "viewer", "sudo": False, "ssh_keys": [(key.with_suffix(".pub")).read_text().strip()]},
+            ],
+            "ssh": {"user": "root", "private_key": str(key)},
+        },
+        "networks": {"management": {"cidr": SUBNET, "gateway": GATEWAY}, "bmc": {"cidr": "10.213.8.0/24"}},
+        "nodes": [
+            {
+                "name": name,
+                "roles": ["head"] if name == "e2ehead" else ["compute"],
+                "os": "debian-12",
+                "interfaces": {"management": {"ip": NODES[name]}},
+                "hardware": {"cpu": {"cores_per_socket": 2}, "memory_gb": 4},
+            }
+            for name in nodes
+        ],
+        "docker": {"enabled": False},
+        "slurm": {"enabled": False},
+    }
+
+
+def _provision(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, **{SECRET_ENV: SECRET_VALUE})
+    exe = Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin" / "provision"
+    return subprocess.run([str(exe), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=1500)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    reason = _have_testbed()
+    if reason:
+        pytest.skip(reason)
+    work = tmp_path_factory.mktemp("e2e")
+    key = work / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    _cleanup()
+    _podman("network", "create", "--subnet", SUBNET, "--gateway", GATEWAY, NET)
+    try:
+        pub = key.with_suffix(".pub").read_text()
+        for name, ip in NODES.items():
+            _start(name, ip, pub)
+        deadline = time.monotonic() + 120
+        for ip in NODES.values():
+            _wait_ssh(ip, key, deadline)
+        yield work
+    finally:
+        _cleanup()
+
+
+def _write(work: Path, nodes: list[str]) -> Path:
+    path = work / "cluster.yaml"
+    path.write_text(yaml.safe_dump(_manifest(work / "id_ed25519", nodes), sort_keys=False))
+    return path
+
+
+def _state(work: Path) -> dict[str, object]:
+    data: dict[str, object] = json.loads((work / ".provision" / "state.json").read_text())
+    return data
+
+
+def _heavy_hosts(work: Path, run_id: str) -> set[str]:
+    """Hosts that ran a task of a node-local play in run ``run_id`` (from job events)."""
+    events = work / ".provision" / "runs" / run_id / "artifacts"
+    hosts: set[str] = set()
+    for path in events.rglob("job_events/*.json"):
+        data = json.loads(path.read_text()).get("event_data", {})
+        if data.get("host") and "base system" in str(data.get("play", "")) and data.get("task"):
+            hosts.add(str(data["host"]))
+    return hosts
+
+
+def _assert_common(node: str, expected_hosts: list[str]) -> None:
+    hosts = _exec(node, "cat", "/etc/hosts")
+    for name in expected_hosts:
+        assert f"{NODES[name]} {name}.e2e.test {name}" in hosts, (node, name, hosts)
+    assert "localhost" in hosts
+    passwd = _exec(node, "getent", "passwd", "ops")
+    assert passwd.startswith("ops:") and passwd.rstrip().endswith("/bin/bash")
+    keys = _exec(node, "stat", "-c", "%a %U", "/home/ops/.ssh/authorized_keys").split()
+    assert keys == ["600", "ops"]
+    assert _exec(node, "stat", "-c", "%a", "/etc/sudoers.d/ops").strip() == "440"
+    assert _podman("exec", node, "test", "-e", "/etc/sudoers.d/viewer", check=False).returncode != 0
+    assert _exec(node, "readlink", "/etc/localtime").strip().endswith("Europe/Berlin")
+    assert _exec(node, "cat", "/etc/hostname").strip() == node
+
+
+def test_apply_configures_three_nodes(cluster: Path) -> None:
+    manifest = _write(cluster, ["e2ehead", "e2enode1", "e2enode2"])
+    assert _provision("validate", str(manifest), cwd=cluster).returncode == 0
+    r = _provision("apply", str(manifest), "--yes", cwd=cluster)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for node in ["e2ehead", "e2enode1", "e2enode2"]:
+        _assert_common(node, ["e2ehead", "e2enode1", "e2enode2"])
+    # compute nodes follow the head for time; the head serves the management network
+    assert "e2ehead" in _exec("e2enode1", "cat", "/etc/chrony/conf.d/provision.conf")
+    assert "allow 10.213.7.0/24" in _exec("e2ehead", "cat", "/etc/chrony/conf.d/provision.conf")
+    state = _state(cluster)
+    nodes = state["nodes"]
+    assert isinstance(nodes, dict)
+    lifecycle = {n: v["lifecycle"] for n, v in nodes.items()}
+    assert lifecycle == dict.fromkeys(["e2ehead", "e2enode1", "e2enode2"], "configured")
+    known = (cluster / ".provision" / "known_hosts").read_text()
+    for name in ["e2ehead", "e2enode1", "e2enode2"]:
+        assert NODES[name] in known
+
+
+def test_second_apply_changes_nothing(cluster: Path) -> None:
+    manifest = cluster / "cluster.yaml"
+    plan = _provision("plan", str(manifest), "--detailed-exitcode", cwd=cluster)
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    r = _provision("apply", str(manifest), "--yes", cwd=cluster)
+    assert r.returncode == 0, r.stdout + r.stderr
+    runs = _state(cluster)["runs"]
+    assert isinstance(runs, list)
+    last = runs[-1]
+    assert last["result"] == "ok"
+    assert last["targets"] == []
+    assert sum(last["changed"].values()) == 0, last["changed"]
+
+
+def test_adding_a_node_is_incremental(cluster: Path) -> None:
+    manifest = _write(cluster, ["e2ehead", "e2enode1", "e2enode2", "e2enode3"])
+    plan = _provision("plan", str(manifest), "--json", "--detailed-exitcode", cwd=cluster)
+    assert plan.returncode == 2, plan.stderr
+    data = json.loads(plan.stdout)
+    status = {n["name"]: n["status"] for n in data["nodes"]}
+    assert status == {"e2ehead": "unchanged", "e2enode1": "unchanged", "e2enode2": "unchanged", "e2enode3": "new"}
+    assert data["targets"] == ["e2enode3"]
+    r = _provision("apply", str(manifest), "--yes", cwd=cluster)
+    assert r.returncode == 0, r.stdout + r.stderr
+    everyone = ["e2ehead", "e2enode1", "e2enode2", "e2enode3"]
+    for node in everyone:
+        _assert_common(node, everyone)
+    runs = _state(cluster)["runs"]
+    assert isinstance(runs, list)
+    last = runs[-1]
+    assert last["targets"] == ["e2enode3"]
+    assert _heavy_hosts(cluster, last["id"]) == {"e2enode3"}
+    # the old nodes only had /etc/hosts rewritten
+    for node in ["e2ehead", "e2enode1", "e2enode2"]:
+        assert last["changed"].get(node) == 1, last["changed"]
+
+
+def test_no_secret_in_state_dir(cluster: Path) -> None:
+    hits = [p for p in (cluster / ".provision").rglob("*") if p.is_file() and SECRET_VALUE.encode() in p.read_bytes()]
+    assert hits == []
+    assert not list((cluster / ".provision" / "runs").rglob("env/extravars"))
+
+
+def test_concurrent_apply_is_refused(cluster: Path) -> None:
+    import fcntl
+
+    lock = cluster / ".provision" / "lock"
+    with lock.open("r+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fh.write("apply by tester pid 1 since now")
+        fh.flush()
+        r = _provision("apply", str(cluster / "cluster.yaml"), "--yes", cwd=cluster)
+    assert r.returncode == 1
+    assert "another provision run holds" in r.stderr and "tester" in r.stderr

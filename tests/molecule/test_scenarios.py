@@ -1,0 +1,58 @@
+"""Run every molecule scenario (create, converge, idempotence, verify, destroy) under pytest.
+
+Each scenario under molecule/<name>/ becomes one test; its full log goes to
+.cache/molecule-logs/<name>.log and the tail is shown on failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = sorted(p.parent.name for p in (ROOT / "molecule").glob("*/molecule.yml"))
+LOGS = ROOT / ".cache" / "molecule-logs"
+IMAGE = "localhost/provision-base:bookworm"
+
+pytestmark = [pytest.mark.container, pytest.mark.molecule, pytest.mark.slow]
+
+
+def _testbed_missing() -> str | None:
+    if shutil.which("podman") is None:
+        return "podman is not installed (run tests/testbed/setup.sh)"
+    probe = subprocess.run(["podman", "image", "exists", IMAGE], check=False)
+    return None if probe.returncode == 0 else f"{IMAGE} is missing (run tests/testbed/setup.sh)"
+
+
+def test_every_role_has_a_scenario() -> None:
+    roles = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "tasks" / "main.yml").is_file())
+    covered = set(SCENARIOS)
+    text = " ".join((ROOT / "molecule" / s / "converge.yml").read_text() for s in SCENARIOS
+                    if (ROOT / "molecule" / s / "converge.yml").exists())
+    missing = [r for r in roles if r not in covered and r not in text]
+    assert missing == [], f"roles without a molecule scenario: {missing}"
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_scenario(scenario: str) -> None:
+    reason = _testbed_missing()
+    if reason:
+        pytest.skip(reason)
+    LOGS.mkdir(parents=True, exist_ok=True)
+    log = LOGS / f"{scenario}.log"
+    venv_bin = ROOT / ".venv" / "bin"
+    env = dict(os.environ, PATH=f"{venv_bin}:{os.environ.get('PATH', '')}", ANSIBLE_FORCE_COLOR="0", PY_COLORS="0")
+    start = time.monotonic()
+    with log.open("w") as fh:
+        proc = subprocess.run([str(venv_bin / "molecule"), "test", "-s", scenario], cwd=ROOT, env=env,
+                              stdout=fh, stderr=subprocess.STDOUT, check=False)
+    took = time.monotonic() - start
+    print(f"molecule {scenario}: {took:.0f}s, rc {proc.returncode}, log {log}")
+    if proc.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-150:])
+        pytest.fail(f"molecule test -s {scenario} failed (rc {proc.returncode}) after {took:.0f}s:\n{tail}")
