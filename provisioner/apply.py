@@ -15,7 +15,15 @@ from provisioner import inventory
 from provisioner.display import LiveProgress, print_plan, recap_table
 from provisioner.errors import ProvisionError
 from provisioner.manifest.load import Loaded
-from provisioner.plan import Plan, cluster_fingerprint, compute, load_plays, node_sections
+from provisioner.plan import (
+    PASSIVE_SECTIONS,
+    Plan,
+    cluster_fingerprint,
+    compute,
+    heavy_cluster_fingerprints,
+    load_plays,
+    node_sections,
+)
 from provisioner.runner import RunResult, Tracker, project_root, run_playbook, scan_for_secrets
 from provisioner.state import RunRecord, State, StateDir, now
 
@@ -71,15 +79,20 @@ def record_result(
 ) -> None:
     """Fingerprints are recorded only for nodes that finished without failure."""
     m = loaded.manifest
+    heavy_cluster = heavy_cluster_fingerprints(m)
     for name in run_hosts:
         ns = st.node(name)
         progress = result.hosts.get(name)
         failed = progress is not None and progress.status != "ok"
         ns.last_result = "failed" if failed else "ok"
+        ns.last_run = result.artifact_dir.parent.parent.name
         if failed:
             continue
+        current = node_sections(m, m.node(name), heavy_cluster)
         if name in plan.targets or not ns.fingerprints:
-            ns.fingerprints = node_sections(m, m.node(name))
+            ns.fingerprints = current
+        else:  # passive sections (the BMC) need no node-local play: this run settles them too
+            ns.fingerprints.update({k: v for k, v in current.items() if k in PASSIVE_SECTIONS})
         ns.lifecycle = "configured"
         ns.applied_at = now()
     if opts.limit is None and not result.failed_hosts and result.rc == 0:

@@ -55,6 +55,8 @@ def _limit(loaded: Loaded, text: str | None) -> list[str] | None:
     if text is None:
         return None
     items = [t.strip() for t in _split_selectors(text) if t.strip()]
+    if not items:  # an empty limit would run the light plays everywhere
+        raise ProvisionError("--limit: no nodes given")
     try:
         return select_nodes(loaded.manifest, items)
     except SelectorError as exc:

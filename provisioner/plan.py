@@ -28,19 +28,29 @@ def fingerprint(data: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def node_sections(m: Manifest, node: Node) -> dict[str, str]:
+def heavy_cluster_fingerprints(m: Manifest) -> dict[str, str]:
+    """Per area, the fingerprint of the cluster-wide variables that heavy plays consume."""
+    return {
+        area.name: fingerprint({k: v for k, v in area.cluster_vars(m).items() if k not in area.light_keys})
+        for area in rolevars.AREAS
+    }
+
+
+def node_sections(m: Manifest, node: Node, heavy_cluster: dict[str, str] | None = None) -> dict[str, str]:
     """Fingerprints of everything that drives heavy node-local work on ``node``.
 
     One section per role-variable area (its node variables plus its cluster-wide variables
     that heavy plays consume), the node's own definition, and its BMC (install only).
+    Pass ``heavy_cluster`` (from :func:`heavy_cluster_fingerprints`) when looping over nodes.
     """
+    if heavy_cluster is None:
+        heavy_cluster = heavy_cluster_fingerprints(m)
     sections: dict[str, str] = {
         "node": fingerprint(node.model_dump(mode="json", exclude={"bmc"})),
         "bmc": fingerprint(node.bmc.model_dump(mode="json") if node.bmc else None),
     }
     for area in rolevars.AREAS:
-        heavy_cluster = {k: v for k, v in area.cluster_vars(m).items() if k not in area.light_keys}
-        sections[area.name] = fingerprint({"cluster": heavy_cluster, "node": area.node_vars(m, node)})
+        sections[area.name] = fingerprint({"cluster": heavy_cluster[area.name], "node": area.node_vars(m, node)})
     return sections
 
 
@@ -149,9 +159,10 @@ def compute(
     names = m.node_names()
     node_plans: list[NodePlan] = []
     targets: list[str] = []
+    heavy_cluster = heavy_cluster_fingerprints(m)
     for node in m.nodes:
         recorded = state.nodes.get(node.name)
-        current = node_sections(m, node)
+        current = node_sections(m, node, heavy_cluster)
         if recorded is None or not recorded.fingerprints:
             plan = NodePlan(node.name, "new", sorted(current), recorded.lifecycle if recorded else "new")
         else:
@@ -170,15 +181,14 @@ def compute(
     for name in sorted(set(state.nodes) - set(names)):
         node_plans.append(NodePlan(name, "removed", [], state.nodes[name].lifecycle))
     grp = groups(m)
-    run_hosts = names if limit is None else [n for n in names if n in limit]
+    run_hosts = set(names if limit is None else [n for n in names if n in limit])
+    play_hosts = [(play.label, set(resolve_pattern(play.hosts, grp, names, targets))) for play in plays]
     for plan in node_plans:
-        if plan.status == "removed":
+        if plan.status == "removed" or plan.name not in run_hosts:
             continue
-        if plan.name not in run_hosts:
-            continue
-        for play in plays:
-            if plan.name in resolve_pattern(play.hosts, grp, names, targets) and play.label not in plan.plays:
-                plan.plays.append(play.label)
+        for label, hosts in play_hosts:
+            if plan.name in hosts and label not in plan.plays:
+                plan.plays.append(label)
     cluster_change = state.cluster_fingerprint != cluster_fingerprint(m)
     return Plan(node_plans, cluster_change, targets)
 

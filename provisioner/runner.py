@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +52,10 @@ def ansible_env(state: StateDir, root: Path, node_count: int) -> dict[str, str]:
             "-o ConnectTimeout=20",
         ]
     )
+    bindir = str(Path(sys.executable).parent)  # ansible-playbook lives beside our python
+    path = os.environ.get("PATH", "")
     return {
+        "PATH": path if path.split(":")[0] == bindir else f"{bindir}:{path}",
         "ANSIBLE_ROLES_PATH": str(root / "roles"),
         "ANSIBLE_PIPELINING": "True",
         "ANSIBLE_SSH_ARGS": ssh_args,
@@ -188,9 +192,11 @@ def run_playbook(
     root = project_root()
     env = ansible_env(state, root, len(hosts))
     cmdline = "--check --diff" if check else ""
+    private = state.runs / run_id
+    private.mkdir(mode=0o700, parents=True, exist_ok=True)
     with scrubbed_environ(secret_env_names(secret_names or set())):
         result = ansible_runner.run(
-            private_data_dir=str(state.runs / run_id),
+            private_data_dir=str(private),
             ident="artifacts",
             playbook=str(playbook),
             inventory=str(inventory),
@@ -214,6 +220,10 @@ def run_playbook(
     for host, count in (stats.get("changed", {}) or {}).items():
         tracker._host(host).changed = int(count)
     artifact = state.runs / run_id / "artifacts" / "artifacts"
+    if result.rc != 0 and not any(p.errors for p in tracker.hosts.values()):
+        output = (artifact / "stdout").read_text(errors="replace") if (artifact / "stdout").exists() else ""
+        lines = [line for line in output.splitlines() if line.strip()][-5:]
+        raise ProvisionError(f"ansible-playbook failed (rc {result.rc}): " + " | ".join(lines))
     return RunResult(int(result.rc), str(result.status), tracker.hosts, artifact)
 
 

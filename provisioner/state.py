@@ -155,12 +155,17 @@ class StateDir:
 
     def load(self) -> State:
         try:
-            text = self.state_file.read_text()
+            raw = self.state_file.read_bytes()
         except FileNotFoundError:
             return State()
+        except OSError as exc:
+            raise ProvisionError(f"{self.state_file}: cannot read the state ({exc.strerror})") from None
         try:
-            return State.from_json(json.loads(text))
-        except (json.JSONDecodeError, TypeError) as exc:
+            data = json.loads(raw)
+            if not isinstance(data, dict):
+                raise TypeError(f"expected a JSON object, found {type(data).__name__}")
+            return State.from_json(data)
+        except (ValueError, TypeError, AttributeError) as exc:  # bad JSON, bad UTF-8, wrong shapes
             raise ProvisionError(f"{self.state_file}: unreadable state ({exc}); restore it from a backup") from None
 
     def save(self, state: State) -> None:

@@ -93,10 +93,11 @@ def check_unique_nodes(m: Manifest, src: Source) -> list[Diagnostic]:
                 out.append(src.diag(_node_path(node, "bmc", "address"),
                                     f"{node.name}: BMC address {addr} is already used by {bmcs[addr]}"))
             bmcs[addr] = node.name
-            bip = node.bmc.ipv4
-            if bip is not None and bip in ips:
-                out.append(src.diag(_node_path(node, "bmc", "address"),
-                                    f"{node.name}: BMC address {addr} is also a node IP ({ips[bip]})"))
+    for node in m.nodes:  # after the loop: the IP may belong to a node listed later
+        bip = node.bmc.ipv4 if node.bmc is not None else None
+        if bip is not None and bip in ips:
+            out.append(src.diag(_node_path(node, "bmc", "address"),
+                                f"{node.name}: BMC address {bip} is also a node IP ({ips[bip]})"))
     return out
 
 
@@ -163,6 +164,7 @@ def check_zfs(m: Manifest, src: Source) -> tuple[list[Diagnostic], list[Diagnost
     warnings: list[Diagnostic] = []
     names = set(m.node_names())
     seen_pools: set[tuple[str, str]] = set()
+    disks_on: dict[str, dict[str, str]] = {}  # node -> disk -> where used: pools on one node share its disks
     for i, pool in enumerate(m.zfs.pools):
         base: PathKey = ("zfs", "pools", i)
         if pool.node not in names:
@@ -174,7 +176,7 @@ def check_zfs(m: Manifest, src: Source) -> tuple[list[Diagnostic], list[Diagnost
         if (pool.node, pool.name) in seen_pools:
             errors.append(src.diag((*base, "name"), f"pool {pool.name!r} is defined twice on {pool.node}"))
         seen_pools.add((pool.node, pool.name))
-        used: dict[str, str] = {}
+        used = disks_on.setdefault(pool.node, {})
         groups = [("vdevs", pool.vdevs)] + ([("special", pool.special)] if pool.special else [])
         for key, group in groups:
             assert group is not None
@@ -201,7 +203,7 @@ def check_zfs(m: Manifest, src: Source) -> tuple[list[Diagnostic], list[Diagnost
             for d in disks:
                 if d in used:
                     errors.append(src.diag((*base, key, "disks"), f"disk {d!r} is used twice (also in {used[d]})"))
-                used[d] = key
+                used[d] = f"pool {pool.name!r} {key}"
         for key in ("log", "cache"):
             try:
                 devs = [d for item in getattr(pool, key) for d in expand(item)]
@@ -211,7 +213,7 @@ def check_zfs(m: Manifest, src: Source) -> tuple[list[Diagnostic], list[Diagnost
             for d in devs:
                 if d in used:
                     errors.append(src.diag((*base, key), f"disk {d!r} is used twice (also in {used[d]})"))
-                used[d] = key
+                used[d] = f"pool {pool.name!r} {key}"
         if len(pool.log) == 1:
             warnings.append(src.diag((*base, "log"), f"pool {pool.name!r}: a single SLOG device is not mirrored",
                                      "warning"))

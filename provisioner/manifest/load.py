@@ -112,25 +112,41 @@ def _data_loc(source: Source, loc: tuple[Any, ...], keep_last: bool) -> PathKey:
 
 
 # --------------------------------------------------------------------------- node ranges
+class NodeRangeError(RangeError):
+    """A ranged node entry whose addresses cannot increment; ``path`` is the source field."""
+
+    def __init__(self, path: PathKey, message: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
 def expand_nodes(nodes: list[Node]) -> list[Node]:
     """Expand ``gpu[01-04]`` entries into one node each; addresses increment per node."""
     out: list[Node] = []
     for index, node in enumerate(nodes):
         names = expand(node.name)
         for offset, name in enumerate(names):
-            interfaces = {
-                net: Interface(
-                    ip=add_ip(iface.ip, offset),
-                    mac=add_mac(iface.mac, offset) if iface.mac else None,
-                    interface=iface.interface,
-                )
-                for net, iface in node.interfaces.items()
-            }
+            interfaces: dict[Any, Interface] = {}
+            for net, iface in node.interfaces.items():
+                where: PathKey = ("nodes", index, "interfaces", net)
+                try:
+                    ip = add_ip(iface.ip, offset)
+                except RangeError as exc:
+                    raise NodeRangeError((*where, "ip"), f"{node.name}: {exc}") from None
+                try:
+                    mac = add_mac(iface.mac, offset) if iface.mac else None
+                except RangeError as exc:
+                    raise NodeRangeError((*where, "mac"), f"{node.name}: {exc}") from None
+                interfaces[net] = Interface(ip=ip, mac=mac, interface=iface.interface)
             bmc: Bmc | None = node.bmc
             if bmc is not None and offset:
+                where = ("nodes", index, "bmc", "address")
                 if bmc.ipv4 is None:
-                    raise RangeError(f"{node.name}: a ranged node needs an IPv4 BMC address to increment")
-                bmc = bmc.model_copy(update={"address": str(add_ip(bmc.ipv4, offset))})
+                    raise NodeRangeError(where, f"{node.name}: a ranged node needs an IPv4 BMC address to increment")
+                try:
+                    bmc = bmc.model_copy(update={"address": str(add_ip(bmc.ipv4, offset))})
+                except RangeError as exc:
+                    raise NodeRangeError(where, f"{node.name}: BMC {exc}") from None
             copy = node.model_copy(update={"name": name, "interfaces": interfaces, "bmc": bmc})
             copy._source_index = index
             out.append(copy)
@@ -145,7 +161,7 @@ def load_source(source: Source) -> Loaded:
     version = data.get("version")
     if version is None:
         raise ManifestError([source.diag(("version",), "required field is missing; this tool reads version: 1")])
-    if version != 1:
+    if version != 1 or isinstance(version, bool):  # True == 1 in Python; `version: yes` is not 1
         raise ManifestError(
             [source.diag(("version",), f"schema version {version!r} is not supported; this tool reads version: 1")]
         )
@@ -156,7 +172,8 @@ def load_source(source: Source) -> Loaded:
     try:
         expanded = expand_nodes(manifest.nodes)
     except RangeError as exc:
-        raise ManifestError([source.diag(("nodes",), str(exc))]) from None
+        path = exc.path if isinstance(exc, NodeRangeError) else ("nodes",)
+        raise ManifestError([source.diag(path, str(exc))]) from None
     manifest = manifest.model_copy(update={"nodes": expanded})
     errors, warnings = run_checks(manifest, source)
     if errors:

@@ -58,6 +58,8 @@ def _hostname_pattern(value: str) -> str:
 def _abs_path(value: str) -> str:
     if not value.startswith("/"):
         raise ValueError(f"{value!r} must be an absolute path")
+    if any(c.isspace() or not c.isprintable() for c in value):  # fstab, exports: one token
+        raise ValueError(f"{value!r}: a path must not contain spaces or control characters")
     if "//" in value or "/../" in value or value.endswith("/..") or (value != "/" and value.endswith("/")):
         raise ValueError(f"{value!r} is not a normalised absolute path")
     return value
@@ -240,7 +242,8 @@ class Bmc(Strict):
     @field_validator("address", mode="before")
     @classmethod
     def _address(cls, v: Any) -> Any:
-        v = str(v)
+        if not isinstance(v, str):
+            return v  # null, a number, a list: the str type check reports it
         try:
             return str(ipaddress.IPv4Address(v))
         except ValueError:
@@ -260,6 +263,8 @@ class Bmc(Strict):
     def _one_secret(self) -> Bmc:
         if (self.password_env is None) == (self.password_file is None):
             raise ValueError("give exactly one of password_env or password_file")
+        if self.password_file is not None and not self.password_file.startswith("/"):
+            raise ValueError(f"password_file {self.password_file!r} must be an absolute path")
         if self.password_env is not None and not ENV_RE.match(self.password_env):
             raise ValueError(f"password_env {self.password_env!r} is not an environment variable name")
         return self
@@ -560,6 +565,11 @@ class Cuda(Strict):
     @classmethod
     def _versions(cls, v: Any) -> Any:
         if isinstance(v, list):
+            for x in v:
+                if isinstance(x, float):
+                    raise ValueError(
+                        f"quote CUDA versions ('{x}'): unquoted, YAML reads them as numbers and 12.10 becomes 12.1"
+                    )
             v = [str(x) for x in v]
             for x in v:
                 if not re.match(r"^\d+\.\d+$", x):
@@ -569,6 +579,8 @@ class Cuda(Strict):
     @field_validator("default", mode="before")
     @classmethod
     def _default(cls, v: Any) -> Any:
+        if isinstance(v, float):
+            raise ValueError(f"quote the CUDA version ('{v}'): unquoted, YAML reads it as a number")
         return None if v is None else str(v)
 
     @model_validator(mode="after")

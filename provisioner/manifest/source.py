@@ -19,6 +19,8 @@ from provisioner.errors import Diagnostic, ManifestError
 PathKey = tuple[str | int, ...]
 
 MAX_MANIFEST_BYTES = 8 * 1024 * 1024
+# Aliases let a few lines expand to billions of values ("billion laughs"); stop well before.
+MAX_VALUES = 200_000
 
 
 @dataclass
@@ -47,11 +49,22 @@ class Source:
         return Diagnostic(self.file, line, col, dotted(path), message, severity)
 
 
+def one_line(text: str) -> str:
+    """Collapse whitespace and newlines: a diagnostic is always printed on one line."""
+    return " ".join(text.split())
+
+
+class _TooManyValues(Exception):
+    pass
+
+
 def dotted(path: PathKey) -> str:
     out = ""
     for part in path:
         if isinstance(part, int):
             out += f"[{part}]"
+        elif not str(part) or not str(part).isprintable() or any(c in str(part) for c in " .[]"):
+            out += f"[{str(part)!r}]"  # an odd key: quoted, escaped, still on one line
         else:
             out += ("." if out else "") + str(part)
     return out
@@ -64,8 +77,12 @@ class _Builder:
         self.key_positions: dict[PathKey, tuple[int, int]] = {}
         self.errors: list[Diagnostic] = []
         self._constructor = yaml.constructor.SafeConstructor()
+        self._count = 0
 
     def build(self, node: yaml.Node, path: PathKey) -> Any:
+        self._count += 1
+        if self._count > MAX_VALUES:
+            raise _TooManyValues
         self.positions[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
         if isinstance(node, yaml.MappingNode):
             out: dict[str, Any] = {}
@@ -97,8 +114,12 @@ class _Builder:
             return None
         try:
             return self._constructor.construct_object(node, deep=True)
-        except (yaml.YAMLError, ValueError, OverflowError) as exc:
-            self.errors.append(self._at(node, (), f"bad value: {exc}"))
+        except Exception as exc:  # SafeConstructor raises KeyError, IndexError, ... on bad tagged scalars
+            tag = str(node.tag).replace("tag:yaml.org,2002:", "!!")
+            message = f"bad value: cannot read {str(node.value)[:60]!r} as {tag}"
+            if isinstance(exc, (yaml.YAMLError, ValueError)):
+                message += f" ({getattr(exc, 'problem', None) or exc})"
+            self.errors.append(self._at(node, (), one_line(message)))
             return None
 
     def _at(self, node: yaml.Node, path: PathKey, message: str) -> Diagnostic:
@@ -117,8 +138,8 @@ def _yaml_error(file: str, exc: yaml.YAMLError) -> Diagnostic:
     if "\\t" in message or "'\\t'" in message or "tab" in str(problem):
         message += "; indent with spaces, not tabs"
     if mark is not None:
-        return Diagnostic(file, mark.line + 1, mark.column + 1, "", message)
-    return Diagnostic(file, 0, 0, "", message)
+        return Diagnostic(file, mark.line + 1, mark.column + 1, "", one_line(message))
+    return Diagnostic(file, 0, 0, "", one_line(message))
 
 
 def parse_text(text: str, file: str) -> Source:
@@ -152,6 +173,9 @@ def parse_text(text: str, file: str) -> Source:
         data = builder.build(documents[0], ())
     except RecursionError:
         raise ManifestError([Diagnostic(file, 0, 0, "", "YAML nesting is too deep")]) from None
+    except _TooManyValues:
+        message = f"the document expands to more than {MAX_VALUES} values (YAML aliases?)"
+        raise ManifestError([Diagnostic(file, 0, 0, "", message)]) from None
     if builder.errors:
         raise ManifestError(builder.errors)
     if not isinstance(data, dict):

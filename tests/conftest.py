@@ -1,0 +1,173 @@
+"""Shared fixtures for the unit tests.
+
+Test modules are imported with ``--import-mode=importlib`` (see pyproject.toml), so helpers
+are handed out as fixtures rather than imported: ``kit`` builds, dumps and loads manifests
+and finds the line a value sits on; ``write_manifest`` writes one to a temporary file.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from provisioner.errors import Diagnostic, ManifestError
+from provisioner.manifest import Loaded, load_text
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB2kqf7m7pIo2l8ZpZ5o0rC8m9Qf3c4C3QWv8wq0m2nA ops@test"
+
+
+def minimal_manifest() -> dict[str, Any]:
+    """A small valid manifest without warnings: head01 (head, storage), node01..node02 (compute)."""
+    return {
+        "version": 1,
+        "cluster": {
+            "name": "testc",
+            "domain": "test.internal",
+            "ntp_servers": ["ntp1.example.org", "ntp2.example.org"],
+            "admin_users": [{"name": "ops", "ssh_keys": [SSH_KEY]}],
+        },
+        "networks": {
+            "management": {"cidr": "10.0.0.0/24", "gateway": "10.0.0.1"},
+            "bmc": {"cidr": "10.0.1.0/24"},
+            "data": {"cidr": "10.0.2.0/24", "mtu": 9000},
+        },
+        "nodes": [
+            {
+                "name": "head01",
+                "roles": ["head", "storage"],
+                "interfaces": {
+                    "management": {"ip": "10.0.0.10", "mac": "52:54:00:00:00:10", "interface": "eno1"},
+                    "data": {"ip": "10.0.2.10", "interface": "ens1"},
+                },
+                "bmc": {"type": "ipmi", "address": "10.0.1.10", "user": "admin", "password_env": "TEST_BMC_PASSWORD"},
+                "hardware": {
+                    "cpu": {"cores_per_socket": 8},
+                    "memory_gb": 64,
+                    "disks": [{"id": "ata-DISK_[1-4]", "kind": "hdd", "use": "zfs"}],
+                },
+            },
+            {
+                "name": "node[01-02]",
+                "roles": ["compute"],
+                "interfaces": {
+                    "management": {"ip": "10.0.0.21", "mac": "52:54:00:00:00:21", "interface": "eno1"},
+                    "data": {"ip": "10.0.2.21", "interface": "ens1"},
+                },
+                "bmc": {
+                    "type": "redfish",
+                    "address": "10.0.1.21",
+                    "user": "admin",
+                    "password_env": "TEST_BMC_PASSWORD",
+                },
+                "hardware": {
+                    "cpu": {"cores_per_socket": 16, "threads_per_core": 2},
+                    "memory_gb": 128,
+                    "gpu": {"model": "RTX A6000", "count": 2},
+                },
+            },
+        ],
+        "slurm": {"partitions": [{"name": "batch", "nodes": ["@compute"], "default": True}]},
+    }
+
+
+def storage_sections() -> dict[str, Any]:
+    """zfs + nfs + mergerfs sections that fit :func:`minimal_manifest`."""
+    return {
+        "zfs": {
+            "pools": [
+                {
+                    "name": "tank",
+                    "node": "head01",
+                    "vdevs": {"type": "mirror", "width": 2, "disks": ["ata-DISK_[1-4]"]},
+                    "datasets": [{"name": "data", "properties": {"recordsize": "1M"}}],
+                }
+            ]
+        },
+        "nfs": {
+            "exports": [{"name": "data", "node": "head01", "dataset": "tank/data", "clients": ["data"]}],
+            "mounts": [{"export": "data", "path": "/data", "nodes": ["@compute"]}],
+        },
+        "mergerfs": [{"path": "/union", "branches": ["/data", "/scratch"], "nodes": ["node01"]}],
+    }
+
+
+class Kit:
+    """Manifest helpers for tests."""
+
+    root = ROOT
+    examples = ROOT / "examples"
+    ssh_key = SSH_KEY
+
+    @staticmethod
+    def base(storage: bool = False) -> dict[str, Any]:
+        data = minimal_manifest()
+        if storage:
+            data.update(storage_sections())
+        return copy.deepcopy(data)
+
+    @staticmethod
+    def example(name: str) -> dict[str, Any]:
+        data: dict[str, Any] = yaml.safe_load((ROOT / "examples" / name).read_text())
+        return data
+
+    @staticmethod
+    def dump(data: Any) -> str:
+        return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=1000)
+
+    def text(self, data: dict[str, Any] | str) -> str:
+        return data if isinstance(data, str) else self.dump(data)
+
+    def load(self, data: dict[str, Any] | str, file: str = "m.yaml") -> Loaded:
+        return load_text(self.text(data), file)
+
+    def errors(self, data: dict[str, Any] | str, file: str = "m.yaml") -> list[Diagnostic]:
+        with pytest.raises(ManifestError) as info:
+            load_text(self.text(data), file)
+        return info.value.diagnostics
+
+    def error(self, data: dict[str, Any] | str, contains: str, file: str = "m.yaml") -> Diagnostic:
+        """The one diagnostic whose message contains ``contains``."""
+        diags = self.errors(data, file)
+        hits = [d for d in diags if contains in d.message]
+        assert len(hits) == 1, f"expected one diagnostic with {contains!r}, got {[d.format() for d in diags]}"
+        return hits[0]
+
+    @staticmethod
+    def pos_of(text: str, needle: str, nth: int = 1) -> tuple[int, int]:
+        """(line, col), 1-based, of the ``nth`` occurrence of ``needle`` in ``text``."""
+        seen = 0
+        for number, line in enumerate(text.splitlines(), start=1):
+            col = line.find(needle)
+            if col >= 0:
+                seen += 1
+                if seen == nth:
+                    return number, col + 1
+        raise AssertionError(f"{needle!r} (#{nth}) not found in the text")
+
+    def line_of(self, text: str, needle: str, nth: int = 1) -> int:
+        return self.pos_of(text, needle, nth)[0]
+
+
+@pytest.fixture
+def kit() -> Kit:
+    return Kit()
+
+
+@pytest.fixture
+def write_manifest(tmp_path: Path, kit: Kit) -> Callable[..., Path]:
+    """write_manifest(data_or_text, name="manifest.yaml") -> path of the written file."""
+
+    def write(data: dict[str, Any] | str, name: str = "manifest.yaml") -> Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(kit.text(data))
+        return path
+
+    return write

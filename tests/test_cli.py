@@ -1,0 +1,367 @@
+"""provisioner.cli: exit codes, messages and files of `provision validate|inventory|plan|apply`."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from provisioner import apply as apply_mod
+from provisioner import cli
+from provisioner.cli import main
+from provisioner.manifest import load_manifest
+from provisioner.plan import cluster_fingerprint, node_sections
+from provisioner.runner import RunResult, Tracker
+from provisioner.state import NodeState, State, StateDir
+
+Capsys = pytest.CaptureFixture[str]
+
+
+def run(capsys: Capsys, *argv: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return code, out, err
+
+
+def settle(path: Path, state_dir: Path | None = None) -> StateDir:
+    """Record the manifest at ``path`` as fully applied."""
+    m = load_manifest(path).manifest
+    sd = StateDir.beside(path, state_dir)
+    sd.save(
+        State(
+            cluster=m.cluster.name,
+            nodes={n.name: NodeState(lifecycle="configured", fingerprints=node_sections(m, n)) for n in m.nodes},
+            cluster_fingerprint=cluster_fingerprint(m),
+        )
+    )
+    return sd
+
+
+@pytest.fixture
+def example(tmp_path: Path, kit: Any) -> Path:
+    """A copy of the llm-200k example in a fresh folder (its state goes beside it)."""
+    path = tmp_path / "cluster" / "llm-200k.yaml"
+    path.parent.mkdir()
+    path.write_text((kit.examples / "llm-200k.yaml").read_text())
+    return path
+
+
+@pytest.fixture
+def no_ansible(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Replace the playbook run; the list collects the calls."""
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(apply_mod, "PREPARE_HOOKS", [])
+
+    def fake_run_playbook(**kwargs: Any) -> RunResult:
+        calls.append(kwargs)
+        tracker: Tracker = kwargs["tracker"]
+        for host in kwargs["hosts"]:
+            tracker.handle({"event": "runner_on_ok", "event_data": {"host": host, "res": {"changed": True}}})
+        return RunResult(0, "successful", tracker.hosts, kwargs["state"].runs / kwargs["run_id"])
+
+    monkeypatch.setattr(apply_mod, "run_playbook", fake_run_playbook)
+    return calls
+
+
+# --------------------------------------------------------------------------- validate
+def test_validate_ok(capsys: Capsys, kit: Any) -> None:
+    path = kit.examples / "music-lab.yaml"
+    code, out, err = run(capsys, "validate", str(path))
+    assert code == 0
+    assert out.strip() == (
+        f"{path}: OK: cluster musiclab, 6 nodes (1 head, 1 services, 2 storage, 3 compute), 6 GPUs, "
+        "2 ZFS pools, 2 NFS exports"
+    )
+    assert err == ""
+
+
+def test_validate_ok_with_a_warning(capsys: Capsys, example: Path) -> None:
+    code, out, err = run(capsys, "validate", str(example))
+    assert code == 0
+    assert out.startswith(f"{example}: OK: cluster llm200k, 5 nodes")
+    assert out.strip().endswith("1 warnings")
+    (line,) = err.splitlines()
+    assert line.startswith(f"{example}:")
+    assert ": warning: zfs.pools[0].log: " in line
+
+
+def test_validate_errors_exit_1_with_positions(capsys: Capsys, write_manifest: Any, kit: Any) -> None:
+    data = kit.base()
+    data["nodes"][0]["hardware"]["memory_gb"] = "lots"
+    data["cluster"]["colour"] = "blue"
+    path = write_manifest(data)
+    text = path.read_text()
+    code, out, err = run(capsys, "validate", str(path))
+    assert code == 1
+    assert out == ""
+    lines = err.splitlines()
+    assert lines == [
+        f"{path}:{kit.line_of(text, 'colour: blue')}:3: cluster.colour: unknown field; allowed: "
+        "admin_users, allow_reboot, domain, mirrors, name, ntp_servers, ssh, timezone",
+        f"{path}:{kit.line_of(text, 'memory_gb: lots')}:5: nodes[0].hardware.memory_gb: "
+        "Input should be a valid integer, unable to parse string as an integer",
+    ]
+
+
+def test_validate_semantic_error(capsys: Capsys, write_manifest: Any, kit: Any) -> None:
+    data = kit.base()
+    data["docker"] = {"users": ["mallory"]}
+    path = write_manifest(data)
+    code, _, err = run(capsys, "validate", str(path))
+    assert code == 1
+    assert err.strip() == (
+        f"{path}:{kit.line_of(path.read_text(), '- mallory')}:5: docker.users[0]: "
+        "'mallory' is not one of cluster.admin_users"
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [(None, "no such file"), (b"", "empty"), (b"\x00\x01", "binary"), (b"a: 1\na: 2\n", "duplicate key")],
+)
+def test_validate_bad_files(capsys: Capsys, tmp_path: Path, content: bytes | None, needle: str) -> None:
+    path = tmp_path / "m.yaml"
+    if content is not None:
+        path.write_bytes(content)
+    code, _, err = run(capsys, "validate", str(path))
+    assert code == 1
+    assert err.startswith(str(path))
+    assert needle in err
+
+
+def test_validate_directory(capsys: Capsys, tmp_path: Path) -> None:
+    code, _, err = run(capsys, "validate", str(tmp_path))
+    assert code == 1
+    assert err.strip() == f"{tmp_path}: is a directory, not a manifest file"
+
+
+def test_usage_errors_exit_2(capsys: Capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        main([])
+    assert info.value.code == 2
+    with pytest.raises(SystemExit) as info:
+        main(["frobnicate", "m.yaml"])
+    assert info.value.code == 2
+
+
+def test_internal_errors_are_one_line_unless_debugging(
+    capsys: Capsys, monkeypatch: pytest.MonkeyPatch, kit: Any
+) -> None:
+    def broken(*args: Any) -> int:
+        raise RuntimeError("kaboom")
+
+    monkeypatch.setitem(cli.COMMANDS, "validate", broken)
+    monkeypatch.delenv("PROVISION_DEBUG", raising=False)
+    code, _, err = run(capsys, "validate", str(kit.examples / "music-lab.yaml"))
+    assert code == 70
+    assert err.strip() == "internal error: RuntimeError: kaboom (set PROVISION_DEBUG=1 for a traceback)"
+    monkeypatch.setenv("PROVISION_DEBUG", "1")
+    with pytest.raises(RuntimeError, match="kaboom"):
+        main(["validate", str(kit.examples / "music-lab.yaml")])
+
+
+# --------------------------------------------------------------------------- inventory
+def test_inventory_out_writes_files(capsys: Capsys, example: Path, tmp_path: Path) -> None:
+    out_dir = tmp_path / "inv"
+    code, out, _ = run(capsys, "inventory", str(example), "--out", str(out_dir))
+    assert code == 0
+    written = sorted(p.relative_to(out_dir).as_posix() for p in out_dir.rglob("*.yml"))
+    assert out.strip() == f"wrote {len(written)} files to {out_dir}"
+    assert "hosts.yml" in written
+    assert "host_vars/gpu04.yml" in written
+    hosts = yaml.safe_load((out_dir / "hosts.yml").read_text())
+    assert "gpu03" in hosts["all"]["children"]["gpu"]["hosts"]
+    assert (out_dir / "hosts.yml").read_text().startswith(f"# Generated by `provision inventory` from {example}.")
+
+
+def test_inventory_default_folder(
+    capsys: Capsys, example: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run(capsys, "inventory", str(example))
+    assert code == 0
+    assert (tmp_path / "inventory" / "llm200k" / "hosts.yml").is_file()
+    assert str(tmp_path / "inventory" / "llm200k") in out
+
+
+def test_inventory_of_a_bad_manifest_writes_nothing(capsys: Capsys, tmp_path: Path) -> None:
+    bad = tmp_path / "m.yaml"
+    bad.write_text("version: 1\n")
+    code, _, err = run(capsys, "inventory", str(bad), "--out", str(tmp_path / "inv"))
+    assert code == 1
+    assert err.startswith(str(bad))
+    assert not (tmp_path / "inv").exists()
+
+
+# --------------------------------------------------------------------------- plan
+def test_plan_json_on_a_fresh_cluster(capsys: Capsys, example: Path) -> None:
+    code, out, _ = run(capsys, "plan", str(example), "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["has_changes"] is True
+    assert data["targets"] == ["head01", "gpu01", "gpu02", "gpu03", "gpu04"]
+    assert {n["status"] for n in data["nodes"]} == {"new"}
+    assert not (example.parent / ".provision").exists()  # plan never writes state
+
+
+def test_plan_detailed_exitcode_2_when_changes(capsys: Capsys, example: Path) -> None:
+    code, out, _ = run(capsys, "plan", str(example), "--detailed-exitcode")
+    assert code == 2
+    assert "plan for cluster llm200k" in out
+    assert "node-local plays on: head01, gpu01, gpu02, gpu03, gpu04" in out
+
+
+def test_plan_detailed_exitcode_0_when_state_matches(capsys: Capsys, example: Path) -> None:
+    settle(example)
+    code, out, _ = run(capsys, "plan", str(example), "--detailed-exitcode", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["has_changes"] is False
+    assert data["targets"] == []
+    assert {n["status"] for n in data["nodes"]} == {"unchanged"}
+
+
+def test_plan_with_state_dir_and_a_change(capsys: Capsys, example: Path, tmp_path: Path) -> None:
+    state_dir = tmp_path / "elsewhere"
+    settle(example, state_dir)
+    example.write_text(example.read_text().replace("memory_gb: 256", "memory_gb: 512"))
+    code, out, _ = run(capsys, "plan", str(example), "--state-dir", str(state_dir), "--json", "--detailed-exitcode")
+    assert code == 2
+    data = json.loads(out)
+    assert data["targets"] == ["gpu01", "gpu02", "gpu03", "gpu04"]
+    changed = {n["name"]: n["sections"] for n in data["nodes"] if n["status"] == "changed"}
+    assert set(changed) == {"gpu01", "gpu02", "gpu03", "gpu04"}
+    assert all("node" in sections for sections in changed.values())
+    # without --state-dir the plan looks beside the manifest, where nothing was recorded
+    _, out, _ = run(capsys, "plan", str(example), "--json")
+    assert {n["status"] for n in json.loads(out)["nodes"]} == {"new"}
+
+
+def test_plan_limit_with_ranges_and_roles(capsys: Capsys, example: Path) -> None:
+    code, out, _ = run(capsys, "plan", str(example), "--json", "--limit", "gpu[01-02], @head")
+    assert code == 0
+    data = json.loads(out)
+    assert data["targets"] == ["head01", "gpu01", "gpu02"]
+    plays = {n["name"]: n["plays"] for n in data["nodes"]}
+    assert plays["gpu03"] == [] and plays["gpu04"] == []
+    assert plays["gpu01"]
+
+
+@pytest.mark.parametrize(
+    ("limit", "message"),
+    [
+        ("ghost", "error: --limit: unknown node 'ghost'"),
+        ("gpu01,gpu[05-06]", "error: --limit: unknown node 'gpu05' (and 1 more)"),
+        ("@login", "error: --limit: '@login' matches no node (no node has role 'login')"),
+        ("gpu[2-1]", "error: --limit: bad range 'gpu[2-1]': 1 is below 2"),
+        ("", "error: --limit: no nodes given"),
+        (" , ", "error: --limit: no nodes given"),
+    ],
+)
+def test_limit_errors(capsys: Capsys, example: Path, limit: str, message: str) -> None:
+    for argv in (["plan"], ["apply", "--yes"]):
+        code, _, err = run(capsys, *argv, str(example), "--limit", limit)
+        assert code == 1, argv
+        assert err.splitlines()[-1] == message, argv
+        assert not StateDir.beside(example).state_file.exists()
+
+
+def test_plan_with_a_broken_state_file(capsys: Capsys, example: Path) -> None:
+    sd = StateDir.beside(example)
+    sd.root.mkdir()
+    sd.state_file.write_text("{ not json")
+    code, _, err = run(capsys, "plan", str(example))
+    assert code == 1
+    assert err.splitlines()[-1].startswith(f"error: {sd.state_file}: unreadable state")
+
+
+def test_split_selectors() -> None:
+    assert cli._split_selectors("gpu[01-04],head01") == ["gpu[01-04]", "head01"]
+    assert cli._split_selectors("a,b[1-2],@compute") == ["a", "b[1-2]", "@compute"]
+    assert cli._split_selectors("") == [""]
+
+
+# --------------------------------------------------------------------------- apply
+def test_apply_refuses_without_yes_on_a_non_tty(
+    capsys: Capsys, example: Path, monkeypatch: pytest.MonkeyPatch, no_ansible: list[dict[str, Any]]
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
+    code, out, err = run(capsys, "apply", str(example))
+    assert code == 1
+    assert err.splitlines()[-1] == "error: refusing to apply without confirmation: stdin is not a terminal; pass --yes"
+    assert "plan for cluster llm200k" in out  # the plan is shown first
+    assert no_ansible == []
+    sd = StateDir.beside(example)
+    assert not sd.state_file.exists()
+    assert not any(sd.runs.iterdir())
+    with sd.lock("test"):  # the lock was released
+        pass
+
+
+def test_apply_yes_records_state_and_then_plans_nothing(
+    capsys: Capsys, example: Path, no_ansible: list[dict[str, Any]]
+) -> None:
+    code, out, err = run(capsys, "apply", str(example), "--yes")
+    assert code == 0, err
+    (call,) = no_ansible
+    assert call["hosts"] == ["head01", "gpu01", "gpu02", "gpu03", "gpu04"]
+    assert call["limit"] is None
+    assert call["extravars"] == {"provision_targets": "provision_targets"}
+    assert call["secret_names"] == {"LLM_BMC_PASSWORD"}
+    sd = StateDir.beside(example)
+    targets = yaml.safe_load((sd.inventory / "targets.yml").read_text())
+    assert sorted(targets["all"]["children"]["provision_targets"]["hosts"]) == sorted(call["hosts"])
+    assert (sd.inventory / "hosts.yml").is_file()
+    st = sd.load()
+    assert st.cluster == "llm200k"
+    assert st.runs[-1].result == "ok"
+    assert {ns.lifecycle for ns in st.nodes.values()} == {"configured"}
+    assert "apply finished: 5 ok, 0 failed, 5 changed" in out
+    code, _, _ = run(capsys, "plan", str(example), "--detailed-exitcode")
+    assert code == 0
+
+
+def test_apply_with_limit_passes_it_on(capsys: Capsys, example: Path, no_ansible: list[dict[str, Any]]) -> None:
+    code, _, err = run(capsys, "apply", str(example), "--yes", "--limit", "gpu02")
+    assert code == 0, err
+    (call,) = no_ansible
+    assert call["hosts"] == ["gpu02"]
+    assert call["limit"] == ["gpu02"]
+    assert set(StateDir.beside(example).load().nodes) == {"gpu02"}
+
+
+def test_apply_refuses_another_clusters_state(capsys: Capsys, example: Path, no_ansible: list[dict[str, Any]]) -> None:
+    sd = StateDir.beside(example)
+    sd.save(State(cluster="othercluster"))
+    code, _, err = run(capsys, "apply", str(example), "--yes")
+    assert code == 1
+    assert "belongs to cluster 'othercluster', not 'llm200k'" in err
+    assert no_ansible == []
+
+
+def test_apply_deletes_artifacts_that_leak_a_secret(
+    capsys: Capsys, example: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(apply_mod, "PREPARE_HOOKS", [])
+    monkeypatch.setenv("LLM_BMC_PASSWORD", "Very-Secret-BMC-pw")
+    leaked: list[Path] = []
+
+    def leaky_run_playbook(**kwargs: Any) -> RunResult:
+        folder = kwargs["state"].runs / kwargs["run_id"] / "artifacts"
+        folder.mkdir(parents=True)
+        (folder / "stdout").write_text("password=Very-Secret-BMC-pw\n")
+        leaked.append(folder / "stdout")
+        return RunResult(0, "successful", kwargs["tracker"].hosts, folder)
+
+    monkeypatch.setattr(apply_mod, "run_playbook", leaky_run_playbook)
+    code, _, err = run(capsys, "apply", str(example), "--yes")
+    assert code == 1
+    assert "a secret appeared in 1 run artifact file(s); they were deleted" in err
+    assert not leaked[0].exists()
+    assert StateDir.beside(example).load().runs[-1].result == "failed"

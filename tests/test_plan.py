@@ -1,0 +1,312 @@
+"""provisioner.plan: manifest vs recorded state -> per-node status, heavy targets, plays."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from provisioner import rolevars
+from provisioner.manifest import Manifest
+from provisioner.plan import (
+    PlaySpec,
+    cluster_fingerprint,
+    compute,
+    fingerprint,
+    load_plays,
+    node_sections,
+    resolve_pattern,
+)
+from provisioner.state import NodeState, State
+
+HEAVY = "all:&{{ provision_targets | default('all') }}"
+PLAYS = [
+    PlaySpec("common - base system", HEAVY, "base.yml"),
+    PlaySpec("common - /etc/hosts", "all", "base.yml"),
+    PlaySpec("slurm - compute daemons", "slurm_compute:&{{ provision_targets | default('all') }}", "slurm.yml"),
+    PlaySpec("slurm - config files", "slurm_node", "slurm.yml"),
+]
+
+
+def settled(m: Manifest, lifecycle: Any = "configured") -> State:
+    """A state recording ``m`` exactly as applied."""
+    return State(
+        cluster=m.cluster.name,
+        nodes={n.name: NodeState(lifecycle=lifecycle, fingerprints=node_sections(m, n)) for n in m.nodes},
+        cluster_fingerprint=cluster_fingerprint(m),
+    )
+
+
+def by_name(plan: Any) -> dict[str, Any]:
+    return {n.name: n for n in plan.nodes}
+
+
+@pytest.fixture
+def m(kit: Any) -> Manifest:
+    return kit.load(kit.base()).manifest  # type: ignore[no-any-return]
+
+
+# --------------------------------------------------------------------------- fingerprints
+def test_fingerprint_is_stable_and_key_order_free() -> None:
+    assert fingerprint({"a": 1, "b": [1, 2]}) == fingerprint({"b": [1, 2], "a": 1})
+    assert fingerprint({"a": 1}) != fingerprint({"a": 2})
+    assert len(fingerprint(None)) == 16
+
+
+def test_node_sections_cover_every_area(m: Manifest) -> None:
+    sections = node_sections(m, m.node("node01"))
+    assert {"node", "bmc"} | {a.name for a in rolevars.AREAS} == set(sections)
+    assert node_sections(m, m.node("node01")) == sections
+    assert node_sections(m, m.node("node02"))["node"] != sections["node"]
+
+
+# --------------------------------------------------------------------------- statuses
+def test_everything_new_against_an_empty_state(m: Manifest) -> None:
+    plan = compute(m, State(), PLAYS)
+    assert [n.status for n in plan.nodes] == ["new", "new", "new"]
+    assert all(n.heavy for n in plan.nodes)
+    assert plan.targets == ["head01", "node01", "node02"]
+    assert plan.cluster_files_change
+    assert plan.has_changes
+    node01 = by_name(plan)["node01"]
+    assert node01.sections == sorted(node_sections(m, m.node("node01")))
+    assert node01.lifecycle == "new"
+    assert node01.plays == ["common", "common (files)", "slurm", "slurm (files)"]
+    assert by_name(plan)["head01"].plays == ["common", "common (files)", "slurm (files)"]
+
+
+def test_unchanged_when_state_matches(m: Manifest) -> None:
+    plan = compute(m, settled(m), PLAYS)
+    assert [(n.status, n.sections, n.heavy) for n in plan.nodes] == [("unchanged", [], False)] * 3
+    assert plan.targets == []
+    assert not plan.cluster_files_change
+    assert not plan.has_changes
+    # only the light plays run
+    assert by_name(plan)["node01"].plays == ["common (files)", "slurm (files)"]
+    assert by_name(plan)["head01"].lifecycle == "configured"
+
+
+def test_changed_node_names_its_sections(kit: Any, m: Manifest) -> None:
+    state = settled(m)
+    data = kit.base()
+    data["nodes"][0]["hardware"]["memory_gb"] = 96
+    changed = kit.load(data).manifest
+    plan = compute(changed, state, PLAYS)
+    nodes = by_name(plan)
+    assert nodes["head01"].status == "changed"
+    assert "node" in nodes["head01"].sections
+    assert "bmc" not in nodes["head01"].sections
+    assert nodes["head01"].heavy
+    assert nodes["node01"].status == nodes["node02"].status == "unchanged"
+    assert plan.targets == ["head01"]
+    assert not plan.cluster_files_change
+
+
+def test_area_section_changes_on_every_node_for_heavy_cluster_vars(kit: Any, m: Manifest) -> None:
+    state = settled(m)
+    data = kit.base()
+    data["cluster"]["timezone"] = "Europe/Berlin"
+    plan = compute(kit.load(data).manifest, state, PLAYS)
+    for node in plan.nodes:
+        assert node.status == "changed"
+        assert "common" in node.sections
+        assert "node" not in node.sections and "bmc" not in node.sections
+    assert plan.targets == ["head01", "node01", "node02"]
+    assert not plan.cluster_files_change  # the timezone is not in a cluster-wide file
+
+
+def test_adding_a_node_leaves_others_unchanged_but_changes_cluster_files(kit: Any, m: Manifest) -> None:
+    state = settled(m)
+    data = kit.base()
+    data["nodes"][1]["name"] = "node[01-03]"
+    bigger = kit.load(data).manifest
+    plan = compute(bigger, state, PLAYS)
+    assert [(n.name, n.status) for n in plan.nodes] == [
+        ("head01", "unchanged"),
+        ("node01", "unchanged"),
+        ("node02", "unchanged"),
+        ("node03", "new"),
+    ]
+    assert plan.targets == ["node03"]
+    assert plan.cluster_files_change
+    nodes = by_name(plan)
+    assert nodes["node03"].plays == ["common", "common (files)", "slurm", "slurm (files)"]
+    assert nodes["node01"].plays == ["common (files)", "slurm (files)"]  # /etc/hosts gains node03
+
+
+def test_removed_nodes_are_listed_last_with_their_lifecycle(m: Manifest) -> None:
+    state = settled(m)
+    state.nodes["zz-old"] = NodeState(lifecycle="installed", fingerprints={"node": "x"})
+    state.nodes["aa-old"] = NodeState(lifecycle="configured", fingerprints={"node": "y"})
+    plan = compute(m, state, PLAYS)
+    assert [(n.name, n.status, n.lifecycle, n.plays) for n in plan.nodes[-2:]] == [
+        ("aa-old", "removed", "configured", []),
+        ("zz-old", "removed", "installed", []),
+    ]
+    assert plan.has_changes
+    assert "aa-old" not in plan.targets
+
+
+def test_bmc_only_change_is_not_heavy(kit: Any, m: Manifest) -> None:
+    state = settled(m)
+    data = kit.base()
+    data["nodes"][0]["bmc"]["address"] = "10.0.1.99"
+    plan = compute(kit.load(data).manifest, state, PLAYS)
+    head = by_name(plan)["head01"]
+    assert (head.status, head.sections, head.heavy) == ("changed", ["bmc"], False)
+    assert plan.targets == []
+    assert plan.has_changes
+    assert head.plays == ["common (files)", "slurm (files)"]
+    assert not plan.cluster_files_change
+
+
+def test_recorded_node_without_fingerprints_is_new(m: Manifest) -> None:
+    state = settled(m)
+    state.nodes["node02"] = NodeState(lifecycle="installed")
+    plan = compute(m, state, PLAYS)
+    node02 = by_name(plan)["node02"]
+    assert (node02.status, node02.lifecycle, node02.heavy) == ("new", "installed", True)
+
+
+def test_section_missing_from_an_old_state_counts_as_changed(m: Manifest) -> None:
+    state = settled(m)
+    del state.nodes["node01"].fingerprints["common"]
+    node01 = by_name(compute(m, state, PLAYS))["node01"]
+    assert (node01.status, node01.sections) == ("changed", ["common"])
+
+
+# --------------------------------------------------------------------------- --limit, --full
+def test_limit_restricts_targets_and_plays(m: Manifest) -> None:
+    plan = compute(m, State(), PLAYS, limit=["node01"])
+    nodes = by_name(plan)
+    assert plan.targets == ["node01"]
+    assert [n.heavy for n in plan.nodes] == [False, True, False]
+    assert nodes["node01"].plays == ["common", "common (files)", "slurm", "slurm (files)"]
+    assert nodes["head01"].plays == []
+    assert nodes["node02"].plays == []
+    assert nodes["node02"].status == "new"  # still reported as it is
+
+
+def test_limit_on_unchanged_node_runs_light_plays_only(m: Manifest) -> None:
+    plan = compute(m, settled(m), PLAYS, limit=["head01"])
+    assert plan.targets == []
+    assert by_name(plan)["head01"].plays == ["common (files)", "slurm (files)"]
+    assert by_name(plan)["node01"].plays == []
+
+
+def test_full_targets_every_node(m: Manifest) -> None:
+    plan = compute(m, settled(m), PLAYS, full=True)
+    assert plan.targets == ["head01", "node01", "node02"]
+    assert [n.status for n in plan.nodes] == ["unchanged"] * 3
+    assert by_name(plan)["node02"].plays == ["common", "common (files)", "slurm", "slurm (files)"]
+
+
+def test_full_with_limit_targets_only_the_limit(m: Manifest) -> None:
+    plan = compute(m, settled(m), PLAYS, full=True, limit=["node02"])
+    assert plan.targets == ["node02"]
+
+
+def test_plan_to_json(m: Manifest) -> None:
+    data = compute(m, State(), PLAYS, limit=["node01"]).to_json()
+    assert set(data) == {"has_changes", "cluster_files_change", "targets", "nodes"}
+    assert data["targets"] == ["node01"]
+    assert data["nodes"][1] == {
+        "name": "node01",
+        "status": "new",
+        "sections": sorted(node_sections(m, m.node("node01"))),
+        "lifecycle": "new",
+        "heavy": True,
+        "plays": ["common", "common (files)", "slurm", "slurm (files)"],
+    }
+
+
+# --------------------------------------------------------------------------- host patterns
+GROUPS = {"gpu": ["g1", "g2", "g3"], "head": ["h"], "storage": ["h", "s1"], "empty": []}
+HOSTS = ["h", "s1", "g1", "g2", "g3"]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "targets", "expected"),
+    [
+        ("all", [], HOSTS),
+        ("*", [], HOSTS),
+        ("gpu", [], ["g1", "g2", "g3"]),
+        ("gpu:head", [], ["h", "g1", "g2", "g3"]),
+        ("gpu,head", [], ["h", "g1", "g2", "g3"]),
+        ("storage:&head", [], ["h"]),
+        ("all:!gpu", [], ["h", "s1"]),
+        ("gpu:!g2", [], ["g1", "g3"]),
+        ("storage:gpu:&gpu:!g3", [], ["g1", "g2"]),
+        ("g2", [], ["g2"]),
+        ("unknown", [], []),
+        ("empty", [], []),
+        (HEAVY, ["g2", "s1"], ["s1", "g2"]),
+        (HEAVY, [], []),
+        ("gpu:&{{ provision_targets | default('all') }}", ["g2", "h"], ["g2"]),
+        ("gpu:&{{provision_targets}}", ["g3"], ["g3"]),
+        (" gpu : !g1 ", [], ["g2", "g3"]),
+    ],
+)
+def test_resolve_pattern(pattern: str, targets: list[str], expected: list[str]) -> None:
+    assert resolve_pattern(pattern, GROUPS, HOSTS, targets) == expected
+
+
+def test_play_spec_label_and_heavy() -> None:
+    heavy = PlaySpec("zfs - pools on storage nodes", "zfs:&{{ provision_targets | default('all') }}", "storage.yml")
+    light = PlaySpec("nfs - exports", "nfs_server", "storage.yml")
+    assert heavy.heavy and not light.heavy
+    assert heavy.label == "zfs"
+    assert light.label == "nfs (files)"
+
+
+# --------------------------------------------------------------------------- playbooks
+def test_load_plays_reads_the_real_site_yml(kit: Any) -> None:
+    site = kit.root / "playbooks" / "site.yml"
+    plays = load_plays(site)
+    assert plays
+    assert plays[0].playbook == "base.yml"
+    assert plays[0].label.startswith("common")
+    assert any(p.heavy for p in plays)
+    assert any(not p.heavy for p in plays)
+    for play in plays:
+        assert (site.parent / play.playbook).is_file()
+        assert play.playbook != "site.yml"  # site.yml only imports
+        assert play.name.split(" - ")[0].strip(), play.name
+        if play.heavy:
+            assert "provision_targets" in play.hosts
+            assert ":&" in play.hosts
+
+
+def test_real_plays_against_an_example(kit: Any) -> None:
+    plays = load_plays(kit.root / "playbooks" / "site.yml")
+    m = kit.load((kit.examples / "llm-200k.yaml").read_text()).manifest
+    fresh = compute(m, State(), plays)
+    assert fresh.targets == m.node_names()
+    assert all(n.plays for n in fresh.nodes)
+    quiet = compute(m, settled(m), plays)
+    assert quiet.targets == []
+    assert all(all(label.endswith("(files)") for label in n.plays) for n in quiet.nodes)
+
+
+def test_load_plays_follows_imports(tmp_path: Path) -> None:
+    (tmp_path / "site.yml").write_text(
+        "---\n"
+        "- name: A\n  ansible.builtin.import_playbook: a.yml\n"
+        "- import_playbook: sub/b.yml\n"
+        "- name: direct - play\n  hosts: head\n"
+    )
+    (tmp_path / "a.yml").write_text('- name: one - heavy\n  hosts: "all:&{{ provision_targets }}"\n  roles: []\n')
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.yml").write_text("- hosts: gpu\n  tasks: []\n")
+    plays = load_plays(tmp_path / "site.yml")
+    assert plays == [
+        PlaySpec("one - heavy", "all:&{{ provision_targets }}", "a.yml"),
+        PlaySpec("gpu", "gpu", "b.yml"),
+        PlaySpec("direct - play", "head", "site.yml"),
+    ]
+
+
+def test_load_plays_on_an_empty_file(tmp_path: Path) -> None:
+    (tmp_path / "site.yml").write_text("---\n")
+    assert load_plays(tmp_path / "site.yml") == []

@@ -1,0 +1,323 @@
+"""provisioner.runner (event folding, secret hygiene, Ansible settings) and the pure parts of
+provisioner.apply (the targets inventory, recording a run's result)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from provisioner.apply import (
+    TARGETS_GROUP,
+    ApplyOptions,
+    declared_secret_envs,
+    known_secret_values,
+    record_result,
+    targets_inventory,
+)
+from provisioner.errors import ProvisionError
+from provisioner.plan import PlaySpec, cluster_fingerprint, compute, node_sections
+from provisioner.runner import (
+    MAX_FORKS,
+    HostProgress,
+    RunResult,
+    Tracker,
+    ansible_env,
+    forks_for,
+    project_root,
+    scan_for_secrets,
+    scrubbed_environ,
+    secret_env_names,
+)
+from provisioner.state import NodeState, State, StateDir
+
+PLAYS = [
+    PlaySpec("common - base", "all:&{{ provision_targets | default('all') }}", "base.yml"),
+    PlaySpec("common - hosts", "all", "base.yml"),
+]
+
+
+def ev(kind: str, **data: Any) -> dict[str, Any]:
+    return {"event": kind, "event_data": data}
+
+
+# --------------------------------------------------------------------------- Tracker
+def test_tracker_folds_events() -> None:
+    seen: list[int] = []
+    t = Tracker(["a", "b"], on_change=lambda tr: seen.append(tr.hosts["a"].ok + tr.hosts["a"].changed))
+    events = [
+        ev("playbook_on_start"),
+        ev("playbook_on_play_start", play="common - base"),
+        ev("runner_on_start", host="a", task="Install packages", role="common"),
+        ev("runner_on_ok", host="a", task="Install packages", res={"changed": True}),
+        ev("runner_on_ok", host="a", task="Check", res={"changed": False}),
+        ev("runner_on_ok", host="b", res={}),
+        ev("runner_on_skipped", host="b", task="Only on GPU"),
+        ev("verbose", stdout="noise"),
+    ]
+    assert all(t.handle(e) is True for e in events)
+    a, b = t.hosts["a"], t.hosts["b"]
+    assert t.play == "common - base"
+    assert (a.ok, a.changed, a.failed, a.skipped) == (1, 1, 0, 0)
+    assert (a.role, a.task) == ("common", "Install packages")
+    assert (b.ok, b.changed, b.skipped) == (1, 0, 1)
+    assert a.status == b.status == "ok"
+    assert seen == [0, 0, 1, 2, 2, 2]  # the play start and host events; not playbook_on_start, verbose
+
+
+def test_tracker_failed_and_unreachable() -> None:
+    t = Tracker(["a", "b", "c"])
+    t.handle(ev("runner_on_failed", host="a", task="Create pool", res={"msg": "first line\nzpool: no such disk"}))
+    t.handle(ev("runner_on_unreachable", host="b", res={"msg": "ssh: connect to host b port 22: Connection refused"}))
+    t.handle(ev("runner_on_failed", host="c", task="Optional", ignore_errors=True, res={"msg": "meh"}))
+    a, b, c = t.hosts["a"], t.hosts["b"], t.hosts["c"]
+    assert (a.failed, a.status, a.errors) == (1, "failed", ["Create pool: zpool: no such disk"])
+    assert (b.unreachable, b.status) == (True, "unreachable")
+    assert b.errors == ["unreachable: ssh: connect to host b port 22: Connection refused"]
+    assert (c.failed, c.status, c.errors) == (0, "ok", [])  # ignore_errors does not fail the host
+
+
+def test_tracker_hides_censored_no_log_results() -> None:
+    t = Tracker(["a"])
+    secret = "hunter2-munge-key"
+    t.handle(
+        ev(
+            "runner_on_failed",
+            host="a",
+            task="Write munge key",
+            res={
+                "censored": "the output has been hidden due to the fact that 'no_log: true' was specified",
+                "msg": f"bad key {secret}",
+            },
+        )
+    )
+    assert t.hosts["a"].errors == ["Write munge key: (output hidden: task handles secrets)"]
+    assert secret not in repr(t.hosts)
+
+
+def test_tracker_failure_message_fallbacks() -> None:
+    t = Tracker([])
+    t.handle(ev("runner_on_failed", host="x", task="T1", res={"stderr": "E: Unable to locate package foo\n"}))
+    t.handle(ev("runner_on_failed", host="x", task="T2", res={}))
+    t.handle(ev("runner_on_failed", host="x", task="T3", res={"msg": "y" * 1000}))
+    t.handle(ev("runner_on_failed", remote_addr="10.0.0.5", task="T4", res={"reason": "timeout"}))
+    assert t.hosts["x"].errors[:2] == ["T1: E: Unable to locate package foo", "T2: failed"]
+    assert len(t.hosts["x"].errors[2]) == len("T3: ") + 300
+    assert t.hosts["10.0.0.5"].errors == ["T4: timeout"]  # hosts not known up front are added
+
+
+def test_tracker_ignores_events_without_host() -> None:
+    t = Tracker(["a"])
+    t.handle(ev("runner_on_ok", res={"changed": True}))
+    t.handle({"event": "runner_on_ok"})
+    t.handle({})
+    assert t.hosts == {"a": HostProgress("a")}
+
+
+def test_run_result_failed_hosts() -> None:
+    hosts = {"b": HostProgress("b", failed=1), "a": HostProgress("a", unreachable=True), "c": HostProgress("c")}
+    assert RunResult(2, "failed", hosts, Path("/x")).failed_hosts == ["a", "b"]
+
+
+# --------------------------------------------------------------------------- environment
+def test_secret_env_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        monkeypatch.delenv(name)
+    secret_like = ["BMC_PASSWORD", "DB_PASSWD", "API_TOKEN", "AWS_SECRET_ACCESS_KEY", "SSH_PRIVATE_KEY",
+                   "LDAP_PASS", "vault_token", "MY_CREDENTIALS"]  # fmt: skip
+    harmless = ["HOME", "PATH", "PASSAGE", "COMPASS_DIR", "USER", "BMC_USER"]
+    for name in secret_like + harmless + ["PLAIN_NAME"]:
+        monkeypatch.setenv(name, "v")
+    assert secret_env_names(set()) == set(secret_like)
+    assert secret_env_names({"PLAIN_NAME", "NOT_SET_AT_ALL"}) == {*secret_like, "PLAIN_NAME"}
+
+
+def test_scrubbed_environ_removes_and_restores(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("X_PASSWORD", "p1")
+    monkeypatch.setenv("KEEP_ME", "k")
+    monkeypatch.delenv("NOT_THERE", raising=False)
+    with scrubbed_environ({"X_PASSWORD", "NOT_THERE"}):
+        assert "X_PASSWORD" not in os.environ
+        assert os.environ["KEEP_ME"] == "k"
+    assert os.environ["X_PASSWORD"] == "p1"
+    assert "NOT_THERE" not in os.environ
+
+
+def test_scrubbed_environ_restores_after_an_exception(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("X_TOKEN", "t")
+    with pytest.raises(RuntimeError), scrubbed_environ({"X_TOKEN"}):
+        assert "X_TOKEN" not in os.environ
+        raise RuntimeError
+    assert os.environ["X_TOKEN"] == "t"
+
+
+def test_scan_for_secrets(tmp_path: Path) -> None:
+    (tmp_path / "artifacts" / "job_events").mkdir(parents=True)
+    leak = tmp_path / "artifacts" / "job_events" / "3-ok.json"
+    leak.write_text('{"stdout": "password is S3cretValue!"}')
+    binary = tmp_path / "artifacts" / "blob"
+    binary.write_bytes(b"\x00\x01" + b"deadbeefcafe" + b"\xff")
+    clean = tmp_path / "artifacts" / "stdout"
+    clean.write_text("PLAY RECAP ok=3")
+    assert sorted(scan_for_secrets(tmp_path, ["S3cretValue!", "deadbeefcafe"])) == sorted([leak, binary])
+    assert scan_for_secrets(tmp_path, ["abc"]) == []  # too short to search for
+    assert scan_for_secrets(tmp_path, ["not-present-anywhere"]) == []
+    assert scan_for_secrets(tmp_path, []) == []
+    assert scan_for_secrets(tmp_path / "missing", ["S3cretValue!"]) == []
+
+
+@pytest.mark.parametrize(
+    ("nodes", "forks"), [(0, 5), (1, 5), (5, 5), (6, 6), (17, 17), (50, 50), (51, 50), (10_000, 50)]
+)
+def test_forks_for(nodes: int, forks: int) -> None:
+    assert forks_for(nodes) == forks
+    assert 5 <= forks_for(nodes) <= MAX_FORKS
+
+
+def test_ansible_env(tmp_path: Path) -> None:
+    sd = StateDir(tmp_path / ".provision")
+    env = ansible_env(sd, tmp_path / "root", 12)
+    assert env["ANSIBLE_FORKS"] == "12"
+    assert env["ANSIBLE_ROLES_PATH"] == str(tmp_path / "root" / "roles")
+    assert env["ANSIBLE_CACHE_PLUGIN"] == "jsonfile"
+    assert env["ANSIBLE_CACHE_PLUGIN_CONNECTION"] == str(sd.facts)
+    assert env["ANSIBLE_PIPELINING"] == "True"
+    assert env["ANSIBLE_HOST_KEY_CHECKING"] == "True"
+    assert f"UserKnownHostsFile={sd.known_hosts}" in env["ANSIBLE_SSH_ARGS"]
+    assert "StrictHostKeyChecking=accept-new" in env["ANSIBLE_SSH_ARGS"]
+    assert "ControlPersist" in env["ANSIBLE_SSH_ARGS"]
+    if "PATH" in env:
+        assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
+    assert all(isinstance(v, str) for v in env.values())
+    assert not any(secret in k for k in env for secret in ("PASSWORD", "TOKEN"))
+
+
+def test_project_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kit: Any) -> None:
+    monkeypatch.delenv("PROVISION_HOME", raising=False)
+    assert project_root() == kit.root
+    monkeypatch.setenv("PROVISION_HOME", str(kit.root))
+    assert project_root() == kit.root
+    monkeypatch.setenv("PROVISION_HOME", str(tmp_path))
+    with pytest.raises(ProvisionError, match="playbooks not found"):
+        project_root()
+
+
+# --------------------------------------------------------------------------- apply helpers
+def test_targets_inventory() -> None:
+    text = targets_inventory(["gpu01", "gpu03"])
+    assert text.startswith("# ")
+    assert yaml.safe_load(text) == {"all": {"children": {TARGETS_GROUP: {"hosts": {"gpu01": None, "gpu03": None}}}}}
+    empty = yaml.safe_load(targets_inventory([]))
+    assert empty["all"]["children"][TARGETS_GROUP]["hosts"] == {}
+
+
+def test_declared_and_known_secrets(kit: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = kit.base()
+    data["nodes"][0]["bmc"] = {"type": "ipmi", "address": "10.0.1.10", "user": "a", "password_file": "/etc/pw"}
+    loaded = kit.load(data)
+    assert declared_secret_envs(loaded) == {"TEST_BMC_PASSWORD"}
+    sd = StateDir(tmp_path)
+    sd.ensure()
+    monkeypatch.delenv("TEST_BMC_PASSWORD", raising=False)
+    assert known_secret_values(loaded, sd) == []
+    monkeypatch.setenv("TEST_BMC_PASSWORD", "bmc-pass-123")
+    (sd.secrets / "munge.key").write_bytes(b"\x01\x02\x03\x04")
+    assert known_secret_values(loaded, sd) == ["bmc-pass-123", "01020304"]
+
+
+def _result(hosts: list[str], failed: tuple[str, ...] = (), rc: int | None = None) -> RunResult:
+    progress = {h: HostProgress(h, failed=1 if h in failed else 0, changed=2) for h in hosts}
+    return RunResult(
+        rc if rc is not None else (2 if failed else 0), "failed" if failed else "successful", progress, Path("/x")
+    )
+
+
+def test_record_result_settles_every_node(kit: Any) -> None:
+    loaded = kit.load(kit.base())
+    m = loaded.manifest
+    st = State(cluster="testc")
+    plan = compute(m, st, PLAYS)
+    record_result(st, loaded, plan, _result(m.node_names()), m.node_names(), ApplyOptions())
+    for node in m.nodes:
+        ns = st.nodes[node.name]
+        assert ns.fingerprints == node_sections(m, node)
+        assert (ns.lifecycle, ns.last_result) == ("configured", "ok")
+        assert ns.applied_at
+    assert st.cluster_fingerprint == cluster_fingerprint(m)
+    again = compute(m, st, PLAYS)
+    assert not again.has_changes
+    assert again.targets == []
+
+
+def test_record_result_skips_failed_nodes(kit: Any) -> None:
+    loaded = kit.load(kit.base())
+    m = loaded.manifest
+    st = State()
+    plan = compute(m, st, PLAYS)
+    record_result(st, loaded, plan, _result(m.node_names(), failed=("node01",)), m.node_names(), ApplyOptions())
+    assert st.nodes["node01"].fingerprints == {}
+    assert st.nodes["node01"].last_result == "failed"
+    assert st.nodes["node01"].lifecycle == "new"
+    assert st.nodes["node02"].fingerprints == node_sections(m, m.node("node02"))
+    assert st.cluster_fingerprint is None  # a failed run does not settle cluster-wide files
+    again = compute(m, st, PLAYS)
+    assert again.targets == ["node01"]
+
+
+def test_record_result_with_limit(kit: Any) -> None:
+    loaded = kit.load(kit.base())
+    m = loaded.manifest
+    st = State()
+    opts = ApplyOptions(limit=["node02"])
+    plan = compute(m, st, PLAYS, limit=opts.limit)
+    record_result(st, loaded, plan, _result(["node02"]), ["node02"], opts)
+    assert set(st.nodes) == {"node02"}
+    assert st.cluster_fingerprint is None
+
+
+def test_record_result_forgets_removed_nodes_only_after_a_clean_full_run(kit: Any) -> None:
+    loaded = kit.load(kit.base())
+    m = loaded.manifest
+    st = State(nodes={"gone": NodeState(lifecycle="configured", fingerprints={"node": "x"})})
+    plan = compute(m, st, PLAYS)
+    record_result(st, loaded, plan, _result(m.node_names(), failed=("head01",)), m.node_names(), ApplyOptions())
+    assert "gone" in st.nodes
+    plan = compute(m, st, PLAYS)
+    record_result(st, loaded, plan, _result(m.node_names()), m.node_names(), ApplyOptions())
+    assert "gone" not in st.nodes
+
+
+def test_record_result_settles_a_bmc_only_change(kit: Any) -> None:
+    """A BMC change runs no node-local play; after the apply the plan must be quiet again."""
+    loaded = kit.load(kit.base())
+    m = loaded.manifest
+    st = State()
+    record_result(st, loaded, compute(m, st, PLAYS), _result(m.node_names()), m.node_names(), ApplyOptions())
+    data = kit.base()
+    data["nodes"][0]["bmc"]["address"] = "10.0.1.99"
+    loaded2 = kit.load(data)
+    plan = compute(loaded2.manifest, st, PLAYS)
+    assert plan.targets == []
+    assert [n.sections for n in plan.nodes if n.status == "changed"] == [["bmc"]]
+    record_result(st, loaded2, plan, _result(m.node_names()), m.node_names(), ApplyOptions())
+    after = compute(loaded2.manifest, st, PLAYS)
+    assert not after.has_changes, after.to_json()
+    assert st.nodes["head01"].fingerprints == node_sections(loaded2.manifest, loaded2.manifest.node("head01"))
+
+
+def test_record_result_does_not_settle_heavy_changes_of_non_targets(kit: Any) -> None:
+    loaded = kit.load(kit.base())
+    m = loaded.manifest
+    st = State()
+    record_result(st, loaded, compute(m, st, PLAYS), _result(m.node_names()), m.node_names(), ApplyOptions())
+    data = kit.base()
+    data["nodes"][1]["hardware"]["memory_gb"] = 256
+    loaded2 = kit.load(data)
+    opts = ApplyOptions(limit=["head01"])
+    plan = compute(loaded2.manifest, st, PLAYS, limit=opts.limit)
+    record_result(st, loaded2, plan, _result(["head01"]), ["head01"], opts)
+    assert {n.name for n in compute(loaded2.manifest, st, PLAYS).nodes if n.status == "changed"} == {"node01", "node02"}

@@ -1,0 +1,289 @@
+"""provisioner.state: the state directory, atomic saves and the apply lock."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from provisioner import state as state_mod
+from provisioner.errors import ProvisionError
+from provisioner.state import MAX_RUNS, NodeState, RunRecord, State, StateDir, atomic_write
+
+ROOT = Path(__file__).resolve().parents[1]
+
+HOLDER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from provisioner.state import StateDir
+
+    with StateDir(Path(sys.argv[1])).lock("apply --limit gpu01"):
+        print("locked", flush=True)
+        sys.stdin.readline()
+    print("released", flush=True)
+    """
+)
+
+TRY_LOCK = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from provisioner.errors import ProvisionError
+    from provisioner.state import StateDir
+
+    try:
+        with StateDir(Path(sys.argv[1])).lock("plan"):
+            print("got it")
+    except ProvisionError as exc:
+        print(f"refused: {exc}")
+    """
+)
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+@pytest.fixture
+def holder(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+    """Another process holding the lock on tmp_path/state until its stdin gets a line."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(tmp_path / "state")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
+    assert proc.stdout is not None and proc.stdin is not None
+    assert proc.stdout.readline().strip() == "locked"
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.stdin.close()
+            proc.wait(timeout=30)
+
+
+def sample_state() -> State:
+    return State(
+        cluster="testc",
+        cluster_fingerprint="abc123",
+        nodes={
+            "node02": NodeState(lifecycle="installed", fingerprints={"node": "1", "bmc": "2"}),
+            "head01": NodeState(
+                lifecycle="configured",
+                fingerprints={"node": "3", "common": "4"},
+                applied_at="2024-01-01T00:00:00+00:00",
+                last_run="r1",
+                last_result="ok",
+            ),
+        },
+        runs=[
+            RunRecord(
+                id="r1",
+                started="2024-01-01T00:00:00+00:00",
+                finished="2024-01-01T00:05:00+00:00",
+                limit=["head01"],
+                targets=["head01"],
+                result="ok",
+                changed={"head01": 3},
+            )
+        ],
+    )
+
+
+# --------------------------------------------------------------------------- save / load
+def test_save_load_round_trip(tmp_path: Path) -> None:
+    sd = StateDir(tmp_path / "state")
+    st = sample_state()
+    sd.save(st)
+    loaded = sd.load()
+    assert loaded == st
+    assert list(loaded.nodes) == ["head01", "node02"]  # saved sorted
+    data = json.loads(sd.state_file.read_text())
+    assert data["version"] == 1
+    assert data["nodes"]["node02"]["fingerprints"] == {"bmc": "2", "node": "1"}
+    assert [p.name for p in sd.root.iterdir()] == ["state.json"]  # no temporary files left
+
+
+def test_missing_state_is_empty(tmp_path: Path) -> None:
+    assert StateDir(tmp_path).load() == State()
+
+
+def test_runs_are_capped(tmp_path: Path) -> None:
+    sd = StateDir(tmp_path)
+    st = State(runs=[RunRecord(id=str(i), started="t") for i in range(MAX_RUNS + 7)])
+    sd.save(st)
+    runs = sd.load().runs
+    assert len(runs) == MAX_RUNS
+    assert runs[0].id == "7"
+    assert runs[-1].id == str(MAX_RUNS + 6)
+
+
+def test_node_creates_an_entry() -> None:
+    st = State()
+    ns = st.node("gpu01")
+    assert ns == NodeState()
+    assert st.node("gpu01") is ns
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"{",
+        b"",
+        b"not json at all",
+        b"[]",
+        b"null",
+        b'"text"',
+        b"\xff\xfe\x00\x01",
+        b'{"version": 1, "nodes": []}',
+        b'{"version": 1, "nodes": {"a": "x"}}',
+        b'{"version": 1, "nodes": {"a": {"bogus": 1}}}',
+        b'{"version": 1, "runs": [{"id": "x"}]}',
+        b'{"version": 1, "runs": 5}',
+    ],
+)
+def test_unreadable_state_is_a_provision_error(tmp_path: Path, content: bytes) -> None:
+    sd = StateDir(tmp_path)
+    sd.state_file.write_bytes(content)
+    with pytest.raises(ProvisionError) as info:
+        sd.load()
+    message = str(info.value)
+    assert message.startswith(f"{sd.state_file}: ")
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("version", [2, 0, None, "1"])
+def test_wrong_version(tmp_path: Path, version: object) -> None:
+    sd = StateDir(tmp_path)
+    sd.state_file.write_text(json.dumps({"version": version, "nodes": {}}))
+    with pytest.raises(ProvisionError, match="version"):
+        sd.load()
+
+
+def test_state_file_that_is_a_directory(tmp_path: Path) -> None:
+    sd = StateDir(tmp_path)
+    sd.state_file.mkdir()
+    with pytest.raises(ProvisionError, match="cannot read"):
+        sd.load()
+
+
+# --------------------------------------------------------------------------- atomic_write
+def test_atomic_write_replaces_and_sets_mode(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "f.txt"
+    atomic_write(path, "one")
+    assert path.read_text() == "one"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    atomic_write(path, "two", mode=0o600)
+    assert path.read_text() == "two"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert sorted(p.name for p in path.parent.iterdir()) == ["f.txt"]
+
+
+def test_atomic_write_failure_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "state.json"
+    path.write_text("old")
+
+    def boom(src: str, dst: str) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(state_mod.os, "replace", boom)
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write(path, "new")
+    assert path.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]  # the temporary file is gone
+
+
+# --------------------------------------------------------------------------- directory layout
+def test_ensure_creates_the_layout_with_private_secrets(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        sd = StateDir(tmp_path / ".provision")
+        sd.ensure()
+    finally:
+        os.umask(old)
+    for sub in (sd.facts, sd.runs, sd.inventory, sd.secrets):
+        assert sub.is_dir()
+    assert stat.S_IMODE(sd.secrets.stat().st_mode) == 0o700
+    assert stat.S_IMODE(sd.known_hosts.stat().st_mode) == 0o600
+
+
+def test_ensure_tightens_an_existing_secrets_dir(tmp_path: Path) -> None:
+    sd = StateDir(tmp_path)
+    sd.secrets.mkdir(mode=0o755)
+    os.chmod(sd.secrets, 0o755)
+    sd.ensure()
+    sd.ensure()  # idempotent
+    assert stat.S_IMODE(sd.secrets.stat().st_mode) == 0o700
+
+
+def test_beside_the_manifest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "site").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert StateDir.beside(Path("site/m.yaml")).root == tmp_path / "site" / ".provision"
+    assert StateDir.beside(Path("site/m.yaml"), tmp_path / "elsewhere").root == tmp_path / "elsewhere"
+
+
+# --------------------------------------------------------------------------- the lock
+def test_lock_from_another_process_is_refused_with_the_holder(tmp_path: Path, holder: subprocess.Popen[str]) -> None:
+    sd = StateDir(tmp_path / "state")
+    with pytest.raises(ProvisionError) as info, sd.lock("apply"):
+        pass
+    message = str(info.value)
+    assert message.startswith(f"another provision run holds {sd.root / 'lock'}: ")
+    assert "apply --limit gpu01 by " in message
+    assert f"pid {holder.pid} since " in message
+
+
+def test_lock_is_released_after_the_holder_leaves(tmp_path: Path, holder: subprocess.Popen[str]) -> None:
+    assert holder.stdin is not None and holder.stdout is not None
+    holder.stdin.write("\n")
+    holder.stdin.flush()
+    assert holder.stdout.readline().strip() == "released"
+    holder.wait(timeout=30)
+    sd = StateDir(tmp_path / "state")
+    with sd.lock("apply"):
+        assert f"pid {os.getpid()}" in (sd.root / "lock").read_text()
+
+
+def test_lock_is_released_after_the_context(tmp_path: Path) -> None:
+    sd = StateDir(tmp_path / "state")
+    with sd.lock("apply"):
+        text = (sd.root / "lock").read_text()
+        assert text.startswith("apply by ")
+        assert f"pid {os.getpid()}" in text
+        other = subprocess.run(
+            [sys.executable, "-c", TRY_LOCK, str(sd.root)], capture_output=True, text=True, env=_env(), check=True
+        )
+        assert other.stdout.startswith("refused: another provision run holds")
+        assert f"pid {os.getpid()}" in other.stdout
+    assert (sd.root / "lock").read_text() == ""
+    after = subprocess.run(
+        [sys.executable, "-c", TRY_LOCK, str(sd.root)], capture_output=True, text=True, env=_env(), check=True
+    )
+    assert after.stdout.strip() == "got it"
+
+
+def test_lock_is_released_when_the_body_raises(tmp_path: Path) -> None:
+    sd = StateDir(tmp_path)
+    with pytest.raises(RuntimeError), sd.lock("apply"):
+        raise RuntimeError("boom")
+    with sd.lock("apply"):
+        pass
+
+
+def test_second_lock_in_the_same_process_is_refused(tmp_path: Path) -> None:
+    sd = StateDir(tmp_path)
+    with sd.lock("apply"), pytest.raises(ProvisionError, match="another provision run"), sd.lock("plan"):
+        pass
