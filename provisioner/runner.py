@@ -48,6 +48,7 @@ def ansible_env(state: StateDir, root: Path, node_count: int) -> dict[str, str]:
             "-o ControlPersist=120s",
             f"-o UserKnownHostsFile={state.known_hosts}",
             "-o StrictHostKeyChecking=accept-new",
+            "-o HashKnownHosts=no",
             "-o ServerAliveInterval=15",
             "-o ConnectTimeout=20",
         ]

@@ -180,16 +180,17 @@ def test_apply_configures_three_nodes(cluster: Path) -> None:
     for node in ["e2ehead", "e2enode1", "e2enode2"]:
         _assert_common(node, ["e2ehead", "e2enode1", "e2enode2"])
     # compute nodes follow the head for time; the head serves the management network
-    assert "e2ehead" in _exec("e2enode1", "cat", "/etc/chrony/conf.d/provision.conf")
-    assert "allow 10.213.7.0/24" in _exec("e2ehead", "cat", "/etc/chrony/conf.d/provision.conf")
+    assert "e2ehead" in _exec("e2enode1", "cat", "/etc/chrony/chrony.conf")
+    assert "allow 10.213.7.0/24" in _exec("e2ehead", "cat", "/etc/chrony/chrony.conf")
     state = _state(cluster)
     nodes = state["nodes"]
     assert isinstance(nodes, dict)
     lifecycle = {n: v["lifecycle"] for n, v in nodes.items()}
     assert lifecycle == dict.fromkeys(["e2ehead", "e2enode1", "e2enode2"], "configured")
-    known = (cluster / ".provision" / "known_hosts").read_text()
+    known = cluster / ".provision" / "known_hosts"
     for name in ["e2ehead", "e2enode1", "e2enode2"]:
-        assert NODES[name] in known
+        found = subprocess.run(["ssh-keygen", "-F", NODES[name], "-f", str(known)], capture_output=True, text=True)
+        assert found.returncode == 0 and "ssh-ed25519" in found.stdout, (name, found.stdout)
 
 
 def test_second_apply_changes_nothing(cluster: Path) -> None:

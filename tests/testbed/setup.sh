@@ -109,6 +109,9 @@ EOF
   chroot "$ROOTFS" apt-get clean
   rm -rf "$ROOTFS"/var/lib/apt/lists/* "$ROOTFS"/var/cache/apt/*.bin \
     "$ROOTFS"/var/log/*.log "$ROOTFS"/var/log/apt/* "$ROOTFS"/tmp/*
+  # No package lists: make the (empty) cache look stale, as on a machine installed long
+  # ago, so apt's cache_valid_time refreshes it instead of trusting a fresh mtime.
+  touch -d '2000-01-01 00:00:00' "$ROOTFS"/var/lib/apt/lists
 }
 
 # Stamp: changes whenever the recipe above changes -> image is rebuilt.
@@ -160,6 +163,7 @@ write_if_changed() {
 }
 
 [[ $(id -u) -eq 0 ]] || die "must run as root"
+# shellcheck source=/dev/null
 [[ -r /etc/os-release ]] && . /etc/os-release
 [[ ${ID:-} == debian ]] || log "WARNING: written for Debian 12, this is ${PRETTY_NAME:-unknown}"
 
