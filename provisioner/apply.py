@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import sys
 from collections.abc import Callable
@@ -11,7 +12,7 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from provisioner import inventory
+from provisioner import inventory, slurm
 from provisioner.display import LiveProgress, print_plan, recap_table
 from provisioner.errors import ProvisionError
 from provisioner.manifest.load import Loaded
@@ -32,7 +33,7 @@ TARGETS_GROUP = "provision_targets"
 # Steps that prepare control-machine material before a run (e.g. the munge key). Each gets
 # the loaded manifest and the state directory; areas register theirs in PREPARE_HOOKS.
 PrepareHook = Callable[[Loaded, StateDir], None]
-PREPARE_HOOKS: list[PrepareHook] = []
+PREPARE_HOOKS: list[PrepareHook] = [slurm.prepare_munge_key]
 
 
 @dataclass
@@ -58,9 +59,11 @@ def known_secret_values(loaded: Loaded, state: StateDir) -> list[str]:
     import os
 
     values = [os.environ[name] for name in declared_secret_envs(loaded) if os.environ.get(name)]
-    key = state.secrets / "munge.key"
+    key = state.secrets / slurm.MUNGE_KEY_NAME
     if key.exists():
-        values.append(key.read_bytes().hex())
+        raw = key.read_bytes()
+        values.append(raw.hex())
+        values.append(base64.b64encode(raw).decode())
     return values
 
 

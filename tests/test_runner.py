@@ -226,7 +226,7 @@ def test_declared_and_known_secrets(kit: Any, tmp_path: Path, monkeypatch: pytes
     assert known_secret_values(loaded, sd) == []
     monkeypatch.setenv("TEST_BMC_PASSWORD", "bmc-pass-123")
     (sd.secrets / "munge.key").write_bytes(b"\x01\x02\x03\x04")
-    assert known_secret_values(loaded, sd) == ["bmc-pass-123", "01020304"]
+    assert known_secret_values(loaded, sd) == ["bmc-pass-123", "01020304", "AQIDBA=="]
 
 
 def _result(hosts: list[str], failed: tuple[str, ...] = (), rc: int | None = None) -> RunResult:

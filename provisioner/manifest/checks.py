@@ -332,6 +332,21 @@ def check_slurm(m: Manifest, src: Source) -> list[Diagnostic]:
     return out
 
 
+def check_software(m: Manifest, src: Source) -> list[Diagnostic]:
+    """Driver/CUDA/NCCL/Docker combinations the node's OS cannot install."""
+    from provisioner.rolevars.gpu import stack_errors
+
+    seen: set[str] = set()
+    out: list[Diagnostic] = []
+    for node_name, message in stack_errors(m):
+        if message in seen:
+            continue
+        seen.add(message)
+        node = m.node(node_name)
+        out.append(src.diag(("software",), f"{node_name} ({node.os}): {message}"))
+    return out
+
+
 CHECKS: list[Check] = [
     check_unique_nodes,
     check_addresses,
@@ -340,6 +355,7 @@ CHECKS: list[Check] = [
     check_mergerfs,
     check_docker,
     check_slurm,
+    check_software,
 ]
 
 
