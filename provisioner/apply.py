@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import socket
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -42,6 +44,7 @@ class ApplyOptions:
     check: bool = False
     yes: bool = False
     full: bool = False
+    reinstall: list[str] = field(default_factory=list)
 
 
 def targets_inventory(targets: list[str]) -> str:
@@ -124,6 +127,16 @@ def apply(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Console)
 
         files = inventory.build(m, source=str(loaded.path), state_dir=state.root)
         inventory.write(files, state.inventory)
+        install_failed = install_phase(loaded, state, st, opts, console)
+        if install_failed:
+            # nodes that did not install cannot be configured in this run
+            opts = ApplyOptions(**{**opts.__dict__, "limit": [n for n in (opts.limit or m.node_names())
+                                                              if n not in install_failed]})
+            plan = compute(m, st, load_plays(site), limit=opts.limit, full=opts.full)
+            if not opts.limit:
+                console.print(f"no node left to configure; failed installs: {', '.join(install_failed)}",
+                              style="red", highlight=False)
+                return 1
         (state.inventory / "targets.yml").write_text(targets_inventory(plan.targets))
 
         run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
@@ -146,7 +159,7 @@ def apply(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Console)
         record.finished = now()
         record.failed = result.failed_hosts
         record.changed = {h: p.changed for h, p in result.hosts.items()}
-        ok = result.rc == 0 and not result.failed_hosts and not leaks
+        ok = result.rc == 0 and not result.failed_hosts and not leaks and not install_failed
         record.result = "ok" if ok else "failed"
         if not opts.check:
             record_result(st, loaded, plan, result, run_hosts, opts)
@@ -165,6 +178,83 @@ def apply(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Console)
             console.print(f"failed nodes: {', '.join(result.failed_hosts)}; re-run apply to continue them",
                           style="red", highlight=False)
         return 0 if ok else 1
+
+
+def answers_ssh(address: str, port: int = 22, timeout: float = 3.0) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def install_phase(
+    loaded: Loaded, state: StateDir, st: State, opts: ApplyOptions, console: Console
+) -> list[str]:
+    """Install new nodes (and --reinstall ones) over BMC + PXE before configuring them.
+
+    A ``new`` node that already answers SSH is taken as installed by hand and never
+    wiped: only ``--reinstall NODE`` reinstalls a running machine. Returns failed nodes.
+    """
+    from provisioner import baremetal
+    from provisioner.display import install_table
+
+    m = loaded.manifest
+    states = {name: ns.lifecycle for name, ns in st.nodes.items()}
+    try:
+        targets, _skipped = baremetal.plan_installs(m, states, opts.reinstall)
+    except KeyError as exc:
+        raise ProvisionError(str(exc.args[0])) from None
+    if opts.limit is not None:
+        targets = [t for t in targets if t in opts.limit]
+    fresh = [t for t in targets if t not in opts.reinstall]
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        probes = pool.map(lambda n: answers_ssh(str(m.node(n).ip), m.cluster.ssh.port), fresh)
+        alive = dict(zip(fresh, probes, strict=True))
+    for name in [n for n in fresh if alive.get(n)]:
+        console.print(f"{name}: state 'new' but it answers SSH: taken as installed (--reinstall {name} wipes it)",
+                      style="yellow", highlight=False)
+        st.node(name).lifecycle = "installed"
+        targets.remove(name)
+    if not targets:
+        return []
+    if opts.check:
+        console.print(f"check: would install over PXE: {', '.join(targets)}", highlight=False)
+        return []
+    if opts.reinstall and not opts.yes:
+        if not sys.stdin.isatty():
+            raise ProvisionError("--reinstall wipes disks; confirm on a terminal or pass --yes")
+        answer = console.input(f"Reinstall (wipe) {', '.join(opts.reinstall)}? type 'reinstall' to go on: ")
+        if answer.strip() != "reinstall":
+            raise ProvisionError("aborted: nothing was reinstalled")
+    console.print(f"installing over PXE: {', '.join(targets)}", highlight=False)
+    root = project_root()
+    run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ") + "-pxe"
+    head = m.head.name
+    (state.inventory / "targets.yml").write_text(targets_inventory([head]))
+    with LiveProgress(console, "PXE server") as live:
+        tracker = Tracker([head], on_change=live.update)
+        result = run_playbook(
+            state=state, run_id=run_id, playbook=root / "playbooks" / "pxe.yml", inventory=state.inventory,
+            hosts=[head], extravars={TARGETS_GROUP: TARGETS_GROUP, **baremetal.arm_extra_vars(targets)},
+            limit=[head], tracker=tracker, secret_names=declared_secret_envs(loaded),
+        )
+    if result.failed_hosts:
+        console.print(recap_table(result, "PXE server"))
+        raise ProvisionError(f"the PXE server on {head} could not be prepared; no node was installed")
+    results = baremetal.install_nodes(m, targets, known_hosts=state.known_hosts)
+    console.print(install_table(results))
+    failed = []
+    for r in results:
+        ns = st.node(r.node)
+        if r.ok:
+            ns.lifecycle = "installed"
+            ns.fingerprints = {}  # a fresh OS: every node-local play runs
+        else:
+            failed.append(r.node)
+            ns.last_result = f"install failed at {r.stage}: {r.reason}"
+    state.save(st)
+    return failed
 
 
 def default_inventory_dir(cluster: str) -> Path:

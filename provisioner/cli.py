@@ -48,6 +48,14 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--check", action="store_true", help="dry run: Ansible check mode, state not updated")
     ap.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     ap.add_argument("--full", action="store_true", help="run node-local plays on every node (drift repair)")
+    ap.add_argument("--reinstall", metavar="NODES",
+                    help="reinstall the OS on these nodes over BMC + PXE (wipes their install disks)")
+
+    bmc = add("bmc", "BMC power and boot control over the manifest's nodes")
+    bmc.add_argument("action", choices=["status", "on", "off", "cycle", "pxe", "disk"],
+                     help="status; power on/off/cycle; next boot (only) from pxe or disk")
+    bmc.add_argument("--limit", help="only these nodes (names, ranges like gpu[01-04], @role; comma-separated)")
+    bmc.add_argument("--no-wait", action="store_true", help="do not wait for the power state to settle")
     return p
 
 
@@ -127,11 +135,30 @@ def cmd_plan(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 def cmd_apply(args: argparse.Namespace, out: Console, err: Console) -> int:
     loaded = _load(err, args.manifest)
-    opts = ApplyOptions(limit=_limit(loaded, args.limit), check=args.check, yes=args.yes, full=args.full)
+    opts = ApplyOptions(limit=_limit(loaded, args.limit), check=args.check, yes=args.yes, full=args.full,
+                        reinstall=_limit(loaded, args.reinstall) or [])
     return apply(loaded, StateDir.beside(args.manifest, args.state_dir), opts, out)
 
 
-COMMANDS = {"validate": cmd_validate, "inventory": cmd_inventory, "plan": cmd_plan, "apply": cmd_apply}
+def cmd_bmc(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from provisioner.bmc import bmc_power, bmc_pxe, bmc_status
+    from provisioner.display import bmc_table
+
+    loaded = _load(err, args.manifest)
+    names = _limit(loaded, args.limit)
+    nodes = [n for n in loaded.manifest.nodes if names is None or n.name in names]
+    if args.action == "status":
+        rows = bmc_status(nodes)
+    elif args.action in ("on", "off", "cycle"):
+        rows = bmc_power(nodes, args.action, wait=not args.no_wait)
+    else:
+        rows = bmc_pxe(nodes, target=args.action)
+    out.print(bmc_table(rows, f"bmc {args.action}"))
+    return 0 if all(r.ok for r in rows) else 1
+
+
+COMMANDS = {"validate": cmd_validate, "inventory": cmd_inventory, "plan": cmd_plan, "apply": cmd_apply,
+            "bmc": cmd_bmc}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

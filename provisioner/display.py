@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from provisioner.baremetal import InstallResult
+from provisioner.bmc import BmcRow
 from provisioner.errors import Diagnostic
 from provisioner.plan import Plan
 from provisioner.runner import RunResult, Tracker
@@ -91,6 +94,29 @@ class LiveProgress:
             for err in p.errors[seen:]:
                 self.console.print(f"{p.host}: FAILED {err}", style="red", markup=False, highlight=False)
             self._seen_errors[p.host] = len(p.errors)
+
+
+def install_table(results: Sequence[InstallResult]) -> Table:
+    table = Table(title="bare-metal installs", title_justify="left")
+    for col in ("node", "result", "stage", "seconds", "reason"):
+        table.add_column(col)
+    for r in results:
+        style = "green" if r.ok else "red"
+        table.add_row(r.node, f"[{style}]{'ok' if r.ok else 'failed'}[/]", r.stage, f"{r.seconds:.0f}",
+                      "; ".join([r.reason, *r.warnings]))
+    return table
+
+
+def bmc_table(rows: Sequence[BmcRow], title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in ("node", "bmc", "address", "power", "next boot", "result"):
+        table.add_column(col)
+    for row in rows:
+        result = "[green]ok[/]" if row.ok else f"[red]{row.message}[/]"
+        if row.ok and row.warnings:
+            result += " [yellow]" + "; ".join(row.warnings) + "[/]"
+        table.add_row(row.node, row.type, row.address, row.power or "", row.boot or "", result)
+    return table
 
 
 def recap_table(result: RunResult, title: str) -> Table:

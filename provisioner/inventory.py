@@ -62,8 +62,36 @@ def host_entry(m: Manifest, node: Node) -> dict[str, Any]:
     return entry
 
 
+class Unsafe(str):
+    """A value Ansible must never template (rendered file contents: an SSH key comment
+    holding ``{{ ... }}`` must not run Jinja on the head node). Dumped as ``!unsafe``."""
+
+
+def _represent_unsafe(dumper: yaml.SafeDumper, value: Unsafe) -> yaml.ScalarNode:
+    return dumper.represent_scalar("!unsafe", str(value), style="|")
+
+
+DUMPER.add_representer(Unsafe, _represent_unsafe)
+
+# Keys whose string values are file contents: always !unsafe.
+UNSAFE_KEYS = frozenset({"content"})
+
+
+def mark_unsafe(data: Any) -> Any:
+    """Copy of ``data`` with file-content strings wrapped in :class:`Unsafe`."""
+    if isinstance(data, dict):
+        return {
+            k: Unsafe(v) if k in UNSAFE_KEYS and isinstance(v, str) else mark_unsafe(v) for k, v in data.items()
+        }
+    if isinstance(data, list):
+        return [mark_unsafe(v) for v in data]
+    return data
+
+
 def _dump(data: Any, source: str) -> str:
-    body = yaml.dump(data, Dumper=DUMPER, sort_keys=True, default_flow_style=False, width=100, allow_unicode=True)
+    body = yaml.dump(
+        mark_unsafe(data), Dumper=DUMPER, sort_keys=True, default_flow_style=False, width=100, allow_unicode=True
+    )
     return HEADER.format(source=source) + "---\n" + body
 
 

@@ -120,6 +120,20 @@ class NodeRangeError(RangeError):
         self.path = path
 
 
+def _nth_disk(disk: str, offset: int, count: int, where: PathKey) -> str:
+    """Install disks of a ranged node may be a range too (by-id names carry serials):
+    ``nvme-SSD_S7H[01-04]`` gives the first node S7H01, the second S7H02, ..."""
+    try:
+        items = expand(disk)
+    except RangeError as exc:
+        raise NodeRangeError(where, str(exc)) from None
+    if len(items) == 1:
+        return items[0]
+    if len(items) != count:
+        raise NodeRangeError(where, f"install disk range {disk!r} has {len(items)} items for {count} nodes")
+    return items[offset]
+
+
 def expand_nodes(nodes: list[Node]) -> list[Node]:
     """Expand ``gpu[01-04]`` entries into one node each; addresses increment per node."""
     out: list[Node] = []
@@ -147,7 +161,9 @@ def expand_nodes(nodes: list[Node]) -> list[Node]:
                     bmc = bmc.model_copy(update={"address": str(add_ip(bmc.ipv4, offset))})
                 except RangeError as exc:
                     raise NodeRangeError(where, f"{node.name}: BMC {exc}") from None
-            copy = node.model_copy(update={"name": name, "interfaces": interfaces, "bmc": bmc})
+            disks = [_nth_disk(d, offset, len(names), ("nodes", index, "install_disks", i))
+                     for i, d in enumerate(node.install_disks)]
+            copy = node.model_copy(update={"name": name, "interfaces": interfaces, "bmc": bmc, "install_disks": disks})
             copy._source_index = index
             out.append(copy)
     return out

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner.manifest.model import Manifest, Node
-from provisioner.rolevars import common
+from provisioner.rolevars import baremetal, common, gpu, slurm, storage
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,10 @@ class Area:
 
 AREAS: tuple[Area, ...] = (
     Area("common", common.cluster_vars, common.node_vars, frozenset({"common_hosts"})),
+    Area("storage", storage.cluster_vars, storage.node_vars),
+    Area("gpu", gpu.cluster_vars, gpu.node_vars),
+    Area("slurm", slurm.cluster_vars, slurm.node_vars, slurm.LIGHT_KEYS),
+    Area("baremetal", baremetal.cluster_vars, baremetal.node_vars, baremetal.LIGHT_KEYS),
 )
 
 
