@@ -347,6 +347,23 @@ def check_software(m: Manifest, src: Source) -> list[Diagnostic]:
     return out
 
 
+def check_storage_vars(m: Manifest, src: Source) -> list[Diagnostic]:
+    """Storage settings a node cannot carry out (e.g. an RDMA mount without an IB interface)."""
+    from provisioner.rolevars.storage import node_vars
+    from provisioner.storage import StorageError
+
+    out: list[Diagnostic] = []
+    seen: set[str] = set()
+    for node in m.nodes:
+        try:
+            node_vars(m, node)
+        except StorageError as exc:
+            if str(exc) not in seen:
+                seen.add(str(exc))
+                out.append(src.diag(_node_path(node), f"{node.name}: {exc}"))
+    return out
+
+
 CHECKS: list[Check] = [
     check_unique_nodes,
     check_addresses,
@@ -355,8 +372,11 @@ CHECKS: list[Check] = [
     check_mergerfs,
     check_docker,
     check_slurm,
-    check_software,
 ]
+
+# Checks that compute role variables: they assume the references above resolve, so they
+# run only on an otherwise clean manifest.
+DEEP_CHECKS: list[Check] = [check_software, check_storage_vars]
 
 
 def run_checks(m: Manifest, src: Source) -> tuple[list[Diagnostic], list[Diagnostic]]:
@@ -366,4 +386,9 @@ def run_checks(m: Manifest, src: Source) -> tuple[list[Diagnostic], list[Diagnos
         for d in check(m, src):
             (warnings if d.severity == "warning" else errors).append(d)
     zerr, zwarn = check_zfs(m, src)
-    return errors + zerr, warnings + zwarn
+    errors, warnings = errors + zerr, warnings + zwarn
+    if not errors:
+        for check in DEEP_CHECKS:
+            for d in check(m, src):
+                (warnings if d.severity == "warning" else errors).append(d)
+    return errors, warnings
