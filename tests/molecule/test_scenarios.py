@@ -7,6 +7,7 @@ Each scenario under molecule/<name>/ becomes one test; its full log goes to
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -29,12 +30,24 @@ def _testbed_missing() -> str | None:
     return None if probe.returncode == 0 else f"{IMAGE} is missing (run tests/testbed/setup.sh)"
 
 
+def _scenario_text(scenario: str) -> str:
+    """Every playbook of a scenario plus the project playbooks it imports."""
+    texts = [p.read_text() for p in (ROOT / "molecule" / scenario).glob("*.yml")]
+    imported = re.findall(r"import_playbook:\s*['\"]?([^'\"\s]+)", " ".join(texts))
+    for rel in imported:
+        path = (ROOT / "molecule" / scenario / rel).resolve()
+        if path.is_file():
+            texts.append(path.read_text())
+    return "\n".join(texts)
+
+
 def test_every_role_has_a_scenario() -> None:
     roles = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "tasks" / "main.yml").is_file())
     covered = set(SCENARIOS)
-    text = " ".join((ROOT / "molecule" / s / "converge.yml").read_text() for s in SCENARIOS
-                    if (ROOT / "molecule" / s / "converge.yml").exists())
-    missing = [r for r in roles if r not in covered and r not in text]
+    text = "\n".join(_scenario_text(s) for s in SCENARIOS)
+    used = set(re.findall(r"\b(?:role|name):[ \t]*([a-z_]+)", text))
+    used |= set(re.findall(r"^\s*-\s*([a-z_]+)\s*$", text, re.M))
+    missing = [r for r in roles if r not in covered and r not in used]
     assert missing == [], f"roles without a molecule scenario: {missing}"
 
 
