@@ -42,6 +42,7 @@ def minimal_manifest() -> dict[str, Any]:
             {
                 "name": "head01",
                 "roles": ["head", "storage"],
+                "os": "ubuntu-24.04",
                 "interfaces": {
                     "management": {"ip": "10.0.0.10", "mac": "52:54:00:00:00:10", "interface": "eno1"},
                     "data": {"ip": "10.0.2.10", "interface": "ens1"},
@@ -56,6 +57,7 @@ def minimal_manifest() -> dict[str, Any]:
             {
                 "name": "node[01-02]",
                 "roles": ["compute"],
+                "os": "ubuntu-24.04",
                 "interfaces": {
                     "management": {"ip": "10.0.0.21", "mac": "52:54:00:00:00:21", "interface": "eno1"},
                     "data": {"ip": "10.0.2.21", "interface": "ens1"},
@@ -74,6 +76,8 @@ def minimal_manifest() -> dict[str, Any]:
             },
         ],
         "slurm": {"partitions": [{"name": "batch", "nodes": ["@compute"], "default": True}]},
+        # Ubuntu 24.04 compute nodes: Slurm 23.11 fences GPUs with cgroup v2 (22.04 warns)
+        "software": {"cuda": {"versions": ["12.6"]}},
     }
 
 

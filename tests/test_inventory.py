@@ -180,7 +180,7 @@ def test_host_vars_and_provision_vars(kit: Any, tmp_path: Path) -> None:
     files = inventory.build(m, source="m", state_dir=tmp_path / "state")
     hv = parsed(files, "host_vars/node01.yml")
     assert hv["provision_node_roles"] == ["compute"]
-    assert hv["provision_node_os"] == "ubuntu-22.04"
+    assert hv["provision_node_os"] == "ubuntu-24.04"
     assert hv["common_hostname"] == "node01"
     pv = parsed(files, "group_vars/all/provision.yml")
     assert pv["provision_cluster_name"] == "testc"

@@ -374,9 +374,15 @@ CHECKS: list[Check] = [
     check_slurm,
 ]
 
+def check_slurm_problems(m: Manifest, src: Source) -> list[Diagnostic]:
+    from provisioner.slurm import problems
+
+    return [src.diag(("slurm",), message.removeprefix("slurm: "), "warning") for message in problems(m)]
+
+
 # Checks that compute role variables: they assume the references above resolve, so they
 # run only on an otherwise clean manifest.
-DEEP_CHECKS: list[Check] = [check_software, check_storage_vars]
+DEEP_CHECKS: list[Check] = [check_software, check_storage_vars, check_slurm_problems]
 
 
 def run_checks(m: Manifest, src: Source) -> tuple[list[Diagnostic], list[Diagnostic]]:

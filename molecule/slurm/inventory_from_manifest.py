@@ -1,0 +1,54 @@
+"""Stand-in for `provision apply`'s inventory step in the slurm scenario.
+
+Usage: inventory_from_manifest.py MANIFEST STATE_DIR OUT_FILE
+
+Loads the test manifest, creates the munge key in STATE_DIR (as apply does) and writes a
+YAML inventory with the Slurm groups and exactly what provisioner.rolevars.slurm emits:
+cluster_vars under all.vars (plus provision_state_dir), node_vars per host. Prints
+"changed" when OUT_FILE was (re)written, "unchanged" otherwise.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from provisioner.manifest import load_manifest
+from provisioner.rolevars import slurm as slurm_vars
+from provisioner.slurm import controller, ensure_munge_key, slurm_nodes
+
+
+def inventory(manifest_file: str, state_dir: Path) -> dict[str, Any]:
+    m = load_manifest(manifest_file).manifest
+    slurm_node = {n.name: slurm_vars.node_vars(m, n) for n in m.nodes if slurm_vars.is_slurm_node(m, n)}
+    return {
+        "all": {
+            "vars": {"provision_state_dir": str(state_dir), **slurm_vars.cluster_vars(m)},
+            "children": {
+                "slurm_controller": {"hosts": {controller(m).name: None}},
+                "slurm_compute": {"hosts": {n.name: None for n in slurm_nodes(m)}},
+                "slurm_node": {"hosts": slurm_node},
+            },
+        }
+    }
+
+
+def main(argv: list[str]) -> int:
+    manifest_file, state_dir, out_file = argv[1], Path(argv[2]), Path(argv[3])
+    ensure_munge_key(state_dir / slurm_vars.MUNGE_KEY_RELATIVE)
+    text = "# Written by molecule/slurm/inventory_from_manifest.py\n" + yaml.safe_dump(
+        inventory(manifest_file, state_dir), sort_keys=False
+    )
+    if out_file.exists() and out_file.read_text() == text:
+        print("unchanged")
+        return 0
+    out_file.write_text(text)
+    print("changed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

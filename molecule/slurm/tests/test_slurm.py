@@ -1,0 +1,234 @@
+"""Verify the Slurm cluster the scenario built: real daemons, real jobs.
+
+Runs after converge, idempotence and side_effect: slurm-gpu03 was added to the manifest
+while a long job ran on slurm-gpu01 (the job id is in /root/long_job_id on the head).
+Every check runs commands on the head (and reads files on the nodes).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import testinfra
+
+# podman exec directly: the ansible backend spawns `ansible` for every command (minutes).
+testinfra_hosts = ["podman://slurm-head"]
+
+COMPUTE = ["slurm-gpu01", "slurm-gpu02", "slurm-gpu03"]
+ALL = ["slurm-head", *COMPUTE]
+GRES = "gpu:tesla_t4:2"
+ENXIO, EPERM = 6, 1
+
+# Opens both fake GPUs and reports errno per device: 0 or ENXIO (no driver behind the
+# device node) = the cgroup lets the job open it; EPERM = fenced by ConstrainDevices.
+PROBE = (
+    "import json, os\n"
+    "res = {}\n"
+    "for d in ('/dev/nvidia0', '/dev/nvidia1'):\n"
+    "    try:\n"
+    "        os.close(os.open(d, os.O_RDWR)); res[d] = 0\n"
+    "    except OSError as e:\n"
+    "        res[d] = e.errno\n"
+    "print(json.dumps({'cvd': os.environ.get('CUDA_VISIBLE_DEVICES'), 'open': res,\n"
+    "                  'host': os.uname().nodename}))\n"
+)
+
+
+def node(name: str) -> Any:
+    return testinfra.get_host(f"podman://{name}")
+
+
+def wait_for(what: str, probe: Callable[[], Any], timeout: float = 90, step: float = 3) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(step)
+    pytest.fail(f"timed out waiting for {what}; last: {last!r}")
+
+
+def sinfo(host: Any) -> dict[str, tuple[str, str]]:
+    out = host.check_output("sinfo -N --noheader -p gpu -o '%N %t %G'")
+    rows = [line.split() for line in out.splitlines() if line.strip()]
+    return {r[0]: (r[1], r[2]) for r in rows}
+
+
+def srun_probe(host: Any, *args: str) -> dict[str, Any]:
+    cmd = "srun --time=2 " + " ".join(args) + " python3 -c " + _quote(PROBE)
+    return json.loads(host.check_output(cmd).strip().splitlines()[-1])
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def long_job_id(host: Any) -> str:
+    return host.file("/root/long_job_id").content_string.strip()
+
+
+# --- munge -----------------------------------------------------------------------------
+
+
+def test_munge_key_same_everywhere_and_private() -> None:
+    digests = set()
+    for name in ALL:
+        key = node(name).file("/etc/munge/munge.key")
+        assert key.user == "munge" and key.group == "munge" and key.mode == 0o400, name
+        assert key.size == 1024, name
+        digests.add(node(name).check_output("sha256sum /etc/munge/munge.key").split()[0])
+    assert len(digests) == 1
+
+
+def test_munge_credential_crosses_nodes(host: Any) -> None:
+    cred = host.check_output("munge -n -s slurm-test")
+    out = node("slurm-gpu03").check_output(f"printf %s {_quote(cred)} | unmunge")
+    assert "STATUS:          Success (0)" in out
+    assert "slurm-test" in out
+
+
+# --- daemons and files -----------------------------------------------------------------
+
+
+def test_head_daemons(host: Any) -> None:
+    for svc in ("munge", "mariadb", "slurmdbd", "slurmctld"):
+        assert host.service(svc).is_running, svc
+        assert host.service(svc).is_enabled, svc
+    assert host.socket("tcp://0.0.0.0:6817").is_listening
+    assert host.socket("tcp://0.0.0.0:6819").is_listening
+    assert not host.service("slurmd").is_running
+
+
+@pytest.mark.parametrize("name", COMPUTE)
+def test_compute_daemons(name: str) -> None:
+    n = node(name)
+    assert n.service("munge").is_running
+    assert n.service("slurmd").is_running and n.service("slurmd").is_enabled
+    assert n.socket("tcp://0.0.0.0:6818").is_listening
+
+
+def test_slurm_conf_identical_and_from_manifest(host: Any) -> None:
+    text = host.file("/etc/slurm/slurm.conf").content_string
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    for name in COMPUTE:
+        other = node(name).file("/etc/slurm/slurm.conf").content_string
+        assert hashlib.sha256(other.encode()).hexdigest() == digest, name
+    lines = text.splitlines()
+    assert (
+        "NodeName=slurm-gpu[01-03] Sockets=1 CoresPerSocket=1 ThreadsPerCore=1 RealMemory=2048 "
+        f"Gres={GRES} State=UNKNOWN"
+    ) in lines
+    assert "PartitionName=gpu Nodes=slurm-gpu[01-03] Default=YES MaxTime=02:00:00 State=UP" in lines
+    assert "SelectType=select/cons_tres" in lines and "GresTypes=gpu" in lines
+    assert "SlurmctldHost=slurm-head" in lines
+
+
+@pytest.mark.parametrize("name", COMPUTE)
+def test_gres_and_cgroup_conf(name: str) -> None:
+    n = node(name)
+    assert "Name=gpu Type=tesla_t4 File=/dev/nvidia[0-1]" in n.file("/etc/slurm/gres.conf").content_string
+    cg = n.file("/etc/slurm/cgroup.conf").content_string.splitlines()
+    assert {"ConstrainCores=yes", "ConstrainRAMSpace=yes", "ConstrainDevices=yes"} <= set(cg)
+
+
+def test_slurmdbd_conf_private(host: Any) -> None:
+    f = host.file("/etc/slurm/slurmdbd.conf")
+    assert f.user == "slurm" and f.mode == 0o600
+    assert not [line for line in f.content_string.splitlines() if line.startswith("StoragePass")]
+
+
+# --- scheduling ------------------------------------------------------------------------
+
+
+def test_sinfo_nodes_with_gres(host: Any) -> None:
+    def ready() -> dict[str, tuple[str, str]] | None:
+        rows = sinfo(host)
+        ok = (rows.get("slurm-gpu02", ("",))[0] == "idle" and rows.get("slurm-gpu03", ("",))[0] == "idle"
+              and rows.get("slurm-gpu01", ("",))[0] in ("alloc", "mix"))
+        return rows if ok else None
+
+    rows = wait_for("gpu02/gpu03 idle and gpu01 busy with the long job", ready)
+    assert set(rows) == set(COMPUTE)
+    for name in COMPUTE:
+        assert rows[name][1] == GRES, rows
+    debug = host.check_output("scontrol show partition debug")
+    assert "Nodes=slurm-gpu01" in debug and "MaxTime=00:10:00" in debug
+
+
+def test_srun_two_nodes(host: Any) -> None:
+    out = host.check_output("srun --time=2 -N2 -w slurm-gpu02,slurm-gpu03 hostname")
+    assert sorted(out.split()) == ["slurm-gpu02", "slurm-gpu03"]
+
+
+def test_one_gpu_job_sees_one_device_and_cannot_open_the_other(host: Any) -> None:
+    res = srun_probe(host, "-w slurm-gpu02", "--gres=gpu:1")
+    assert res["host"] == "slurm-gpu02"
+    assert res["cvd"] is not None and len(res["cvd"].split(",")) == 1, res
+    errnos = sorted(res["open"].values())
+    # exactly one device usable (no driver: ENXIO), the other fenced by the cgroup
+    assert errnos == sorted([ENXIO, EPERM]), res
+
+
+def test_two_gpu_job_opens_both(host: Any) -> None:
+    res = srun_probe(host, "-w slurm-gpu03", "--gres=gpu:2")
+    assert res["cvd"] is not None and len(res["cvd"].split(",")) == 2, res
+    assert set(res["open"].values()) == {ENXIO}, res
+
+
+def test_job_without_gpus_opens_none(host: Any) -> None:
+    res = srun_probe(host, "-w slurm-gpu02")
+    assert set(res["open"].values()) == {EPERM}, res
+
+
+def test_sbatch_on_new_node_writes_output_and_is_accounted(host: Any) -> None:
+    job = host.check_output(
+        "sbatch --parsable --wait --time=2 -w slurm-gpu03 --gres=gpu:1 -o /root/batch-%j.out "
+        "--wrap 'echo ran-on-$(hostname) gpus=$CUDA_VISIBLE_DEVICES'"
+    ).strip()
+    out = node("slurm-gpu03").file(f"/root/batch-{job}.out")
+    assert out.exists
+    assert re.fullmatch(r"ran-on-slurm-gpu03 gpus=\d", out.content_string.strip()), out.content_string
+
+    def accounted() -> str | None:
+        rows = host.check_output(f"sacct -n -X -P -j {job} -o JobID,State,NodeList").strip()
+        return rows if f"{job}|COMPLETED|slurm-gpu03" in rows else None
+
+    wait_for("sacct to list the batch job", accounted, timeout=60)
+    in_db = host.check_output(
+        f"mysql -N -B slurm_acct_db -e 'select id_job, nodelist from slurmtest_job_table where id_job={job}'"
+    )
+    assert in_db.split() == [job, "slurm-gpu03"]
+
+
+# --- node add ----------------------------------------------------------------------------
+
+
+def _systemd_start(n: Any, unit: str) -> dt.datetime:
+    value = n.check_output(f"systemctl show -p ActiveEnterTimestamp --value {unit}")
+    return dt.datetime.strptime(value.strip(), "%a %Y-%m-%d %H:%M:%S %Z")
+
+
+def test_long_job_survived_the_node_add(host: Any) -> None:
+    job = long_job_id(host)
+    state, nodes, start = host.check_output(f"squeue --noheader -j {job} -o '%T %N %S'").split()
+    assert (state, nodes) == ("RUNNING", "slurm-gpu01")
+    started = dt.datetime.fromisoformat(start)
+    # the node add really restarted the daemons after the job had started
+    assert _systemd_start(host, "slurmctld") > started
+    assert _systemd_start(node("slurm-gpu01"), "slurmd") > started
+    # and the job's process is still the original one on gpu01
+    assert node("slurm-gpu01").run("pgrep -f 'sleep 3000'").rc == 0
+
+
+def test_new_node_joined_the_cluster(host: Any) -> None:
+    info = host.check_output("scontrol show node slurm-gpu03")
+    assert f"Gres={GRES}" in info and "RealMemory=2048" in info
+    assert "State=IDLE" in info or "State=MIXED" in info or "State=ALLOCATED" in info
