@@ -66,9 +66,9 @@ def main() -> None:
         text = manifest_text(n)
         loaded = load_text(text, "bench.yaml")
         m = loaded.manifest
-        t_load = median_time(lambda: load_text(text, "bench.yaml"), args.repeat)
-        t_inv = median_time(lambda: inventory.build(m, source="bench.yaml"), args.repeat)
-        t_plan = median_time(lambda: compute(m, State(), PLAYS), args.repeat)
+        t_load = median_time(lambda text=text: load_text(text, "bench.yaml"), args.repeat)
+        t_inv = median_time(lambda m=m: inventory.build(m, source="bench.yaml"), args.repeat)
+        t_plan = median_time(lambda m=m: compute(m, State(), PLAYS), args.repeat)
         print(f"{len(m.nodes):>6} {t_load * 1000:>12.1f} {t_inv * 1000:>13.1f} {t_plan * 1000:>9.1f}")
 
 

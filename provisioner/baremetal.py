@@ -19,14 +19,11 @@ stops the others. Which nodes to install is :func:`plan_installs`: nodes in stat
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import hmac
 import json
 import logging
-import os
 import socket
-import tempfile
 import threading
 import time
 import urllib.error
@@ -41,6 +38,7 @@ import paramiko
 from provisioner.bmc import Bmc, BmcError, make_bmc, wait_for_power
 from provisioner.installcfg import PXE_HTTP_PORT, install_server, not_installable
 from provisioner.manifest.model import Manifest, Node
+from provisioner.state import atomic_write
 
 BmcFactory = Callable[[Node], Bmc]
 EventSink = Callable[[str, str], None]
@@ -247,17 +245,7 @@ def record_host_keys(path: Path, names: Sequence[str], keys: Sequence[str]) -> N
             mode = path.stat().st_mode & 0o777
         except FileNotFoundError:
             old, mode = "", 0o644
-        new = updated_known_hosts(old, names, keys)
-        fd, tmp = tempfile.mkstemp(prefix=".known_hosts.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(new)
-            os.chmod(tmp, mode)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        atomic_write(path, updated_known_hosts(old, names, keys), mode)
 
 
 # --------------------------------------------------------------------------- lifecycle

@@ -7,15 +7,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from emulators.ports import free_udp_port
+from emulators.process import EmulatorProcess
 
 SCRIPT = Path(__file__).with_name("ipmi_bmc.py")
 
 
-class IpmiEmulator:
+class IpmiEmulator(EmulatorProcess):
     """``with IpmiEmulator(tmp_path, "admin", "pw") as bmc: bmc.port, bmc.state()``"""
 
     def __init__(self, workdir: Path, user: str, password: str, *, boot_delay: float = 1.0) -> None:
@@ -49,22 +49,6 @@ class IpmiEmulator:
             time.sleep(0.1)
         return self
 
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-
-    def __enter__(self) -> IpmiEmulator:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
 
     def state(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(self.state_file.read_text())

@@ -16,7 +16,6 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import bcrypt
@@ -27,6 +26,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from emulators.ports import free_tcp_port
+from emulators.process import EmulatorProcess
 
 
 def self_signed_cert(directory: Path) -> tuple[Path, Path]:
@@ -66,7 +66,7 @@ def fake_system(name: str, *, power: str = "Off", mac: str = "52:54:00:00:00:01"
     }
 
 
-class RedfishEmulator:
+class RedfishEmulator(EmulatorProcess):
     """``with RedfishEmulator(tmp_path, [fake_system("gpu01")], {"admin": "pw"}) as bmc:``"""
 
     def __init__(self, workdir: Path, systems: list[dict[str, Any]], users: dict[str, str]) -> None:
@@ -133,22 +133,6 @@ class RedfishEmulator:
             time.sleep(0.2)
         return False
 
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-
-    def __enter__(self) -> RedfishEmulator:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
 
     # ------------------------------------------------------------------ inspection
     def system(self, name: str) -> dict[str, Any]:
