@@ -247,3 +247,22 @@ def test_concurrent_apply_is_refused(cluster: Path) -> None:
         r = _provision("apply", str(cluster / "cluster.yaml"), "--yes", cwd=cluster)
     assert r.returncode == 1
     assert "another provision run holds" in r.stderr and "tester" in r.stderr
+
+
+def test_changed_host_key_is_refused(cluster: Path) -> None:
+    """First contact is recorded; a node presenting another key later is an error, not a prompt."""
+    known = cluster / ".provision" / "known_hosts"
+    original = known.read_text()
+    ip = NODES["e2enode2"]
+    impostor = cluster / "impostor"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(impostor)], check=True)
+    fake_key = " ".join(impostor.with_suffix(".pub").read_text().split()[:2])
+    lines = [line for line in original.splitlines() if not line.startswith(f"{ip} ")]
+    known.write_text("\n".join([*lines, f"{ip} {fake_key}"]) + "\n")
+    try:
+        r = _provision("apply", str(cluster / "cluster.yaml"), "--yes", "--limit", "e2enode2", "--full", cwd=cluster)
+        assert r.returncode == 1
+        assert "e2enode2" in r.stdout and "unreachable" in r.stdout
+        assert "HOST IDENTIFICATION HAS CHANGED" in r.stdout or "Host key verification failed" in r.stdout
+    finally:
+        known.write_text(original)

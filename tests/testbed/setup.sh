@@ -289,7 +289,14 @@ if [[ ${TESTBED_SKIP_SMOKE:-0} != 1 ]]; then
   podman rm -f "$name" >/dev/null 2>&1 || true
   podman run -d --name "$name" --systemd=always "$IMAGE" >/dev/null
   trap 'podman rm -f "$name" >/dev/null 2>&1 || true' EXIT
-  state=$(podman exec "$name" timeout 60 systemctl is-system-running --wait 2>/dev/null || true)
+  # systemd may not even accept connections right after `run -d`: ask again until it
+  # answers with a final state, for up to 90 s.
+  state=""
+  for _ in $(seq 1 45); do
+    state=$(podman exec "$name" timeout 60 systemctl is-system-running --wait 2>/dev/null || true)
+    [[ $state == running || $state == degraded ]] && break
+    sleep 2
+  done
   log "systemd in container: ${state}"
   if [[ $state != running && $state != degraded ]]; then
     podman exec "$name" systemctl --failed --no-pager || true
