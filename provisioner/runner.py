@@ -60,6 +60,12 @@ def ansible_env(state: StateDir, root: Path, node_count: int) -> dict[str, str]:
         "ANSIBLE_ROLES_PATH": str(root / "roles"),
         "ANSIBLE_PIPELINING": "True",
         "ANSIBLE_SSH_ARGS": ssh_args,
+        # OpenSSH's own %C hash: short socket paths, and `ssh -O exit -o ControlPath=...`
+        # from an operator's shell finds the same master
+        "ANSIBLE_SSH_CONTROL_PATH": "%(directory)s/%%C",
+        # a master that dies during first contact ("Failed to connect to new control
+        # master") is retried instead of failing the node
+        "ANSIBLE_SSH_RETRIES": "3",
         "ANSIBLE_HOST_KEY_CHECKING": "True",
         "ANSIBLE_GATHERING": "smart",
         "ANSIBLE_CACHE_PLUGIN": "jsonfile",

@@ -259,6 +259,9 @@ def test_changed_host_key_is_refused(cluster: Path) -> None:
     fake_key = " ".join(impostor.with_suffix(".pub").read_text().split()[:2])
     lines = [line for line in original.splitlines() if not line.startswith(f"{ip} ")]
     known.write_text("\n".join([*lines, f"{ip} {fake_key}"]) + "\n")
+    # end the persisted SSH master of the earlier runs, so the next connection is checked
+    subprocess.run(["ssh", "-o", f"ControlPath={Path.home()}/.ansible/cp/%C", "-O", "exit", f"root@{ip}"],
+                   capture_output=True, check=False)
     try:
         r = _provision("apply", str(cluster / "cluster.yaml"), "--yes", "--limit", "e2enode2", "--full", cwd=cluster)
         assert r.returncode == 1
