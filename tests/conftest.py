@@ -102,8 +102,25 @@ def storage_sections() -> dict[str, Any]:
     }
 
 
+# Driver/CUDA each OS can install (the manifest checks of the gpu area insist on them).
+SOFTWARE_FOR_OS = {
+    "debian-12": {"nvidia_driver": {"branch": "535", "source": "debian"},
+                  "cuda": {"versions": ["11.8"], "source": "debian"}},
+    "ubuntu-24.04": {"nvidia_driver": {"branch": "570"}, "cuda": {"versions": ["12.8"]}},
+}
+
+
 class Kit:
     """Manifest helpers for tests."""
+
+    @staticmethod
+    def on_os(data: dict[str, Any], os_name: str, nodes: tuple[int, ...] | None = None) -> dict[str, Any]:
+        """Put the manifest's nodes (all, or those indexes) on ``os_name`` with fitting software."""
+        for i, node in enumerate(data["nodes"]):
+            if nodes is None or i in nodes:
+                node["os"] = os_name
+        data["software"] = SOFTWARE_FOR_OS[os_name]
+        return data
 
     root = ROOT
     examples = ROOT / "examples"

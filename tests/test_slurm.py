@@ -15,22 +15,6 @@ from provisioner import slurm
 from provisioner.manifest import Manifest
 from provisioner.manifest.model import Partition
 
-# Driver/CUDA each OS can install (the manifest checks of the gpu area insist on them).
-SOFTWARE = {
-    "debian-12": {"nvidia_driver": {"branch": "535", "source": "debian"},
-                  "cuda": {"versions": ["11.8"], "source": "debian"}},
-    "ubuntu-24.04": {"nvidia_driver": {"branch": "570"}, "cuda": {"versions": ["12.8"]}},
-}
-
-
-def on_os(data: dict[str, Any], os_name: str, nodes: tuple[int, ...] | None = None) -> dict[str, Any]:
-    """Put the manifest's nodes (all, or those indexes) on ``os_name`` with fitting software."""
-    for i, node in enumerate(data["nodes"]):
-        if nodes is None or i in nodes:
-            node["os"] = os_name
-    data["software"] = SOFTWARE[os_name]
-    return data
-
 
 def example(kit: Any, name: str) -> Manifest:
     m: Manifest = kit.load(kit.example(name), name).manifest
@@ -193,7 +177,7 @@ def test_first_partition_is_default_when_none_is(kit: Any) -> None:
 # --------------------------------------------------------------------------- cgroups, versions
 def test_cgroups_on_debian_and_ubuntu_24(kit: Any) -> None:
     for os_name in ("debian-12", "ubuntu-24.04"):
-        data = on_os(kit.base(), os_name)
+        data = kit.on_os(kit.base(), os_name)
         data["slurm"]["constrain_memory"] = False
         m = kit.load(data).manifest
         plan = slurm.cgroup_plan(m)
@@ -216,7 +200,7 @@ def test_ubuntu_22_falls_back_without_cgroups_and_says_so(kit: Any) -> None:
 
 
 def test_mixed_slurm_versions_reported(kit: Any) -> None:
-    data = on_os(kit.base(), "ubuntu-24.04", nodes=(1,))  # slurmd 23.11
+    data = kit.on_os(kit.base(), "ubuntu-24.04", nodes=(1,))  # slurmd 23.11
     data["nodes"][0]["os"] = "ubuntu-22.04"  # controller 21.08
     problems = slurm.problems(kit.load(data).manifest)
     assert any("node01 runs Slurm 23.11, newer than the controller's 21.08" in p for p in problems)

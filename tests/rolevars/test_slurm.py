@@ -29,23 +29,6 @@ def load_yaml(path: Path) -> Any:
     return yaml.safe_load(path.read_text())
 
 
-# Driver/CUDA each OS can install (the manifest checks of the gpu area insist on them).
-SOFTWARE = {
-    "debian-12": {"nvidia_driver": {"branch": "535", "source": "debian"},
-                  "cuda": {"versions": ["11.8"], "source": "debian"}},
-    "ubuntu-24.04": {"nvidia_driver": {"branch": "570"}, "cuda": {"versions": ["12.8"]}},
-}
-
-
-def on_os(data: dict[str, Any], os_name: str, nodes: tuple[int, ...] | None = None) -> dict[str, Any]:
-    """Put the manifest's nodes (all, or those indexes) on ``os_name`` with fitting software."""
-    for i, node in enumerate(data["nodes"]):
-        if nodes is None or i in nodes:
-            node["os"] = os_name
-    data["software"] = SOFTWARE[os_name]
-    return data
-
-
 def example(kit: Any, name: str) -> Manifest:
     m: Manifest = kit.load(kit.example(name), name).manifest
     return m
@@ -293,7 +276,7 @@ def test_cgroup_conf_llm(kit: Any) -> None:
 
 
 def test_cgroup_conf_follows_manifest_switches(kit: Any) -> None:
-    data = on_os(kit.base(), "debian-12")
+    data = kit.on_os(kit.base(), "debian-12")
     data["slurm"].update({"constrain_cores": False, "constrain_memory": False})
     m = kit.load(data).manifest
     assert config_lines(render("cgroup.conf.j2", role_vars(m, "node02"))) == [
