@@ -424,7 +424,10 @@ class ZfsPool(Strict):
 
 class Zfs(Strict):
     arc_max_percent: int = Field(default=50, ge=5, le=90, description="ARC maximum, percent of RAM")
-    scrub: Literal["weekly", "monthly", "off"] = "monthly"
+    # YAML 1.1 reads a bare `off` as false
+    scrub: Annotated[Literal["weekly", "monthly", "off"], BeforeValidator(lambda v: "off" if v is False else v)] = (
+        "monthly"
+    )
     pools: list[ZfsPool] = Field(default_factory=list)
 
 

@@ -405,3 +405,15 @@ def test_unquoted_cuda_version_is_refused(kit: Any) -> None:
     assert len(diags) == 1
     assert diags[0].path == "software.cuda.versions"
     assert "quote CUDA versions" in diags[0].message and "12.10 becomes 12.1" in diags[0].message
+
+
+@pytest.mark.parametrize(("written", "expected"), [("off", "off"), ("'off'", "off"), ("weekly", "weekly")])
+def test_zfs_scrub_accepts_a_bare_off(written: str, expected: str) -> None:
+    # YAML 1.1 reads a bare `off` as false; the field wants the word
+    loaded = load_text(CRAFTED + f"zfs:\n  scrub: {written}\n", "m.yaml")
+    assert loaded.manifest.zfs.scrub == expected
+
+
+def test_zfs_scrub_rejects_true() -> None:
+    lines = formatted(CRAFTED + "zfs:\n  scrub: on\n")
+    assert lines == ["m.yaml:27:3: zfs.scrub: got True; expected one of 'weekly', 'monthly' or 'off'"]
