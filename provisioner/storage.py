@@ -633,6 +633,29 @@ def server_address(m: Manifest, export: NfsExport, client: Node, proto: str) -> 
     return str(server.ip)
 
 
+def check_one_path_per_server(m: Manifest, client: Node) -> None:
+    """NFS 4.1+ clients detect that two addresses belong to one server (session trunking)
+    and send every mount of that server through the connection of the first one. Mounts of
+    one server over different addresses or transports then fail (the server sees the first
+    network's address and refuses an export it does not serve there) or silently leave
+    RDMA. So a client mounts all NFSv4 exports of one server the same way."""
+    seen: dict[str, tuple[str, str, str]] = {}
+    for mount in mounts_for(m, client):
+        if mount.vers == "3":
+            continue
+        export = export_by_name(m, mount.export)
+        proto = mount_proto(m, mount, client)
+        address = server_address(m, export, client, proto)
+        first = seen.setdefault(export.node, (address, proto, mount.path))
+        if first[:2] != (address, proto):
+            raise StorageError(
+                f"mounts {first[2]} and {mount.path} reach server {export.node} over {first[0]} ({first[1]}) "
+                f"and {address} ({proto}): NFS 4.1+ shares one connection per server, so the second "
+                "would use the first one's network; mount every export of a server over the same "
+                "network and proto (serve them to the same clients)"
+            )
+
+
 def mount_options(mount: NfsMount, proto: str) -> list[str]:
     generated = [f"vers={mount.vers}", f"proto={proto}"]
     if proto == "rdma":

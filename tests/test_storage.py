@@ -529,6 +529,10 @@ def test_explicit_rdma_needs_both_ends_on_the_fabric(kit: Any) -> None:
 def test_server_address_prefers_served_network_then_management(llm: Manifest, lab: Manifest) -> None:
     gpu01 = llm.node("gpu01")
     home = S.export_by_name(llm, "home")
+    assert S.server_address(llm, home, gpu01, "tcp") == "10.10.2.10"  # served on infiniband
+    llm = llm.model_copy(deep=True)  # the fixture is shared
+    home = S.export_by_name(llm, "home")
+    home.clients = ["management"]
     assert S.server_address(llm, home, gpu01, "tcp") == "10.10.0.10"
     corpus2 = S.export_by_name(lab, "corpus2")
     assert S.server_address(lab, corpus2, lab.node("gpu3"), "tcp") == "192.168.60.12"
@@ -821,3 +825,26 @@ def test_role_imports_an_exported_pool_and_reports_drift(fake_kernel: Path, llm:
     assert "DRIFT: pool tank differs from the manifest" in result.stdout
     assert f"mirror({HGST}7, {HGST}8) is in the manifest but not in the pool" in result.stdout
     assert calls(fake_kernel, "lsblk", "--json") == []  # an existing pool's disks are not probed
+
+
+def test_one_path_per_server_for_nfs4_clients(llm: Manifest) -> None:
+    llm = llm.model_copy(deep=True)  # the fixture is shared
+    gpu01 = llm.node("gpu01")
+    S.check_one_path_per_server(llm, gpu01)  # every export of head01 over the fabric
+    S.export_by_name(llm, "home").clients = ["management"]
+    with pytest.raises(S.StorageError, match=r"mounts /data and /home/shared reach server head01 over "
+                       r"10\.10\.2\.10 \(rdma\) and 10\.10\.0\.10 \(tcp\)"):
+        S.check_one_path_per_server(llm, gpu01)
+    # NFSv3 has no session trunking: a v3 mount may take another path
+    home_mount = next(mnt for mnt in llm.nfs.mounts if mnt.export == "home")
+    home_mount.vers = "3"
+    S.check_one_path_per_server(llm, gpu01)
+
+
+def test_one_path_per_server_is_a_validate_error(kit: Any) -> None:
+    data = kit.example("llm-200k.yaml")
+    for exp in data["nfs"]["exports"]:
+        if exp["name"] == "home":
+            exp["clients"] = ["management"]
+    with pytest.raises(ManifestError, match=r"NFS 4.1\+ shares one connection per server"):
+        kit.load(data)

@@ -79,6 +79,7 @@ def nfs_server_node_vars(m: Manifest, node: Node) -> dict[str, Any]:
 
 
 def nfs_client_node_vars(m: Manifest, node: Node) -> dict[str, Any]:
+    st.check_one_path_per_server(m, node)
     mounts: list[dict[str, Any]] = []
     for mnt in st.mounts_for(m, node):
         export = st.export_by_name(m, mnt.export)

@@ -137,7 +137,7 @@ def test_llm_exports_and_nfsd(llm: Manifest) -> None:
     assert body(render("nfs_server", "exports.j2", variables)) == [
         "/tank/datasets 10.10.2.0/24(rw,sync,root_squash,no_subtree_check)",
         "/tank/checkpoints 10.10.2.0/24(rw,sync,root_squash,no_subtree_check)",
-        "/tank/home 10.10.0.0/24(rw,sync,root_squash,no_subtree_check)",
+        "/tank/home 10.10.2.0/24(rw,sync,root_squash,no_subtree_check)",
     ]
     conf = body(render("nfs_server", "nfs.conf.j2", variables))
     assert conf == ["[nfsd]", "threads=64", "vers3=n", "vers4=y", "vers4.0=n", "vers4.1=y",
@@ -158,9 +158,10 @@ def test_llm_gpu_mounts(llm: Manifest) -> None:
             "hard,_netdev") in unit
     assert "WantedBy=remote-fs.target" in unit
     home = by_path["/home/shared"]
-    assert home["what"] == "10.10.0.10:/tank/home"  # the export serves management
+    # served over the fabric like the other exports of head01 (one path per server)
+    assert home["what"] == "10.10.2.10:/tank/home"
     assert home["unit"] == "home-shared.mount"
-    assert "proto=tcp" in home["options"]
+    assert "proto=rdma" in home["options"]
 
 
 def test_llm_fabric(llm: Manifest) -> None:
