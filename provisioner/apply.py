@@ -45,6 +45,7 @@ class ApplyOptions:
     yes: bool = False
     full: bool = False
     reinstall: list[str] = field(default_factory=list)
+    install_timeout: float | None = None  # seconds for one node's OS install; None: the default
 
 
 def targets_inventory(targets: list[str]) -> str:
@@ -242,7 +243,8 @@ def install_phase(
     if result.failed_hosts:
         console.print(recap_table(result, "PXE server"))
         raise ProvisionError(f"the PXE server on {head} could not be prepared; no node was installed")
-    results = baremetal.install_nodes(m, targets, known_hosts=state.known_hosts)
+    timeouts = baremetal.Timeouts() if opts.install_timeout is None else baremetal.Timeouts(total=opts.install_timeout)
+    results = baremetal.install_nodes(m, targets, known_hosts=state.known_hosts, timeouts=timeouts)
     console.print(install_table(results))
     failed = []
     for r in results:

@@ -50,6 +50,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--full", action="store_true", help="run node-local plays on every node (drift repair)")
     ap.add_argument("--reinstall", metavar="NODES",
                     help="reinstall the OS on these nodes over BMC + PXE (wipes their install disks)")
+    ap.add_argument("--install-timeout", type=float, metavar="SECONDS", default=None,
+                    help="give up on a node's OS install after this long (default 5400)")
 
     bmc = add("bmc", "BMC power and boot control over the manifest's nodes")
     bmc.add_argument("action", choices=["status", "on", "off", "cycle", "pxe", "disk"],
@@ -136,7 +138,7 @@ def cmd_plan(args: argparse.Namespace, out: Console, err: Console) -> int:
 def cmd_apply(args: argparse.Namespace, out: Console, err: Console) -> int:
     loaded = _load(err, args.manifest)
     opts = ApplyOptions(limit=_limit(loaded, args.limit), check=args.check, yes=args.yes, full=args.full,
-                        reinstall=_limit(loaded, args.reinstall) or [])
+                        reinstall=_limit(loaded, args.reinstall) or [], install_timeout=args.install_timeout)
     return apply(loaded, StateDir.beside(args.manifest, args.state_dir), opts, out)
 
 

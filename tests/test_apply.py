@@ -37,6 +37,7 @@ class Fakes:
 
     def install_nodes(self, m: Any, targets: list[str], **kwargs: Any) -> list[baremetal.InstallResult]:
         self.installed.append(list(targets))
+        self.install_kwargs = kwargs
         return [
             baremetal.InstallResult(t, t not in self.fail, "ssh" if t in self.fail else "done",
                                     "no SSH after install" if t in self.fail else "installed")
@@ -74,6 +75,16 @@ def test_new_nodes_are_installed_and_reset(setup: Any, monkeypatch: pytest.Monke
     assert arm == ["node01", "node02"]
     assert fakes.pxe_runs[0]["limit"] == ["head01"]
     assert st.nodes["node01"].lifecycle == "installed" and st.nodes["node01"].fingerprints == {}
+
+
+def test_install_timeout_reaches_the_installer(setup: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    loaded, state, st = setup
+    fakes = Fakes(monkeypatch, alive=set())
+    install_phase(loaded, state, st, ApplyOptions(yes=True), _console())
+    assert fakes.install_kwargs["timeouts"].total == baremetal.Timeouts().total
+    install_phase(loaded, state, State(), ApplyOptions(yes=True, install_timeout=240), _console())
+    assert fakes.install_kwargs["timeouts"].total == 240
+    assert fakes.install_kwargs["timeouts"].ssh == baremetal.Timeouts().ssh
 
 
 def test_new_node_answering_ssh_is_taken_as_installed(setup: Any, monkeypatch: pytest.MonkeyPatch) -> None:
