@@ -1,0 +1,320 @@
+"""The VM lab's machinery: a network namespace with bridges, and Debian 12 guests under qemu.
+
+Every guest runs under software emulation (TCG, no KVM here), with one NIC on qemu's user
+network (an SSH port forward on 127.0.0.1 and the host's apt cache at 10.0.2.2) and its lab
+NICs on bridges inside a network namespace this module creates. qemu itself stays in the
+host's namespace: the lab opens each tap device inside the namespace (in a short-lived
+thread that enters it) and hands qemu the file descriptor. The host reaches the management
+bridge through one veth pair; nothing else of the lab is visible outside the namespace.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import os
+import shlex
+import signal
+import struct
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CLONE_NEWNET = 0x40000000
+TUNSETIFF = 0x400454CA
+IFF_TAP = 0x0002
+IFF_NO_PI = 0x1000
+PIDFILE_DIR = Path("/run/provision-lab")
+PXE_ROM = "/usr/lib/ipxe/qemu/pxe-virtio.rom"
+
+
+def run(*args: str, check: bool = True, input: str | None = None,
+        timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run(list(args), capture_output=True, text=True, input=input, timeout=timeout)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{shlex.join(args)} exited {r.returncode}: {r.stderr.strip() or r.stdout.strip()}")
+    return r
+
+
+@dataclass
+class Timings:
+    """Seconds per lab stage, printed at the end."""
+
+    rows: list[tuple[str, float]] = field(default_factory=list)
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        start = time.monotonic()
+        print(f"[lab] {name} ...", flush=True)
+        try:
+            yield
+        finally:
+            took = time.monotonic() - start
+            self.rows.append((name, took))
+            print(f"[lab] {name}: {took:.0f} s", flush=True)
+
+    def report(self) -> str:
+        total = sum(t for _, t in self.rows)
+        lines = [f"  {name:<34} {took:7.0f} s" for name, took in self.rows]
+        return "\n".join(["[lab] timings:", *lines, f"  {'total':<34} {total:7.0f} s"])
+
+
+# --------------------------------------------------------------------------- network
+@dataclass
+class Bridge:
+    name: str
+    host_address: str | None = None  # CIDR for the host's end of a veth, None: no host access
+
+
+class Netns:
+    """``ip netns`` with bridges; :meth:`open_tap` gives qemu a tap on one of them."""
+
+    def __init__(self, name: str, bridges: Sequence[Bridge]) -> None:
+        self.name = name
+        self.bridges = list(bridges)
+
+    def ip(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return run("ip", "-n", self.name, *args, check=check)
+
+    def exists(self) -> bool:
+        return self.name in run("ip", "netns", "list").stdout.split()
+
+    def host_ends(self) -> list[str]:
+        return [f"{self.name[:8]}h{i}" for i, br in enumerate(self.bridges) if br.host_address]
+
+    def create(self) -> None:
+        for dev in self.host_ends():  # left by a namespace that is still being torn down
+            run("ip", "link", "delete", dev, check=False)
+        run("ip", "netns", "add", self.name)
+        self.ip("link", "set", "lo", "up")
+        for i, br in enumerate(self.bridges):
+            self.ip("link", "add", br.name, "type", "bridge", "stp_state", "0", "forward_delay", "0")
+            self.ip("link", "set", br.name, "up")
+            if br.host_address:
+                host_end, ns_end = f"{self.name[:8]}h{i}", f"{self.name[:8]}n{i}"
+                run("ip", "link", "add", host_end, "type", "veth", "peer", "name", ns_end, "netns", self.name)
+                run("ip", "addr", "add", br.host_address, "dev", host_end)
+                run("ip", "link", "set", host_end, "up")
+                self.ip("link", "set", ns_end, "master", br.name, "up")
+
+    def delete(self) -> None:
+        # deleting the namespace removes its bridges, taps and the veth pairs (both ends)
+        run("ip", "netns", "delete", self.name, check=False)
+
+    def open_tap(self, tap: str, bridge: str) -> int:
+        """A tap device ``tap`` in the namespace, enslaved to ``bridge``; returns its fd."""
+        box: dict[str, object] = {}
+
+        def inside() -> None:  # setns changes only this thread, which then ends
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                nsfd = os.open(f"/run/netns/{self.name}", os.O_RDONLY)
+                try:
+                    if libc.setns(nsfd, CLONE_NEWNET) != 0:
+                        err = ctypes.get_errno()
+                        raise OSError(err, f"setns {self.name}: {os.strerror(err)}")
+                finally:
+                    os.close(nsfd)
+                fd = os.open("/dev/net/tun", os.O_RDWR)
+                fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", tap.encode(), IFF_TAP | IFF_NO_PI))
+                box["fd"] = fd
+            except Exception as exc:  # reported in the caller's thread
+                box["error"] = exc
+
+        t = threading.Thread(target=inside, name=f"tap-{tap}")
+        t.start()
+        t.join()
+        if "error" in box:
+            raise RuntimeError(f"cannot open tap {tap} in {self.name}: {box['error']}")
+        self.ip("link", "set", tap, "master", bridge, "up")
+        fd = box["fd"]
+        assert isinstance(fd, int)
+        return fd
+
+
+# --------------------------------------------------------------------------- guests
+@dataclass
+class Nic:
+    bridge: str
+    mac: str
+    address: str | None = None  # CIDR given to the guest on its kernel command line
+
+
+@dataclass
+class Disk:
+    serial: str
+    size: str = "1G"
+    ext4: bool = False  # pre-formatted: a filesystem signature the zfs role must respect
+
+
+@dataclass
+class VmSpec:
+    name: str
+    memory_mb: int
+    nics: list[Nic]
+    ssh_port: int | None = None  # None: a diskless machine that netboots
+    disks: list[Disk] = field(default_factory=list)
+
+
+class Vm:
+    """One qemu process. Disk guests boot the lab image's kernel directly; a diskless
+    guest boots from its first NIC's iPXE ROM (BIOS), like a new bare-metal node."""
+
+    def __init__(self, spec: VmSpec, image: Path, workdir: Path, netns: Netns) -> None:
+        self.spec = spec
+        self.image = image
+        self.dir = workdir / spec.name
+        self.netns = netns
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.console = self.dir / "console.log"
+
+    @property
+    def pidfile(self) -> Path:
+        return PIDFILE_DIR / f"{self.netns.name}-{self.spec.name}.pid"
+
+    def command(self, tap_fds: Sequence[int]) -> list[str]:
+        s = self.spec
+        cmd = ["qemu-system-x86_64", "-name", s.name, "-accel", "tcg,thread=multi", "-cpu", "max",
+               "-smp", "1", "-m", str(s.memory_mb), "-display", "none", "-monitor", "none",
+               "-serial", f"file:{self.console}", "-pidfile", str(self.pidfile), "-no-reboot"]
+        if s.ssh_port is not None:
+            addrs = [f"lab.addr=eth{i + 1}:{nic.address}" if nic.address else f"lab.up=eth{i + 1}"
+                     for i, nic in enumerate(s.nics)]
+            cmd += ["-kernel", str(self.image / "vmlinuz"), "-initrd", str(self.image / "initrd.img"),
+                    "-append", " ".join(["root=/dev/vda", "rw", "console=ttyS0", "net.ifnames=0",
+                                         "systemd.show_status=0", *addrs])]
+            cmd += ["-drive", f"file={self.dir / 'root.qcow2'},if=none,id=root,format=qcow2",
+                    "-device", "virtio-blk-pci,drive=root"]
+            for i, d in enumerate(s.disks):
+                cmd += ["-drive", f"file={self.dir / d.serial}.raw,if=none,id=d{i},format=raw",
+                        "-device", f"virtio-blk-pci,drive=d{i},serial={d.serial}"]
+            cmd += ["-netdev", f"user,id=user0,hostfwd=tcp:127.0.0.1:{s.ssh_port}-:22",
+                    "-device", "virtio-net-pci,netdev=user0,romfile="]
+        else:
+            cmd += ["-boot", "n"]
+        for i, (nic, fd) in enumerate(zip(s.nics, tap_fds, strict=True)):
+            rom = PXE_ROM if s.ssh_port is None and i == 0 else ""
+            cmd += ["-netdev", f"tap,id=lab{i},fd={fd},vhost=off",
+                    "-device", f"virtio-net-pci,netdev=lab{i},mac={nic.mac},romfile={rom}"]
+        return cmd
+
+    def prepare(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if self.spec.ssh_port is None:
+            return
+        run("qemu-img", "create", "-q", "-f", "qcow2", "-b", str(self.image / "root.raw"), "-F", "raw",
+            str(self.dir / "root.qcow2"))
+        for d in self.spec.disks:
+            path = self.dir / f"{d.serial}.raw"
+            path.unlink(missing_ok=True)
+            run("truncate", "-s", d.size, str(path))
+            if d.ext4:
+                run("mkfs.ext4", "-q", "-F", "-L", "keepme", str(path))
+
+    def start(self) -> None:
+        self.prepare()
+        fds = [self.netns.open_tap(f"t{self.spec.name[:8]}{i}", nic.bridge) for i, nic in enumerate(self.spec.nics)]
+        PIDFILE_DIR.mkdir(parents=True, exist_ok=True)
+        log = (self.dir / "qemu.log").open("ab")
+        try:
+            self.proc = subprocess.Popen(self.command(fds), pass_fds=fds, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL)
+        finally:
+            log.close()
+            for fd in fds:  # qemu holds them now; the taps vanish when it exits
+                os.close(fd)
+        time.sleep(0.5)
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"qemu for {self.spec.name} exited at once: {(self.dir / 'qemu.log').read_text()}")
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()  # qemu quits on SIGTERM (like pulling the plug)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=20)
+        self.pidfile.unlink(missing_ok=True)
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text()
+    except OSError:
+        return ""
+
+
+def _pids_of(netns_name: str) -> list[int]:
+    """qemu processes started for this lab (their command lines name the lab's pidfiles)."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if f"{PIDFILE_DIR}/{netns_name}-" in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                    out.append(int(proc.name))
+            except OSError:
+                pass
+    return out
+
+
+def kill_stale(netns_name: str) -> list[str]:
+    """Stop qemu processes and remove the namespace left by an interrupted earlier lab."""
+    killed = []
+    for pidfile in PIDFILE_DIR.glob(f"{netns_name}-*.pid") if PIDFILE_DIR.is_dir() else []:
+        try:
+            pid = int(pidfile.read_text().strip())
+            if "qemu" in Path(f"/proc/{pid}/comm").read_text():
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pidfile.stem)
+        except (OSError, ValueError):
+            pass
+        pidfile.unlink(missing_ok=True)
+    deadline = time.monotonic() + 20
+    while killed and time.monotonic() < deadline and any(
+            "qemu" in _comm(pid) for pid in _pids_of(netns_name)):
+        time.sleep(0.2)
+    run("ip", "netns", "delete", netns_name, check=False)
+    return killed
+
+
+# --------------------------------------------------------------------------- SSH
+@dataclass
+class Ssh:
+    """``ssh root@127.0.0.1 -p PORT`` into a lab guest (the lab's own checks)."""
+
+    key: Path
+    port: int
+
+    def argv(self, command: str) -> list[str]:
+        return ["ssh", "-i", str(self.key), "-p", str(self.port), "-o", "BatchMode=yes",
+                "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+                "-o", "ConnectTimeout=10", "root@127.0.0.1", command]
+
+    def run(self, command: str, *, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        r = subprocess.run(self.argv(command), capture_output=True, text=True, timeout=timeout)
+        if check and r.returncode != 0:
+            raise AssertionError(f"guest :{self.port}: {command!r} exited {r.returncode}:\n{r.stdout}{r.stderr}")
+        return r
+
+    def out(self, command: str, *, timeout: float = 300) -> str:
+        return self.run(command, timeout=timeout).stdout
+
+    def wait(self, deadline: float) -> float:
+        start = time.monotonic()
+        while time.monotonic() < deadline:
+            try:
+                if self.run("true", check=False, timeout=30).returncode == 0:
+                    return time.monotonic() - start
+            except subprocess.TimeoutExpired:
+                pass
+            time.sleep(3)
+        raise AssertionError(f"no SSH on 127.0.0.1:{self.port} in time")
