@@ -29,7 +29,6 @@ TUNSETIFF = 0x400454CA
 IFF_TAP = 0x0002
 IFF_NO_PI = 0x1000
 PIDFILE_DIR = Path("/run/provision-lab")
-PXE_ROM = "/usr/lib/ipxe/qemu/pxe-virtio.rom"
 
 
 def run(*args: str, check: bool = True, input: str | None = None,
@@ -197,9 +196,10 @@ class Vm:
         else:
             cmd += ["-boot", "n"]
         for i, (nic, fd) in enumerate(zip(s.nics, tap_fds, strict=True)):
-            rom = PXE_ROM if s.ssh_port is None and i == 0 else ""
+            # the diskless machine keeps qemu's own iPXE ROM (found on qemu's firmware path)
+            rom = "" if s.ssh_port is None and i == 0 else ",romfile="
             cmd += ["-netdev", f"tap,id=lab{i},fd={fd},vhost=off",
-                    "-device", f"virtio-net-pci,netdev=lab{i},mac={nic.mac},romfile={rom}"]
+                    "-device", f"virtio-net-pci,netdev=lab{i},mac={nic.mac}{rom}"]
         return cmd
 
     def prepare(self) -> None:
