@@ -347,7 +347,7 @@ def debian_preseed(m: Manifest, node: Node, server: InstallServer) -> str:
     else:
         lines += ["d-i netcfg/get_gateway string", "d-i netcfg/no_default_route boolean true"]
     lines += [
-        f"d-i netcfg/get_nameservers string {' '.join(net.dns)}",
+        f"d-i netcfg/get_nameservers string {' '.join(net.dns)}".rstrip(),  # debconf keeps a trailing blank
         "d-i netcfg/confirm_static boolean true",
         f"d-i netcfg/get_hostname string {net.hostname}",
         f"d-i netcfg/get_domain string {net.domain}",
@@ -513,8 +513,9 @@ def ipxe_install_script(m: Manifest, node: Node, server: InstallServer) -> str:
             args.append(f"netcfg/get_gateway={net.gateway}")
         else:
             args += ["netcfg/get_gateway=", "netcfg/no_default_route=true"]
-        if net.dns:
-            args.append(f"netcfg/get_nameservers={net.dns[0]}")  # one: no spaces on a kernel command line
+        # one server: no spaces on a kernel command line; none: an empty answer, else netcfg
+        # stops at its name server question (seen in the VM lab)
+        args.append(f"netcfg/get_nameservers={net.dns[0] if net.dns else ''}")
         args += ["netcfg/confirm_static=true", f"hostname={net.hostname}", f"domain={net.domain}",
                  "locale=en_US.UTF-8", "keymap=us", "---"]
         body = [

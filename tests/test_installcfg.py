@@ -298,6 +298,24 @@ def test_debian_ipxe_script_carries_the_static_address() -> None:
     assert "initrd http://192.168.50.2/media/debian-12/initrd.gz" in script
 
 
+def test_debian_ipxe_script_answers_gateway_and_dns_when_the_network_has_none() -> None:
+    # netcfg asks for what the command line leaves out, even at priority=critical: an
+    # isolated management network (no gateway, no DNS) must get empty answers
+    m, node = debian_lab()
+    net = m.networks.management.model_copy(update={"gateway": None, "dns": []})
+    m = m.model_copy(update={"networks": m.networks.model_copy(update={"management": net})})
+    kernel = next(line for line in ic.ipxe_install_script(m, node, ic.install_server(m)).splitlines()
+                  if line.startswith("kernel "))
+    args = kernel.split()
+    for arg in ("netcfg/get_gateway=", "netcfg/no_default_route=true", "netcfg/get_nameservers="):
+        assert arg in args, arg
+    with_dns = ic.ipxe_install_script(debian_lab()[0], node, ic.install_server(m))
+    assert "netcfg/get_nameservers=192.168.50.1 " in with_dns
+    preseed = ic.debian_preseed(m, node, ic.install_server(m)).splitlines()
+    assert {"d-i netcfg/get_gateway string", "d-i netcfg/get_nameservers string"} <= set(preseed)
+    assert not [line for line in preseed if line != line.rstrip()]
+
+
 def test_media_needed() -> None:
     m, _node = debian_lab()
     assert ic.media_for(installable(m)) == ["debian-12", "ubuntu-24.04"]
