@@ -42,9 +42,8 @@ stage_lint() {
 stage_unit() { pytest -q -m "not container and not lab" -p no:cacheprovider; }
 stage_e2e() { pytest -q -m "container and not molecule" -p no:cacheprovider tests/e2e; }
 stage_molecule() { pytest -q -m molecule -p no:cacheprovider tests/molecule; }
-# The VM lab prints its own timing per step (-s); see tests/lab/test_lab.py. Its diskless
-# PXE boot (marker lab_pxe) does not pass yet and is left out.
-stage_lab() { pytest -q -s -m "lab and not lab_pxe" -p no:cacheprovider tests/lab; }
+# The VM lab prints its own timing per step (-s); see tests/lab/test_lab.py.
+stage_lab() { pytest -q -s -m lab -p no:cacheprovider tests/lab; }
 
 for s in "${stages[@]}"; do
   case "$s" in

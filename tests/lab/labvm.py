@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import json
 import os
 import shlex
 import signal
+import socket
 import struct
 import subprocess
 import threading
@@ -58,8 +60,9 @@ class Timings:
 
     def report(self) -> str:
         total = sum(t for _, t in self.rows)
-        lines = [f"  {name:<34} {took:7.0f} s" for name, took in self.rows]
-        return "\n".join(["[lab] timings:", *lines, f"  {'total':<34} {total:7.0f} s"])
+        width = max(len(name) for name, _ in [*self.rows, ("total", 0.0)])
+        lines = [f"  {name:<{width}} {took:7.0f} s" for name, took in self.rows]
+        return "\n".join(["[lab] timings:", *lines, f"  {'total':<{width}} {total:7.0f} s"])
 
 
 # --------------------------------------------------------------------------- network
@@ -170,6 +173,7 @@ class Vm:
         self.netns = netns
         self.proc: subprocess.Popen[bytes] | None = None
         self.console = self.dir / "console.log"
+        self.qmp = self.dir / "qmp.sock"
 
     @property
     def pidfile(self) -> Path:
@@ -179,7 +183,8 @@ class Vm:
         s = self.spec
         cmd = ["qemu-system-x86_64", "-name", s.name, "-accel", "tcg,thread=multi", "-cpu", "max",
                "-smp", "1", "-m", str(s.memory_mb), "-display", "none", "-monitor", "none",
-               "-serial", f"file:{self.console}", "-pidfile", str(self.pidfile), "-no-reboot"]
+               "-qmp", f"unix:{self.qmp},server=on,wait=off", "-serial", f"file:{self.console}",
+               "-pidfile", str(self.pidfile), "-no-reboot"]
         if s.ssh_port is not None:
             addrs = [f"lab.addr=eth{i + 1}:{nic.address}" if nic.address else f"lab.up=eth{i + 1}"
                      for i, nic in enumerate(s.nics)]
@@ -233,6 +238,30 @@ class Vm:
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def screendump(self, path: Path) -> bool:
+        """The VGA screen as a PNG (firmware and iPXE print there, not on the serial port).
+        False when the VM is not running or qemu does not answer."""
+        if not self.running():
+            return False
+        try:
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.settimeout(10)
+                sock.connect(str(self.qmp))
+                stream = sock.makefile("rw")
+                stream.readline()  # greeting
+                for cmd in ({"execute": "qmp_capabilities"},
+                            {"execute": "screendump", "arguments": {"filename": str(path), "format": "png"}}):
+                    stream.write(json.dumps(cmd) + "\n")
+                    stream.flush()
+                    reply = json.loads(stream.readline())
+                    while "event" in reply:  # asynchronous events come in between
+                        reply = json.loads(stream.readline())
+                    if "return" not in reply:
+                        return False
+        except (OSError, ValueError):
+            return False
+        return path.exists()
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None
