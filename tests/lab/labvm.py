@@ -295,6 +295,22 @@ def _pids_of(netns_name: str) -> list[int]:
     return out
 
 
+def leftovers(netns: Netns, wait: float = 20.0) -> list[str]:
+    """What of the lab is still there after its teardown: qemu processes, the namespace, the
+    host ends of its veth pairs. The kernel removes a deleted namespace's devices a moment
+    later, so this waits up to ``wait`` seconds for them to go."""
+    deadline = time.monotonic() + wait
+    while True:
+        links = {line.split(":")[1].strip().split("@")[0]
+                 for line in run("ip", "-o", "link", "show").stdout.splitlines()}
+        left = ([f"qemu process {pid}" for pid in _pids_of(netns.name)]
+                + ([f"network namespace {netns.name}"] if netns.exists() else [])
+                + [f"host link {dev}" for dev in netns.host_ends() if dev in links])
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+
 def kill_stale(netns_name: str) -> list[str]:
     """Stop qemu processes and remove the namespace left by an interrupted earlier lab."""
     killed = []

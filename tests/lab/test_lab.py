@@ -33,7 +33,7 @@ import pytest
 import yaml
 from emulators.ipmi import IpmiEmulator
 
-from lab.labvm import Bridge, Disk, Netns, Nic, Ssh, Timings, Vm, VmSpec, kill_stale
+from lab.labvm import Bridge, Disk, Netns, Nic, Ssh, Timings, Vm, VmSpec, kill_stale, leftovers
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -164,6 +164,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     key.chmod(0o600)
     lab = Lab(work, image, work / "lab.yaml", netns, timings)
     bmc = IpmiEmulator(work / "bmc", "admin", BMC_PASSWORD, boot_delay=2.0)
+    left: list[str] = []
     try:
         with timings.stage("network namespace + boot VMs"):
             netns.create()
@@ -216,11 +217,13 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
                     if name in lab.vms:
                         lab.vms[name].stop()
                 netns.delete()
+                left = leftovers(netns)
             bmc.stop()
         print(timings.report())
         for vm in lab.vms.values():
             if vm.console.exists():
                 (work / f"{vm.spec.name}.console.log").write_bytes(vm.console.read_bytes()[-200_000:])
+        assert not left, f"the lab's teardown left behind: {', '.join(left)}"
 
 
 def _recap(r: subprocess.CompletedProcess[str]) -> str:
