@@ -52,7 +52,7 @@ def _cleanup() -> None:
 def _start(name: str, ip: str, pubkey: str) -> None:
     _podman(
         "run", "-d", "--name", name, "--hostname", name, "--network", NET, "--ip", ip,
-        "--systemd=always", "--cap-add", "NET_ADMIN", "--cap-add", "SYS_TIME", IMAGE, "/sbin/init",
+        "--systemd=always", "--cap-add", "NET_ADMIN", IMAGE, "/sbin/init",
     )
     subprocess.run(
         ["podman", "exec", "-i", name, "bash", "-c",

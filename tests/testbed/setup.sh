@@ -201,6 +201,22 @@ default_ulimits = ["nofile=4096:4096", "nproc=4096:4096"]
 runtime = "runc"
 EOF
 
+# The kernel shifts the clock by the time zone offset on the very first settimeofday()
+# that passes a time zone ("time warp" for an RTC kept in local time). systemd as PID 1
+# makes a harmless first call at boot; where PID 1 is not systemd (as on these machines)
+# the first call could come from a test container with CAP_SYS_TIME (a privileged one)
+# setting a time zone, and the host's clock would jump by hours. Make that first call
+# here, with UTC, so no container can warp the host's clock.
+python3 - <<'PY' || log "could not seal the kernel's time warp (not root?)"
+import ctypes
+import struct
+
+tz = ctypes.create_string_buffer(struct.pack("ii", 0, 0))  # minutes west, dst: UTC
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.settimeofday(None, tz) != 0:
+    raise SystemExit(ctypes.get_errno())
+PY
+
 # ---------------------------------------------------------------------------
 # 3. apt-cacher-ng
 # ---------------------------------------------------------------------------
