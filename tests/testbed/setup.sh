@@ -36,6 +36,10 @@ HOST_PACKAGES=(
   openssh-client curl ca-certificates
   # used by later tests: BMC (IPMI) client, TFTP client for PXE tests
   ipmitool tftp-hpa
+  # name resolution on podman networks (CNI backend; a Recommends of podman's, so not
+  # pulled in by --no-install-recommends): Slurm and the end-to-end nodes find each
+  # other by name
+  golang-github-containernetworking-plugin-dnsname
 )
 # shellcheck disable=SC2206
 HOST_PACKAGES+=(${TESTBED_EXTRA_PACKAGES:-})
@@ -324,7 +328,15 @@ if [[ ${TESTBED_SKIP_SMOKE:-0} != 1 ]]; then
   [[ $proxy == DIRECT ]] && die "container cannot reach apt-cacher-ng at ${CONTAINER_PROXY_HOST}:${ACNG_PORT}"
   podman exec "$name" apt-get -qq update
   log "apt-get update in container through the cache: ok"
-  podman rm -f "$name" >/dev/null
+  net=testbed-dns-$$
+  trap 'podman rm -f -t 0 "$name" "$name-peer" >/dev/null 2>&1 || true; podman network rm -f "$net" >/dev/null 2>&1 || true' EXIT
+  podman network create "$net" >/dev/null
+  podman run -d --name "$name-peer" --network "$net" --network-alias smoke-peer "$IMAGE" sleep 120 >/dev/null
+  podman run --rm --network "$net" "$IMAGE" getent hosts smoke-peer >/dev/null \
+    || die "containers on a podman network cannot resolve each other's names (no DNS plugin)"
+  log "name resolution between containers on a podman network: ok"
+  podman rm -f -t 0 "$name" "$name-peer" >/dev/null
+  podman network rm -f "$net" >/dev/null
   trap - EXIT
 fi
 
