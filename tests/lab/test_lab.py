@@ -397,8 +397,9 @@ def test_diskless_node_netboots_into_the_installer(lab: Lab) -> None:
         r = lab.provision("apply", "--yes", "--limit", "pxe1", "--install-timeout", "300", timeout=1500)
     assert machine.error is None, machine.error
     assert machine.boots and machine.boots[0] == "network", machine.boots
-    # the install cannot finish here (the reachable mirror lacks installer packages):
-    # apply says so for pxe1 and leaves it 'new' for the next run
+    # the install cannot finish here: the lab network has no route to a Debian mirror (the
+    # installer stops at "Bad archive mirror" after the preseed; the test bed's mirror
+    # also lacks some installer packages): apply says so for pxe1 and leaves it 'new'
     assert r.returncode != 0, _recap(r)
     assert "pxe1" in r.stdout and "no install report" in r.stdout, _recap(r)
     assert lab.state()["nodes"]["pxe1"]["lifecycle"] == "new"
