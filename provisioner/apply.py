@@ -140,7 +140,7 @@ def apply(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Console)
                 return 1
         (state.inventory / "targets.yml").write_text(targets_inventory(plan.targets))
 
-        run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+        run_id = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
         run_hosts = [n for n in m.node_names() if opts.limit is None or n in opts.limit]
         record = RunRecord(id=run_id, started=now(), command="apply --check" if opts.check else "apply",
                            limit=list(opts.limit or []), targets=list(plan.targets))
@@ -230,7 +230,7 @@ def install_phase(
             raise ProvisionError("aborted: nothing was reinstalled")
     console.print(f"installing over PXE: {', '.join(targets)}", highlight=False)
     root = project_root()
-    run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ") + "-pxe"
+    run_id = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ") + "-pxe"
     head = m.head.name
     (state.inventory / "targets.yml").write_text(targets_inventory([head]))
     with LiveProgress(console, "PXE server") as live:

@@ -88,7 +88,7 @@ class State:
 
 
 def now() -> str:
-    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
+    return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
 
 
 def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:

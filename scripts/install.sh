@@ -10,8 +10,21 @@ dev=0
 SUDO=""
 if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
 
+# The newest Python that runs a supported ansible-core: 3.12+ gets ansible-core 2.20/2.21,
+# 3.11 (Debian 12's) gets 2.19; see docs/versions.md. PROVISION_PYTHON overrides the choice.
+pick_python() {
+  local c
+  for c in ${PROVISION_PYTHON:-} python3.14 python3.13 python3.12 python3.11 python3; do
+    # a pyenv shim exists for versions that are not active: run it to be sure
+    if "$c" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+      echo "$c"
+      return 0
+    fi
+  done
+  return 1
+}
+
 need=()
-python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 command -v python3 >/dev/null || need+=(python3)
 command -v ssh >/dev/null || need+=(openssh-client)
 command -v git >/dev/null || need+=(git)
@@ -22,8 +35,15 @@ if ((${#need[@]})); then
 fi
 
 if [[ ! -x .venv/bin/python ]]; then
-  echo "install: creating .venv"
-  python3 -m venv .venv
+  py=$(pick_python) || { echo "install: needs Python 3.11 or newer (Ubuntu 22.04: apt install python3.11-venv; then PROVISION_PYTHON=python3.11)" >&2; exit 1; }
+  if ! "$py" -c 'import venv, ensurepip' 2>/dev/null; then
+    pkg="python$("$py" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')-venv"
+    echo "install: apt package $pkg"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$pkg" >/dev/null
+  fi
+  echo "install: creating .venv with $("$py" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
+  "$py" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 if ((dev)); then
