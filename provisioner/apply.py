@@ -27,7 +27,16 @@ from provisioner.plan import (
     load_plays,
     node_sections,
 )
-from provisioner.runner import RunResult, Tracker, project_root, run_playbook, scan_for_secrets
+from provisioner.runner import (
+    DEFAULT_STALL_TIMEOUT,
+    RunResult,
+    SshTarget,
+    Tracker,
+    first_contact,
+    project_root,
+    run_playbook,
+    scan_for_secrets,
+)
 from provisioner.state import RunRecord, State, StateDir, now
 
 TARGETS_GROUP = "provision_targets"
@@ -46,6 +55,20 @@ class ApplyOptions:
     full: bool = False
     reinstall: list[str] = field(default_factory=list)
     install_timeout: float | None = None  # seconds for one node's OS install; None: the default
+    stall_timeout: int = DEFAULT_STALL_TIMEOUT  # seconds one task may take on a node (the stall guard)
+    strategy: str = "linear"  # Ansible's execution strategy: linear, or mitogen
+
+
+def ssh_targets(loaded: Loaded, names: list[str]) -> list[SshTarget]:
+    ssh = loaded.manifest.cluster.ssh
+    return [SshTarget(n, str(loaded.manifest.node(n).ip), ssh.port, ssh.user, ssh.private_key) for n in names]
+
+
+def meet_new_nodes(loaded: Loaded, state: StateDir, names: list[str], opts: ApplyOptions) -> None:
+    """Under Mitogen, record new nodes' host keys before Ansible runs (see first_contact);
+    a node not reached is left for Ansible to report as unreachable."""
+    if opts.strategy == "mitogen":
+        first_contact(state.known_hosts, ssh_targets(loaded, names))
 
 
 def targets_inventory(targets: list[str]) -> str:
@@ -147,12 +170,14 @@ def apply(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Console)
         st.runs.append(record)
         state.save(st)
 
+        meet_new_nodes(loaded, state, run_hosts, opts)
         with LiveProgress(console, f"apply {m.cluster.name}") as live:
             tracker = Tracker(run_hosts, on_change=live.update)
             result = run_playbook(
                 state=state, run_id=run_id, playbook=site, inventory=state.inventory, hosts=run_hosts,
                 extravars={TARGETS_GROUP: TARGETS_GROUP}, limit=opts.limit, check=opts.check,
                 tracker=tracker, secret_names=declared_secret_envs(loaded),
+                stall_timeout=opts.stall_timeout, strategy=opts.strategy,
             )
         console.print(recap_table(result, f"recap (run {run_id})"))
 
@@ -233,12 +258,14 @@ def install_phase(
     run_id = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ") + "-pxe"
     head = m.head.name
     (state.inventory / "targets.yml").write_text(targets_inventory([head]))
+    meet_new_nodes(loaded, state, [head], opts)
     with LiveProgress(console, "PXE server") as live:
         tracker = Tracker([head], on_change=live.update)
         result = run_playbook(
             state=state, run_id=run_id, playbook=root / "playbooks" / "pxe.yml", inventory=state.inventory,
             hosts=[head], extravars={TARGETS_GROUP: TARGETS_GROUP, **baremetal.arm_extra_vars(targets)},
             limit=[head], tracker=tracker, secret_names=declared_secret_envs(loaded),
+            stall_timeout=opts.stall_timeout, strategy=opts.strategy,
         )
     if result.failed_hosts:
         console.print(recap_table(result, "PXE server"))

@@ -17,7 +17,7 @@ from provisioner.display import print_diagnostics, print_plan
 from provisioner.errors import ManifestError, ProvisionError
 from provisioner.manifest import Loaded, SelectorError, load_manifest, select_nodes
 from provisioner.plan import compute, load_plays
-from provisioner.runner import project_root
+from provisioner.runner import DEFAULT_STALL_TIMEOUT, STRATEGIES, project_root
 from provisioner.state import StateDir
 
 
@@ -52,6 +52,12 @@ def _parser() -> argparse.ArgumentParser:
                     help="reinstall the OS on these nodes over BMC + PXE (wipes their install disks)")
     ap.add_argument("--install-timeout", type=float, metavar="SECONDS", default=None,
                     help="give up on a node's OS install after this long (default 5400)")
+    ap.add_argument("--stall-timeout", type=_positive_int, metavar="SECONDS", default=DEFAULT_STALL_TIMEOUT,
+                    help="fail a node whose current task has not finished after this long; the other nodes "
+                         f"go on (default {DEFAULT_STALL_TIMEOUT}; long package and build steps have their own)")
+    ap.add_argument("--strategy", choices=STRATEGIES, default=os.environ.get("PROVISION_STRATEGY", "linear"),
+                    help="Ansible execution strategy: linear (Ansible's own) or mitogen (one persistent Python "
+                         "per node: fewer round trips per task); default $PROVISION_STRATEGY or linear")
 
     bmc = add("bmc", "BMC power and boot control over the manifest's nodes")
     bmc.add_argument("action", choices=["status", "on", "off", "cycle", "pxe", "disk"],
@@ -59,6 +65,16 @@ def _parser() -> argparse.ArgumentParser:
     bmc.add_argument("--limit", help="only these nodes (names, ranges like gpu[01-04], @role; comma-separated)")
     bmc.add_argument("--no-wait", action="store_true", help="do not wait for the power state to settle")
     return p
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of seconds: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 second: {text!r}")
+    return value
 
 
 def _limit(loaded: Loaded, text: str | None) -> list[str] | None:
@@ -138,7 +154,8 @@ def cmd_plan(args: argparse.Namespace, out: Console, err: Console) -> int:
 def cmd_apply(args: argparse.Namespace, out: Console, err: Console) -> int:
     loaded = _load(err, args.manifest)
     opts = ApplyOptions(limit=_limit(loaded, args.limit), check=args.check, yes=args.yes, full=args.full,
-                        reinstall=_limit(loaded, args.reinstall) or [], install_timeout=args.install_timeout)
+                        reinstall=_limit(loaded, args.reinstall) or [], install_timeout=args.install_timeout,
+                        stall_timeout=args.stall_timeout, strategy=args.strategy)
     return apply(loaded, StateDir.beside(args.manifest, args.state_dir), opts, out)
 
 

@@ -65,11 +65,16 @@ class LiveProgress:
 
     def render(self, tracker: Tracker) -> Table:
         table = Table(title=f"{self.title} — {tracker.play}", title_justify="left")
-        for col in ("host", "role", "task", "ok", "changed", "failed", "state"):
+        for col in ("host", "role", "task", "time", "ok", "changed", "failed", "state"):
             table.add_column(col)
+        now = tracker.clock()
         for p in tracker.hosts.values():
             state = {"ok": "[green]running[/]", "failed": "[red]failed[/]", "unreachable": "[red]unreachable[/]"}
-            table.add_row(p.host, p.role, p.task[:60], str(p.ok), str(p.changed), str(p.failed), state[p.status])
+            took = f"{p.elapsed(now):.0f}s" if p.task_started is not None else ""
+            if p.attempt:
+                took += f" (retry {p.attempt})"
+            table.add_row(p.host, p.role, p.task[:60], took, str(p.ok), str(p.changed), str(p.failed),
+                          state[p.status])
         return table
 
     def __enter__(self) -> LiveProgress:

@@ -10,10 +10,14 @@ or are declared as secrets are removed from the environment ansible-runner recor
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import re
+import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +27,10 @@ from provisioner.state import StateDir
 
 SECRET_ENV_RE = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN|CREDENTIAL|PRIVATE_KEY|_PASS$)", re.IGNORECASE)
 MAX_FORKS = 50
+# The stall guard: a task that has not finished on a node after this many seconds fails
+# that node (Ansible's task timeout; the other nodes go on). Tasks that legitimately take
+# longer (package installs, DKMS builds) carry their own, larger `timeout:` in the roles.
+DEFAULT_STALL_TIMEOUT = 900
 
 
 def project_root() -> Path:
@@ -37,11 +45,77 @@ def project_root() -> Path:
     return root
 
 
+STRATEGIES = ("linear", "mitogen")
+
+
+def strategy_env(strategy: str) -> dict[str, str]:
+    """Ansible settings for the execution strategy: Ansible's own ``linear``, or Mitogen's
+    ``mitogen_linear`` (one persistent Python per node instead of one per task)."""
+    if strategy == "linear":
+        return {"ANSIBLE_STRATEGY": "linear"}
+    if strategy != "mitogen":
+        raise ProvisionError(f"unknown strategy {strategy!r}; one of {', '.join(STRATEGIES)}")
+    spec = importlib.util.find_spec("ansible_mitogen")
+    if spec is None or not spec.submodule_search_locations:
+        raise ProvisionError("strategy 'mitogen' needs the mitogen package (pip install mitogen)")
+    plugins = Path(next(iter(spec.submodule_search_locations))) / "plugins" / "strategy"
+    return {"ANSIBLE_STRATEGY_PLUGINS": str(plugins), "ANSIBLE_STRATEGY": "mitogen_linear"}
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    name: str
+    address: str
+    port: int = 22
+    user: str = "root"
+    private_key: str | None = None
+
+
+def _known(known_hosts: Path, t: SshTarget) -> bool:
+    host = t.address if t.port == 22 else f"[{t.address}]:{t.port}"
+    found = subprocess.run(["ssh-keygen", "-F", host, "-f", str(known_hosts)], capture_output=True, check=False)
+    return found.returncode == 0
+
+
+def first_contact(known_hosts: Path, targets: list[SshTarget], timeout: int = 20) -> dict[str, str]:
+    """Record the host key of every target not met before (OpenSSH's accept-new), by a key-
+    authenticated login that runs ``true``. Ansible's own strategy does this on its first
+    connection; Mitogen insists on known keys, so its runs meet new nodes here first. A key
+    that changed is never accepted. Returns {name: reason} for targets not reached."""
+    todo = [t for t in targets if not _known(known_hosts, t)]
+
+    def contact(t: SshTarget) -> str | None:
+        cmd = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new",
+               "-o", f"UserKnownHostsFile={known_hosts}", "-o", "HashKnownHosts=no",
+               "-o", f"ConnectTimeout={timeout}", "-o", "ControlMaster=no", "-p", str(t.port)]
+        if t.private_key:
+            cmd += ["-i", t.private_key, "-o", "IdentitiesOnly=yes"]
+        try:
+            r = subprocess.run([*cmd, f"{t.user}@{t.address}", "true"], capture_output=True, text=True,
+                               timeout=timeout * 2, check=False, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return f"no SSH answer within {timeout * 2} s"
+        if r.returncode == 0:
+            return None
+        lines = [line for line in r.stderr.splitlines() if line.strip()]
+        return lines[-1] if lines else f"ssh exit {r.returncode}"
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        results = list(pool.map(contact, todo))
+    return {t.name: reason for t, reason in zip(todo, results, strict=True) if reason is not None}
+
+
 def forks_for(node_count: int) -> int:
     return max(5, min(node_count, MAX_FORKS))
 
 
-def ansible_env(state: StateDir, root: Path, node_count: int) -> dict[str, str]:
+def ansible_env(
+    state: StateDir,
+    root: Path,
+    node_count: int,
+    stall_timeout: int = DEFAULT_STALL_TIMEOUT,
+    strategy: str = "linear",
+) -> dict[str, str]:
     ssh_args = " ".join(
         [
             "-o ControlMaster=auto",
@@ -79,6 +153,8 @@ def ansible_env(state: StateDir, root: Path, node_count: int) -> dict[str, str]:
         "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
         "ANSIBLE_NOCOLOR": "True",
         "ANSIBLE_TIMEOUT": "30",
+        "ANSIBLE_TASK_TIMEOUT": str(stall_timeout),
+        **strategy_env(strategy),
     }
 
 
@@ -106,7 +182,12 @@ class HostProgress:
     unreachable: bool = False
     role: str = ""
     task: str = ""
+    task_started: float | None = None  # time.monotonic() when the current task began here
+    attempt: int = 0  # retries of the current task (`until`), 0 before the first retry
     errors: list[str] = field(default_factory=list)
+
+    def elapsed(self, now: float) -> float:
+        return 0.0 if self.task_started is None else now - self.task_started
 
     @property
     def status(self) -> str:
@@ -132,10 +213,16 @@ class RunResult:
 class Tracker:
     """Folds ansible-runner events into per-host progress; the display reads it."""
 
-    def __init__(self, hosts: list[str], on_change: Callable[[Tracker], None] | None = None) -> None:
+    def __init__(
+        self,
+        hosts: list[str],
+        on_change: Callable[[Tracker], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.hosts = {h: HostProgress(h) for h in hosts}
         self.play = ""
         self.on_change = on_change
+        self.clock = clock
 
     def _host(self, name: str) -> HostProgress:
         return self.hosts.setdefault(name, HostProgress(name))
@@ -150,8 +237,13 @@ class Tracker:
             p = self._host(host)
             p.role = str(data.get("role", "") or "")
             p.task = str(data.get("task", "") or "")
+            p.task_started = self.clock()
+            p.attempt = 0
+        elif host and kind == "runner_retry":
+            self._host(host).attempt = int((data.get("res") or {}).get("attempts", 0) or 0)
         elif host and kind == "runner_on_ok":
             p = self._host(host)
+            p.task_started = None
             if (data.get("res") or {}).get("changed"):
                 p.changed += 1
             else:
@@ -161,7 +253,16 @@ class Tracker:
         elif host and kind == "runner_on_failed" and not data.get("ignore_errors"):
             p = self._host(host)
             p.failed += 1
-            p.errors.append(f"{data.get('task', '?')}: {_failure_message(data.get('res') or {})}")
+            p.task_started = None
+            res = data.get("res") or {}
+            task = data.get("task", "?")
+            if isinstance(res.get("timedout"), dict):  # Ansible's task timeout: the stall guard
+                period = res["timedout"].get("period", "?")
+                p.errors.append(f"{task}: stalled: not finished after {period} s, stopped on this node while "
+                                "the others go on (the bound: --stall-timeout, or the role's timeout "
+                                "variable for a long task)")
+            else:
+                p.errors.append(f"{task}: {_failure_message(res)}")
         elif host and kind == "runner_on_unreachable":
             p = self._host(host)
             p.unreachable = True
@@ -193,11 +294,13 @@ def run_playbook(
     check: bool = False,
     tracker: Tracker,
     secret_names: set[str] | None = None,
+    stall_timeout: int = DEFAULT_STALL_TIMEOUT,
+    strategy: str = "linear",
 ) -> RunResult:
     import ansible_runner
 
     root = project_root()
-    env = ansible_env(state, root, len(hosts))
+    env = ansible_env(state, root, len(hosts), stall_timeout, strategy)
     cmdline = "--check --diff" if check else ""
     private = state.runs / run_id
     private.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -22,16 +22,20 @@ from provisioner.apply import (
 from provisioner.errors import ProvisionError
 from provisioner.plan import PlaySpec, cluster_fingerprint, compute, node_sections
 from provisioner.runner import (
+    DEFAULT_STALL_TIMEOUT,
     MAX_FORKS,
     HostProgress,
     RunResult,
+    SshTarget,
     Tracker,
     ansible_env,
+    first_contact,
     forks_for,
     project_root,
     scan_for_secrets,
     scrubbed_environ,
     secret_env_names,
+    strategy_env,
 )
 from provisioner.state import NodeState, State, StateDir
 
@@ -321,3 +325,93 @@ def test_record_result_does_not_settle_heavy_changes_of_non_targets(kit: Any) ->
     plan = compute(loaded2.manifest, st, PLAYS, limit=opts.limit)
     record_result(st, loaded2, plan, _result(["head01"]), ["head01"], opts)
     assert {n.name for n in compute(loaded2.manifest, st, PLAYS).nodes if n.status == "changed"} == {"node01", "node02"}
+
+
+# --------------------------------------------------------------------------- stall guard
+def test_stall_guard_is_ansibles_task_timeout() -> None:
+    env = ansible_env(StateDir(Path("/tmp/x")), Path("/tmp/root"), 3, stall_timeout=45)
+    assert env["ANSIBLE_TASK_TIMEOUT"] == "45"
+    assert ansible_env(StateDir(Path("/tmp/x")), Path("/tmp/root"), 3)["ANSIBLE_TASK_TIMEOUT"] == str(
+        DEFAULT_STALL_TIMEOUT
+    )
+
+
+def test_tracker_names_the_stalled_task_and_its_bound() -> None:
+    t = Tracker(["a", "b"])
+    t.handle(ev("runner_on_start", host="a", task="common : Update the package lists", role="common"))
+    t.handle(ev("runner_on_start", host="b", task="common : Update the package lists", role="common"))
+    t.handle(ev("runner_on_ok", host="b", res={"changed": False}))
+    # what ansible-core 2.19 reports when a task runs past its timeout
+    t.handle(ev("runner_on_failed", host="a", task="common : Update the package lists",
+                res={"changed": False, "msg": "Task failed: Timed out after 45 second(s).",
+                     "timedout": {"frame": "...", "period": 45}}))
+    a, b = t.hosts["a"], t.hosts["b"]
+    assert a.status == "failed" and b.status == "ok"
+    assert len(a.errors) == 1
+    assert a.errors[0].startswith("common : Update the package lists: stalled: not finished after 45 s")
+    assert "--stall-timeout" in a.errors[0]
+
+
+def test_tracker_elapsed_time_and_retries_per_host() -> None:
+    now = [100.0]
+    t = Tracker(["a"], clock=lambda: now[0])
+    t.handle(ev("runner_on_start", host="a", task="Install packages", role="common"))
+    now[0] = 112.5
+    assert t.hosts["a"].elapsed(t.clock()) == 12.5
+    t.handle(ev("runner_retry", host="a", task="Install packages", res={"attempts": 2, "retries": 4}))
+    assert t.hosts["a"].attempt == 2
+    t.handle(ev("runner_on_ok", host="a", res={"changed": True}))
+    assert t.hosts["a"].task_started is None and t.hosts["a"].elapsed(t.clock()) == 0.0
+    t.handle(ev("runner_on_start", host="a", task="Next"))
+    assert t.hosts["a"].attempt == 0  # a new task starts without retries
+
+
+def test_strategy_env_linear_and_mitogen() -> None:
+    assert strategy_env("linear") == {"ANSIBLE_STRATEGY": "linear"}
+    env = strategy_env("mitogen")
+    assert env["ANSIBLE_STRATEGY"] == "mitogen_linear"
+    assert (Path(env["ANSIBLE_STRATEGY_PLUGINS"]) / "mitogen_linear.py").is_file()
+    with pytest.raises(ProvisionError, match="unknown strategy 'fast'"):
+        strategy_env("fast")
+
+
+# --------------------------------------------------------------------------- first contact
+FAKE_SSH = """#!/usr/bin/env python3
+import sys, pathlib
+args = sys.argv[1:]
+opts = dict(a.split("=", 1) for a in args if "=" in a and not a.startswith("-"))
+log = pathlib.Path(__file__).with_name("calls")
+log.write_text(log.read_text() + " ".join(args) + "\\n" if log.exists() else " ".join(args) + "\\n")
+dest = args[-2]
+if "10.0.0.9" in dest:
+    print("ssh: connect to host 10.0.0.9 port 22: No route to host", file=sys.stderr)
+    sys.exit(255)
+known = pathlib.Path(opts["UserKnownHostsFile"])
+host = dest.split("@")[1]
+port = args[args.index("-p") + 1]
+entry = host if port == "22" else f"[{host}]:{port}"
+known.write_text(known.read_text() + f"{entry} ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKey{host.replace('.', '')}\\n")
+"""
+
+
+def test_first_contact_records_only_new_nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "ssh").write_text(FAKE_SSH)
+    (bindir / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    known = tmp_path / "known_hosts"
+    known.write_text("10.0.0.1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOld\n")
+    targets = [SshTarget("head", "10.0.0.1"), SshTarget("gpu01", "10.0.0.2", port=2222, private_key="/k"),
+               SshTarget("gpu02", "10.0.0.9")]
+    failed = first_contact(known, targets)
+    assert failed == {"gpu02": "ssh: connect to host 10.0.0.9 port 22: No route to host"}
+    calls = (bindir / "calls").read_text().splitlines()
+    assert len(calls) == 2  # head was known: not contacted
+    gpu01 = next(c for c in calls if "10.0.0.2" in c)  # contacts run in parallel
+    assert "StrictHostKeyChecking=accept-new" in gpu01 and "BatchMode=yes" in gpu01
+    assert "-i /k" in gpu01 and gpu01.endswith("root@10.0.0.2 true")
+    assert "[10.0.0.2]:2222 ssh-ed25519" in known.read_text()
+    # a second run meets nobody new (the unreachable node is tried again)
+    first_contact(known, targets)
+    assert len((bindir / "calls").read_text().splitlines()) == 3

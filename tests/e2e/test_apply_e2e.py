@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -228,6 +230,95 @@ def test_adding_a_node_is_incremental(cluster: Path) -> None:
     # the old nodes only had /etc/hosts rewritten
     for node in ["e2ehead", "e2enode1", "e2enode2"]:
         assert last["changed"].get(node) == 1, last["changed"]
+
+
+class StallingMirror(threading.Thread):
+    """A stand-in apt mirror/proxy on the test network that accepts, answers with headers
+    (a length under apt's 10 MB limit for Release files) and then trickles one byte every
+    few seconds: apt sees data, so its own inactivity timeout never fires, and only the
+    stall guard can stop the node."""
+
+    def __init__(self, address: str) -> None:
+        super().__init__(name="stalling-mirror", daemon=True)
+        self.sock = socket.create_server((address, 0))
+        self.sock.settimeout(0.5)
+        self.port = self.sock.getsockname()[1]
+        self.halt = threading.Event()
+        self.connections = 0
+
+    def run(self) -> None:
+        deadline = time.monotonic() + 900  # never outlives the test by much
+        while not self.halt.is_set() and time.monotonic() < deadline:
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            self.connections += 1
+            threading.Thread(target=self._trickle, args=(conn, deadline), daemon=True).start()
+        self.sock.close()
+
+    def _trickle(self, conn: socket.socket, deadline: float) -> None:
+        with conn:
+            try:
+                conn.settimeout(10)
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                             b"Content-Length: 4000000\r\n\r\n")
+                while not self.halt.wait(3) and time.monotonic() < deadline:
+                    conn.sendall(b"x")
+            except OSError:
+                return
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(timeout=5)
+
+
+STALL_CONF = "/etc/apt/apt.conf.d/99e2e-stalling-mirror"
+
+
+def test_a_stalled_node_fails_within_the_bound_and_the_others_finish(cluster: Path) -> None:
+    """One node's mirror stalls (accepts, then trickles): with --stall-timeout the node fails
+    within the bound with a message naming the task; the other nodes converge."""
+    manifest = cluster / "cluster.yaml"
+    mirror = StallingMirror(GATEWAY)
+    mirror.start()
+    stalled = "e2enode2"
+    try:
+        _podman("exec", stalled, "bash", "-c",
+                f"printf 'Acquire::http::Proxy-Auto-Detect \"\";\\nAcquire::http::Proxy "
+                f"\"http://{GATEWAY}:{mirror.port}/\";\\n' > {STALL_CONF}"
+                " && rm -f /var/lib/apt/periodic/update-success-stamp"
+                " && touch -d '2000-01-01 00:00:00' /var/lib/apt/lists")
+        bound = 40
+        start = time.monotonic()
+        r = _provision("apply", str(manifest), "--yes", "--full", "--stall-timeout", str(bound), cwd=cluster)
+        took = time.monotonic() - start
+        out = r.stdout + r.stderr
+        assert r.returncode == 1, out
+        assert mirror.connections >= 1, "the node never reached the stand-in mirror"
+        failures = [line for line in out.splitlines() if "FAILED" in line]
+        assert len(failures) == 1 and failures[0].startswith(f"{stalled}: FAILED"), out
+        assert f"stalled: not finished after {bound} s" in failures[0], out
+        assert "failed nodes: e2enode2;" in out, out
+        last = _state(cluster)["runs"][-1]  # type: ignore[index]
+        assert last["failed"] == [stalled], last
+        nodes = _state(cluster)["nodes"]
+        assert isinstance(nodes, dict)
+        for node in ("e2ehead", "e2enode1", "e2enode3"):
+            assert nodes[node]["last_result"] == "ok", (node, nodes[node])
+        assert nodes[stalled]["last_result"] == "failed"
+        # the bound held: one stalled task, not the whole run, waited
+        print(f"apply with one stalled node: {took:.0f}s (stall bound {bound}s)")
+        assert took < bound + 240, took
+    finally:
+        mirror.stop()
+        # the stopped task's apt may still run on the node (holding apt's lock): end it
+        _podman("exec", stalled, "bash", "-c", f"rm -f {STALL_CONF}; pkill -KILL -f AnsiballZ_apt; "
+                "pkill -KILL -f /usr/lib/apt/methods/; true", check=False)
+    # with its mirror back, the node converges again
+    r = _provision("apply", str(manifest), "--yes", "--limit", stalled, "--full", cwd=cluster)
+    assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_no_secret_in_state_dir(cluster: Path) -> None:
