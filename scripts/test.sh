@@ -1,33 +1,48 @@
 #!/usr/bin/env bash
 # The project's test command (README): installs what the tests need on a fresh Debian
-# machine, then runs every stage and prints a timing per stage.
+# machine, then runs every stage, each under a time budget, and ends with a table of
+# stages, budgets and times.
 #   scripts/test.sh                 all stages
 #   scripts/test.sh lint unit       only these stages
-# Stages: install testbed lint unit e2e molecule lab
+# Stages: install testbed lint unit wheel e2e molecule lab-image lab
+#
+# Two lanes run side by side once the test bed is up (TEST_LANES=0 runs everything in one
+# lane, in the order above):
+#   main: lint unit wheel e2e molecule     (streamed to this terminal)
+#   lab:  lab-image lab                    (VM image build, then the VM lab; log in
+#                                           .cache/ci/lab*.log, shown when the lane ends)
+# Each stage has a budget (seconds, STAGE_BUDGET_<stage> overrides it); a stage that runs
+# past it is stopped, what it was doing is printed (its processes and the end of its log),
+# and the run fails at once. The whole run has a budget too (TEST_BUDGET, default 85 min:
+# CI's hard limit is 90).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ALL=(install testbed lint unit e2e molecule lab)
+ALL=(install testbed lint unit wheel e2e molecule lab-image lab)
+MAIN_LANE=(lint unit wheel e2e molecule)
+LAB_LANE=(lab-image lab)
+declare -A BUDGET=(
+  [install]=420 [testbed]=600 [lint]=420 [unit]=600 [wheel]=600 [e2e]=900
+  [molecule]=2400 [lab-image]=1500 [lab]=2700
+)
+TOTAL_BUDGET=${TEST_BUDGET:-5100}
+LOGS=.cache/ci
+mkdir -p "$LOGS"
+
 stages=("$@")
 ((${#stages[@]})) || stages=("${ALL[@]}")
+for s in "${stages[@]}"; do
+  [[ -n ${BUDGET[$s]:-} ]] || { echo "unknown stage $s (stages: ${ALL[*]})"; exit 2; }
+done
+wanted() { local s; for s in "${stages[@]}"; do [[ $s == "$1" ]] && return 0; done; return 1; }
+# the lab needs its image: asking for the lab builds it
+if wanted lab && ! wanted lab-image; then stages+=(lab-image); fi
 
 export PATH="$PWD/.venv/bin:$PATH"
-export ANSIBLE_FORCE_COLOR=0 PY_COLORS=0
-failed=()
-timings=()
-
-run_stage() {
-  local name=$1
-  shift
-  local start=$SECONDS
-  echo "=== stage $name: start $(date -u +%H:%M:%S)"
-  if "$@"; then
-    timings+=("$name: $((SECONDS - start))s ok")
-  else
-    timings+=("$name: $((SECONDS - start))s FAILED")
-    failed+=("$name")
-  fi
-  echo "=== stage $name: $((SECONDS - start))s"
-}
+export ANSIBLE_FORCE_COLOR=0 PY_COLORS=0 PYTHONUNBUFFERED=1
+RUN_START=$SECONDS
+RESULTS="$LOGS/results"
+: >"$RESULTS"
+rm -f "$LOGS"/*.pid "$LOGS"/*.watchdog
 
 stage_install() { scripts/install.sh --dev; }
 stage_testbed() { tests/testbed/setup.sh; }
@@ -39,25 +54,132 @@ stage_lint() {
   ansible-lint --profile production -q || rc=1
   return $rc
 }
-stage_unit() { pytest -q -m "not container and not lab" -p no:cacheprovider; }
-stage_e2e() { pytest -q -m "container and not molecule" -p no:cacheprovider tests/e2e; }
-stage_molecule() { pytest -q -m molecule -p no:cacheprovider tests/molecule; }
+stage_unit() { pytest -q -m "not container and not lab and not wheel" -p no:cacheprovider; }
+stage_wheel() { pytest -q -s -m wheel -p no:cacheprovider tests/test_wheel.py; }
+stage_e2e() { pytest -q -s -m "container and not molecule" -p no:cacheprovider tests/e2e; }
+# two scenarios at a time (each has its own containers, network and names)
+stage_molecule() {
+  pytest -q -n "${MOLECULE_JOBS:-2}" --dist worksteal --durations=0 -m molecule -p no:cacheprovider tests/molecule
+}
+stage_lab-image() { bash tests/lab/build-image.sh; }
 # The VM lab prints its own timing per step (-s); see tests/lab/test_lab.py.
 stage_lab() { pytest -q -s -m lab -p no:cacheprovider tests/lab; }
 
-for s in "${stages[@]}"; do
-  case "$s" in
-    install|testbed|lint|unit|e2e|molecule|lab) run_stage "$s" "stage_$s" ;;
-    *) echo "unknown stage $s (stages: ${ALL[*]})"; exit 2 ;;
-  esac
-  # nothing else can run without the tools
-  if [[ "$s" == install && ${#failed[@]} -gt 0 ]]; then break; fi
+# run_stage NAME [LOGFILE]: runs stage_NAME in its own process group under its budget.
+# Output goes to the terminal and LOGFILE (or only LOGFILE when QUIET=1).
+run_stage() {
+  local name=$1 log=$LOGS/$1.log budget=${BUDGET[$1]}
+  local override="STAGE_BUDGET_${name//-/_}"
+  budget=${!override:-$budget}
+  local left=$((TOTAL_BUDGET - (SECONDS - RUN_START)))
+  ((left < budget)) && budget=$((left > 0 ? left : 1))
+  local start=$SECONDS rc
+  echo "=== stage $name: start $(date -u +%H:%M:%S), budget ${budget}s"
+  if [[ ${QUIET:-0} == 1 ]]; then
+    setsid bash -c "$(declare -f "stage_$name"); stage_$name" >"$log" 2>&1 &
+  else
+    setsid bash -c "$(declare -f "stage_$name"); stage_$name" > >(tee "$log") 2>&1 &
+  fi
+  local pid=$!
+  echo "$pid" >"$LOGS/$name.pid"  # its process group, for stop_lab_lane
+  while kill -0 "$pid" 2>/dev/null; do
+    if ((SECONDS - start > budget)); then
+      {
+        echo "=== stage $name: OVER BUDGET (${budget}s): stopping it. It was doing:"
+        ps -o pid,etime,args --forest -g "$pid" 2>/dev/null | cut -c1-220 | tail -n 25
+        echo "--- last lines of its log ($log):"
+        tail -n 30 "$log"
+      } | tee -a "$log.watchdog"
+      kill -TERM -- "-$pid" 2>/dev/null
+      for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+      kill -KILL -- "-$pid" 2>/dev/null
+      wait "$pid" 2>/dev/null
+      echo "$name ${budget} $((SECONDS - start)) OVER-BUDGET" >>"$RESULTS"
+      return 124
+    fi
+    sleep 1
+  done
+  wait "$pid"
+  rc=$?
+  local result=ok
+  ((rc == 0)) || result=FAILED
+  echo "$name ${budget} $((SECONDS - start)) $result" >>"$RESULTS"
+  echo "=== stage $name: $((SECONDS - start))s $result"
+  return $rc
+}
+
+# run_lane STAGE...: the wanted ones in order; stops at the first failure (0/1 exit).
+run_lane() {
+  local s
+  for s in "$@"; do
+    wanted "$s" || continue
+    run_stage "$s" || return 1
+  done
+}
+
+table() {
+  echo "=== timings (total $((SECONDS - RUN_START))s, budget ${TOTAL_BUDGET}s)"
+  printf '  %-10s %7s %7s  %s\n' stage budget time result
+  local name budget took result
+  while read -r name budget took result; do
+    printf '  %-10s %6ss %6ss  %s\n' "$name" "$budget" "$took" "$result"
+  done <"$RESULTS"
+}
+
+stop_lab_lane() {
+  [[ -n ${LAB_PID:-} ]] && kill -0 "$LAB_PID" 2>/dev/null || return 0
+  echo "=== stopping the lab lane"
+  kill -TERM "$LAB_PID" 2>/dev/null
+  local s pg
+  for s in "${LAB_LANE[@]}"; do
+    pg=$(cat "$LOGS/$s.pid" 2>/dev/null) || continue
+    kill -TERM -- "-$pg" 2>/dev/null
+    sleep 2
+    kill -KILL -- "-$pg" 2>/dev/null
+  done
+  wait "$LAB_PID" 2>/dev/null
+}
+
+failed=0
+# install and testbed first: nothing else runs without the tools
+for s in install testbed; do
+  wanted "$s" || continue
+  run_stage "$s" || { failed=1; break; }
 done
 
-echo "=== timings"
-printf '  %s\n' "${timings[@]}"
-if ((${#failed[@]})); then
-  echo "FAILED stages: ${failed[*]}"
+LAB_PID=""
+if ((!failed)); then
+  lab_stages=()
+  for s in "${LAB_LANE[@]}"; do wanted "$s" && lab_stages+=("$s"); done
+  main_stages=()
+  for s in "${MAIN_LANE[@]}"; do wanted "$s" && main_stages+=("$s"); done
+  if [[ ${TEST_LANES:-1} == 1 && ${#lab_stages[@]} -gt 0 && ${#main_stages[@]} -gt 0 ]]; then
+    echo "=== lanes: main (${main_stages[*]}) and lab (${lab_stages[*]}, log in $LOGS/)"
+    QUIET=1 run_lane "${lab_stages[@]}" &
+    LAB_PID=$!
+    trap 'stop_lab_lane' EXIT
+    run_lane "${main_stages[@]}" || failed=1
+    if ((failed)); then
+      stop_lab_lane  # the run fails at once
+    else
+      echo "=== main lane done at $((SECONDS - RUN_START))s; waiting for the lab lane"
+      wait "$LAB_PID" || failed=1
+    fi
+    trap - EXIT
+    for s in "${lab_stages[@]}"; do
+      [[ -f $LOGS/$s.log ]] || continue
+      echo "=== log of stage $s ($LOGS/$s.log)"
+      if grep -q "^$s .* ok$" "$RESULTS"; then tail -n 60 "$LOGS/$s.log"; else tail -n 400 "$LOGS/$s.log"; fi
+      cat "$LOGS/$s.log.watchdog" 2>/dev/null
+    done
+  else
+    run_lane "${main_stages[@]}" "${lab_stages[@]}" || failed=1
+  fi
+fi
+
+table
+if ((failed)); then
+  echo "FAILED: $(awk '$4 != "ok" {printf "%s ", $1}' "$RESULTS")"
   exit 1
 fi
 echo "all stages passed"
