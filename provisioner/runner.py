@@ -55,11 +55,14 @@ def strategy_env(strategy: str) -> dict[str, str]:
         return {"ANSIBLE_STRATEGY": "linear"}
     if strategy != "mitogen":
         raise ProvisionError(f"unknown strategy {strategy!r}; one of {', '.join(STRATEGIES)}")
+    # Mitogen's connection timeout (Ansible's `timeout`) covers SSH and starting its Python
+    # on the node, which takes longer than the SSH handshake alone on a busy or slow node
+    # (seen: 30 s too short on a loaded 2-core machine). SSH's own ConnectTimeout stays 20 s.
     spec = importlib.util.find_spec("ansible_mitogen")
     if spec is None or not spec.submodule_search_locations:
         raise ProvisionError("strategy 'mitogen' needs the mitogen package (pip install mitogen)")
     plugins = Path(next(iter(spec.submodule_search_locations))) / "plugins" / "strategy"
-    return {"ANSIBLE_STRATEGY_PLUGINS": str(plugins), "ANSIBLE_STRATEGY": "mitogen_linear"}
+    return {"ANSIBLE_STRATEGY_PLUGINS": str(plugins), "ANSIBLE_STRATEGY": "mitogen_linear", "ANSIBLE_TIMEOUT": "90"}
 
 
 @dataclass(frozen=True)
@@ -116,10 +119,13 @@ def ansible_env(
     stall_timeout: int = DEFAULT_STALL_TIMEOUT,
     strategy: str = "linear",
 ) -> dict[str, str]:
+    # Ansible's own strategy reuses one SSH connection per node between tasks (ControlMaster);
+    # Mitogen keeps its own connection open for the whole run, and an SSH master left from
+    # an earlier run to a machine that was since replaced made its connections time out
+    multiplex = ["-o ControlMaster=auto", "-o ControlPersist=120s"] if strategy == "linear" else ["-o ControlMaster=no"]
     ssh_args = " ".join(
         [
-            "-o ControlMaster=auto",
-            "-o ControlPersist=120s",
+            *multiplex,
             f"-o UserKnownHostsFile={state.known_hosts}",
             "-o StrictHostKeyChecking=accept-new",
             "-o HashKnownHosts=no",

@@ -369,7 +369,7 @@ def test_tracker_elapsed_time_and_retries_per_host() -> None:
 def test_strategy_env_linear_and_mitogen() -> None:
     assert strategy_env("linear") == {"ANSIBLE_STRATEGY": "linear"}
     env = strategy_env("mitogen")
-    assert env["ANSIBLE_STRATEGY"] == "mitogen_linear"
+    assert env["ANSIBLE_STRATEGY"] == "mitogen_linear" and env["ANSIBLE_TIMEOUT"] == "90"
     assert (Path(env["ANSIBLE_STRATEGY_PLUGINS"]) / "mitogen_linear.py").is_file()
     with pytest.raises(ProvisionError, match="unknown strategy 'fast'"):
         strategy_env("fast")
@@ -415,3 +415,12 @@ def test_first_contact_records_only_new_nodes(tmp_path: Path, monkeypatch: pytes
     # a second run meets nobody new (the unreachable node is tried again)
     first_contact(known, targets)
     assert len((bindir / "calls").read_text().splitlines()) == 3
+
+
+def test_mitogen_runs_without_ssh_multiplexing(tmp_path: Path) -> None:
+    sd = StateDir(tmp_path)
+    linear = ansible_env(sd, tmp_path, 3)["ANSIBLE_SSH_ARGS"]
+    mitogen = ansible_env(sd, tmp_path, 3, strategy="mitogen")["ANSIBLE_SSH_ARGS"]
+    assert "ControlMaster=auto" in linear and "ControlPersist=120s" in linear
+    assert "ControlMaster=no" in mitogen and "ControlPersist" not in mitogen
+    assert f"UserKnownHostsFile={sd.known_hosts}" in mitogen

@@ -290,7 +290,7 @@ def test_a_stalled_node_fails_within_the_bound_and_the_others_finish(cluster: Pa
                 f"\"http://{GATEWAY}:{mirror.port}/\";\\n' > {STALL_CONF}"
                 " && rm -f /var/lib/apt/periodic/update-success-stamp"
                 " && touch -d '2000-01-01 00:00:00' /var/lib/apt/lists")
-        bound = 40
+        bound = 90  # far above any ordinary task here, also on a loaded machine
         start = time.monotonic()
         r = _provision("apply", str(manifest), "--yes", "--full", "--stall-timeout", str(bound), cwd=cluster)
         took = time.monotonic() - start
@@ -357,6 +357,8 @@ def test_changed_host_key_is_refused(cluster: Path) -> None:
         r = _provision("apply", str(cluster / "cluster.yaml"), "--yes", "--limit", "e2enode2", "--full", cwd=cluster)
         assert r.returncode == 1
         assert "e2enode2" in r.stdout and "unreachable" in r.stdout
-        assert "HOST IDENTIFICATION HAS CHANGED" in r.stdout or "Host key verification failed" in r.stdout
+        # OpenSSH's words under Ansible's own strategy; Mitogen's under PROVISION_STRATEGY=mitogen
+        assert any(text in r.stdout for text in ("HOST IDENTIFICATION HAS CHANGED", "Host key verification failed",
+                                                 "unrecognized or mismatching host key")), r.stdout
     finally:
         known.write_text(original)

@@ -40,6 +40,8 @@ HOST_PACKAGES=(
   # pulled in by --no-install-recommends): Slurm and the end-to-end nodes find each
   # other by name
   golang-github-containernetworking-plugin-dnsname
+  # the wheel test installs the built package into a fresh venv of the system's python3
+  python3-venv
 )
 # shellcheck disable=SC2206
 HOST_PACKAGES+=(${TESTBED_EXTRA_PACKAGES:-})
