@@ -18,23 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import ansible_runner
+
+from provisioner.content import ansible_paths, project_root
 from provisioner.errors import ProvisionError
 from provisioner.state import StateDir
 
 SECRET_ENV_RE = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN|CREDENTIAL|PRIVATE_KEY|_PASS$)", re.IGNORECASE)
 MAX_FORKS = 50
-
-
-def project_root() -> Path:
-    """Where playbooks/ and roles/ live: $PROVISION_HOME or the source checkout."""
-    env = os.environ.get("PROVISION_HOME")
-    root = Path(env) if env else Path(__file__).resolve().parents[1]
-    if not (root / "playbooks" / "site.yml").is_file():
-        raise ProvisionError(
-            f"playbooks not found under {root}; install from a source checkout (pip install -e .) "
-            "or set PROVISION_HOME to it"
-        )
-    return root
 
 
 def forks_for(node_count: int) -> int:
@@ -57,7 +48,7 @@ def ansible_env(state: StateDir, root: Path, node_count: int) -> dict[str, str]:
     path = os.environ.get("PATH", "")
     return {
         "PATH": path if path.split(":")[0] == bindir else f"{bindir}:{path}",
-        "ANSIBLE_ROLES_PATH": str(root / "roles"),
+        **ansible_paths(root),
         "ANSIBLE_PIPELINING": "True",
         "ANSIBLE_SSH_ARGS": ssh_args,
         # OpenSSH's own %C hash: short socket paths, and `ssh -O exit -o ControlPath=...`
@@ -194,8 +185,6 @@ def run_playbook(
     tracker: Tracker,
     secret_names: set[str] | None = None,
 ) -> RunResult:
-    import ansible_runner
-
     root = project_root()
     env = ansible_env(state, root, len(hosts))
     cmdline = "--check --diff" if check else ""

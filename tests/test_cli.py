@@ -11,12 +11,13 @@ import pytest
 import yaml
 
 from provisioner import apply as apply_mod
-from provisioner import cli
 from provisioner.cli import main
-from provisioner.manifest import load_manifest
+from provisioner.commands import common
+from provisioner.commands import validate as validate_cmd
 from provisioner.plan import cluster_fingerprint, node_sections
 from provisioner.runner import RunResult, Tracker
 from provisioner.state import NodeState, State, StateDir
+from provisioner.validate import load_manifest
 
 Capsys = pytest.CaptureFixture[str]
 
@@ -157,7 +158,7 @@ def test_internal_errors_are_one_line_unless_debugging(
     def broken(*args: Any) -> int:
         raise RuntimeError("kaboom")
 
-    monkeypatch.setitem(cli.COMMANDS, "validate", broken)
+    monkeypatch.setattr(validate_cmd, "run", broken)
     monkeypatch.delenv("PROVISION_DEBUG", raising=False)
     code, _, err = run(capsys, "validate", str(kit.examples / "music-lab.yaml"))
     assert code == 70
@@ -283,9 +284,9 @@ def test_plan_with_a_broken_state_file(capsys: Capsys, example: Path) -> None:
 
 
 def test_split_selectors() -> None:
-    assert cli._split_selectors("gpu[01-04],head01") == ["gpu[01-04]", "head01"]
-    assert cli._split_selectors("a,b[1-2],@compute") == ["a", "b[1-2]", "@compute"]
-    assert cli._split_selectors("") == [""]
+    assert common.split_selectors("gpu[01-04],head01") == ["gpu[01-04]", "head01"]
+    assert common.split_selectors("a,b[1-2],@compute") == ["a", "b[1-2]", "@compute"]
+    assert common.split_selectors("") == [""]
 
 
 # --------------------------------------------------------------------------- apply

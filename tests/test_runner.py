@@ -19,7 +19,6 @@ from provisioner.apply import (
     record_result,
     targets_inventory,
 )
-from provisioner.errors import ProvisionError
 from provisioner.plan import PlaySpec, cluster_fingerprint, compute, node_sections
 from provisioner.runner import (
     MAX_FORKS,
@@ -28,7 +27,6 @@ from provisioner.runner import (
     Tracker,
     ansible_env,
     forks_for,
-    project_root,
     scan_for_secrets,
     scrubbed_environ,
     secret_env_names,
@@ -194,16 +192,6 @@ def test_ansible_env(tmp_path: Path) -> None:
         assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
     assert all(isinstance(v, str) for v in env.values())
     assert not any(secret in k for k in env for secret in ("PASSWORD", "TOKEN"))
-
-
-def test_project_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kit: Any) -> None:
-    monkeypatch.delenv("PROVISION_HOME", raising=False)
-    assert project_root() == kit.root
-    monkeypatch.setenv("PROVISION_HOME", str(kit.root))
-    assert project_root() == kit.root
-    monkeypatch.setenv("PROVISION_HOME", str(tmp_path))
-    with pytest.raises(ProvisionError, match="playbooks not found"):
-        project_root()
 
 
 # --------------------------------------------------------------------------- apply helpers

@@ -18,8 +18,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from provisioner.manifest import Manifest, load_manifest  # noqa: E402
-from provisioner.rolevars import baremetal  # noqa: E402
+from provisioner.areas.baremetal import rolevars as baremetal  # noqa: E402
+from provisioner.manifest import Manifest  # noqa: E402
+from provisioner.validate import load_manifest  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "llm-200k.yaml"
 

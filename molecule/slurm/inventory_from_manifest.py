@@ -16,9 +16,9 @@ from typing import Any
 
 import yaml
 
-from provisioner.manifest import load_manifest
-from provisioner.rolevars import slurm as slurm_vars
-from provisioner.slurm import controller, ensure_munge_key, slurm_nodes
+from provisioner.areas.slurm import rolevars as slurm_vars
+from provisioner.areas.slurm.decide import controller, ensure_munge_key, slurm_nodes
+from provisioner.validate import load_manifest
 
 
 def inventory(manifest_file: str, state_dir: Path) -> dict[str, Any]:
