@@ -30,7 +30,8 @@ class _Version(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
-        parser.exit(message=importlib.import_module(VERSION_MODULE).version_line() + "\n")
+        print(importlib.import_module(VERSION_MODULE).version_line())  # stdout, as argparse's own version action
+        parser.exit()
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -8,7 +8,7 @@
   ``playbooks/``.
 
 Roles keep their short names (``common``, ``zfs``): ``ANSIBLE_ROLES_PATH`` points at the
-``roles/`` found here, and for the collection ``ANSIBLE_COLLECTIONS_PATH`` also names it.
+``roles/`` found here (see :func:`ansible_paths`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from pathlib import Path
 
 from provisioner.errors import ProvisionError
 
-COLLECTION = ("provisioner", "cluster")  # namespace, name
-DEFAULT_COLLECTIONS_PATH = "~/.ansible/collections:/usr/share/ansible/collections"
+COLLECTION = ("provisioner", "cluster")  # namespace, name (setup.py builds it)
 
 
 def has_playbooks(root: Path) -> bool:
@@ -63,18 +62,12 @@ def project_root() -> Path:
     return root
 
 
-def collections_dir(root: Path) -> Path | None:
-    """The folder holding ``ansible_collections/`` when ``root`` is our collection."""
-    if root.parent.parent.name == "ansible_collections" and (root.parent.name, root.name) == COLLECTION:
-        return root.parents[2]
-    return None
-
-
 def ansible_paths(root: Path) -> dict[str, str]:
-    """ANSIBLE_ROLES_PATH (and ANSIBLE_COLLECTIONS_PATH for the collection) for ``root``."""
-    env = {"ANSIBLE_ROLES_PATH": str(root / "roles")}
-    collections = collections_dir(root)
-    if collections is not None:
-        rest = os.environ.get("ANSIBLE_COLLECTIONS_PATH") or DEFAULT_COLLECTIONS_PATH
-        env["ANSIBLE_COLLECTIONS_PATH"] = f"{collections}:{rest}"
-    return env
+    """ANSIBLE_ROLES_PATH for ``root``: the playbooks' short role names resolve there.
+
+    Deliberately no ANSIBLE_COLLECTIONS_PATH to the installed collection: a playbook inside
+    a collection on that path runs in the collection's context, where roles cannot bring
+    their own ``library/`` and ``filter_plugins/`` (nvidia_driver, slurm and zfs do), so
+    the installed content runs exactly as the checkout's does in the tests.
+    """
+    return {"ANSIBLE_ROLES_PATH": str(root / "roles")}

@@ -3,10 +3,10 @@
 # machine, then runs every stage and prints a timing per stage.
 #   scripts/test.sh                 all stages
 #   scripts/test.sh lint unit       only these stages
-# Stages: install testbed lint unit e2e molecule lab
+# Stages: install testbed lint unit wheel e2e molecule lab
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ALL=(install testbed lint unit e2e molecule lab)
+ALL=(install testbed lint unit wheel e2e molecule lab)
 stages=("$@")
 ((${#stages[@]})) || stages=("${ALL[@]}")
 
@@ -39,7 +39,9 @@ stage_lint() {
   ansible-lint --profile production -q || rc=1
   return $rc
 }
-stage_unit() { pytest -q -m "not container and not lab" -p no:cacheprovider; }
+stage_unit() { pytest -q -m "not container and not lab and not wheel" -p no:cacheprovider; }
+# The built wheel in fresh venvs (system python3 and a Python >= 3.12); prints its timings.
+stage_wheel() { pytest -q -s -m wheel -p no:cacheprovider tests/test_wheel.py; }
 stage_e2e() { pytest -q -m "container and not molecule" -p no:cacheprovider tests/e2e; }
 stage_molecule() { pytest -q -m molecule -p no:cacheprovider tests/molecule; }
 # The VM lab prints its own timing per step (-s); see tests/lab/test_lab.py.
@@ -47,7 +49,7 @@ stage_lab() { pytest -q -s -m lab -p no:cacheprovider tests/lab; }
 
 for s in "${stages[@]}"; do
   case "$s" in
-    install|testbed|lint|unit|e2e|molecule|lab) run_stage "$s" "stage_$s" ;;
+    install|testbed|lint|unit|wheel|e2e|molecule|lab) run_stage "$s" "stage_$s" ;;
     *) echo "unknown stage $s (stages: ${ALL[*]})"; exit 2 ;;
   esac
   # nothing else can run without the tools

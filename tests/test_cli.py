@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -367,3 +368,12 @@ def test_apply_deletes_artifacts_that_leak_a_secret(
     assert "a secret appeared in 1 run artifact file(s); they were deleted" in err
     assert not leaked[0].exists()
     assert StateDir.beside(example).load().runs[-1].result == "failed"
+
+
+def test_version_names_ansible_core(capsys: Capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    out, err = capsys.readouterr()
+    assert re.fullmatch(r"provision \S+ \(ansible-core 2\.\d+\.\S+, ansible \d+\.\S+, python 3\.\d+\.\d+\)\n", out), out
+    assert err == ""
