@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -377,3 +379,31 @@ def test_version_names_ansible_core(capsys: Capsys) -> None:
     out, err = capsys.readouterr()
     assert re.fullmatch(r"provision \S+ \(ansible-core 2\.\d+\.\S+, ansible \d+\.\S+, python 3\.\d+\.\d+\)\n", out), out
     assert err == ""
+
+
+START_UP = """
+import contextlib, io, sys
+from provisioner.cli import main
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    try:
+        main(sys.argv[1:])
+    except SystemExit:
+        pass
+print(" ".join(sorted(sys.modules)))
+"""
+
+
+def imported_by(*argv: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-c", START_UP, *argv], capture_output=True, text=True, timeout=120,
+                         check=True).stdout
+    return {name.split(".")[0] for name in out.split()} | set(out.split())
+
+
+def test_start_up_imports_only_what_the_command_needs(kit: Any) -> None:
+    # `provision --help` loads argparse, not the libraries; validate no SSH, BMC or Ansible code
+    heavy = {"paramiko", "sushy", "pyghmi", "ansible_runner", "ansible", "jinja2", "requests"}
+    helped = imported_by("--help")
+    assert not helped & (heavy | {"rich", "pydantic", "yaml", "provisioner.manifest", "provisioner.commands"})
+    validated = imported_by("validate", str(kit.examples / "llm-200k.yaml"))
+    assert "provisioner.commands.validate" in validated and "pydantic" in validated
+    assert not validated & (heavy | {"rich.table", "rich.live", "provisioner.apply", "provisioner.plan"})
