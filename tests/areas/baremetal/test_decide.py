@@ -1,4 +1,4 @@
-"""provisioner.installcfg: per-node autoinstall seeds, preseeds and iPXE scripts."""
+"""provisioner.areas.baremetal.decide: per-node autoinstall seeds, preseeds and iPXE scripts."""
 
 from __future__ import annotations
 

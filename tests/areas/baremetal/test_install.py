@@ -1,4 +1,4 @@
-"""The bare-metal install lifecycle (provisioner.baremetal) and the PXE server's
+"""The bare-metal install lifecycle (provisioner.areas.baremetal.install) and the PXE server's
 install-state service (roles/pxe_server/files/pxe_state_server.py), end to end against
 emulated BMCs: a Redfish BMC (sushy-tools), an IPMI BMC (pyghmi), fake nodes that
 "install" when they PXE boot, and the real pxe-state service on 127.0.0.1."""

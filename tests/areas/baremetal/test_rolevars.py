@@ -1,4 +1,4 @@
-"""provisioner.rolevars.baremetal: the pxe_server variables (cluster-wide, light keys)."""
+"""provisioner.areas.baremetal.rolevars: the pxe_server variables (cluster-wide, light keys)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""provisioner.rolevars.common: /etc/hosts, NTP, users, mirrors and MTU for the common role."""
+"""provisioner.areas.common.rolevars: /etc/hosts, NTP, users, mirrors and MTU for the common role."""
 
 from __future__ import annotations
 

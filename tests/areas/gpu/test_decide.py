@@ -1,7 +1,7 @@
-"""provisioner.gpu: per-OS package/version resolution, and its agreement with the roles.
+"""provisioner.areas.gpu.decide: per-OS package/version resolution, and its agreement with the roles.
 
 The roles compute package names from roles/<role>/vars/*.yml on their own; the drift tests
-render those files with Jinja2 and compare them with provisioner.gpu for every OS/source.
+render those files with Jinja2 and compare them with provisioner.areas.gpu.decide for every OS/source.
 The nvidia_driver role's fact module (PCI detection, reboot reasons) is tested on a fake
 sysfs tree.
 """

@@ -1,4 +1,4 @@
-"""provisioner.rolevars.gpu: manifest -> variables of the GPU stack roles."""
+"""provisioner.areas.gpu.rolevars: manifest -> variables of the GPU stack roles."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""provisioner.slurm: hostlists, node/partition/cgroup decisions, fact checks, munge key."""
+"""provisioner.areas.slurm.decide: hostlists, node/partition/cgroup decisions, fact checks, munge key."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""provisioner.rolevars.slurm, and the role's templates rendered with its output.
+"""provisioner.areas.slurm.rolevars, and the role's templates rendered with its output.
 
 The templates (roles/slurm/templates) use plain Jinja2 only, so they are rendered here the
 way Ansible's template module does (trim_blocks), with variables layered like Ansible:

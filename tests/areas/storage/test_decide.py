@@ -1,4 +1,4 @@
-"""provisioner.storage: vdev layouts, zpool arguments, disk safety, drift, NFS, units, fabric."""
+"""provisioner.areas.storage.decide: vdev layouts, zpool arguments, disk safety, drift, NFS, units, fabric."""
 
 from __future__ import annotations
 

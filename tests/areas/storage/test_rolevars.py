@@ -1,4 +1,4 @@
-"""provisioner.rolevars.storage, checked against the roles' argument specs and templates.
+"""provisioner.areas.storage.rolevars, checked against the roles' argument specs and templates.
 
 The templates use plain Jinja2 only, so they are rendered here the way Ansible's template
 module does (trim_blocks), with role defaults < inventory variables (< OS vars).
