@@ -16,9 +16,9 @@ from typing import Any
 import yaml
 
 from provisioner import inventory
-from provisioner.manifest import load_text
 from provisioner.plan import PlaySpec, compute
 from provisioner.state import State
+from provisioner.validate import load_text
 
 PLAYS = [
     PlaySpec("common - base", "all:&{{ provision_targets | default('all') }}", "base.yml"),

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import os
 import socket
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import yaml
 from rich.console import Console
 
-from provisioner import inventory, slurm
-from provisioner.display import LiveProgress, print_plan, recap_table
+from provisioner import inventory
+from provisioner.areas import registry
+from provisioner.areas.baremetal import install as baremetal
+from provisioner.areas.slurm import decide as slurm
+from provisioner.content import project_root
+from provisioner.display import LiveProgress, install_table, print_plan, recap_table
 from provisioner.errors import ProvisionError
 from provisioner.manifest.load import Loaded
 from provisioner.plan import (
@@ -28,23 +32,22 @@ from provisioner.plan import (
     node_sections,
 )
 from provisioner.runner import (
-    DEFAULT_STALL_TIMEOUT,
     RunResult,
     SshTarget,
     Tracker,
     first_contact,
-    project_root,
     run_playbook,
     scan_for_secrets,
 )
+from provisioner.settings import DEFAULT_STALL_TIMEOUT
 from provisioner.state import RunRecord, State, StateDir, now
 
 TARGETS_GROUP = "provision_targets"
 
 # Steps that prepare control-machine material before a run (e.g. the munge key). Each gets
-# the loaded manifest and the state directory; areas register theirs in PREPARE_HOOKS.
+# the loaded manifest and the state directory; areas declare theirs in the registry.
 PrepareHook = Callable[[Loaded, StateDir], None]
-PREPARE_HOOKS: list[PrepareHook] = [slurm.prepare_munge_key]
+PREPARE_HOOKS: list[PrepareHook] = registry.prepare_hooks()
 
 
 @dataclass
@@ -83,8 +86,6 @@ def declared_secret_envs(loaded: Loaded) -> set[str]:
 
 def known_secret_values(loaded: Loaded, state: StateDir) -> list[str]:
     """Secret values we must never find in artifacts: BMC passwords from env, the munge key."""
-    import os
-
     values = [os.environ[name] for name in declared_secret_envs(loaded) if os.environ.get(name)]
     key = state.secrets / slurm.MUNGE_KEY_NAME
     if key.exists():
@@ -222,9 +223,6 @@ def install_phase(
     A ``new`` node that already answers SSH is taken as installed by hand and never
     wiped: only ``--reinstall NODE`` reinstalls a running machine. Returns failed nodes.
     """
-    from provisioner import baremetal
-    from provisioner.display import install_table
-
     m = loaded.manifest
     states = {name: ns.lifecycle for name, ns in st.nodes.items()}
     try:
@@ -284,7 +282,3 @@ def install_phase(
             ns.last_result = f"install failed at {r.stage}: {r.reason}"
     state.save(st)
     return failed
-
-
-def default_inventory_dir(cluster: str) -> Path:
-    return Path.cwd() / "inventory" / cluster

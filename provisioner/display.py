@@ -1,27 +1,25 @@
-"""Terminal output with rich: diagnostics, plan tables, live apply progress, recap."""
+"""Terminal output with rich: plan tables, live apply progress, recap, BMC and install tables.
+
+(Diagnostics are printed by ``provisioner.commands.common``: validate needs nothing else.)
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from provisioner.baremetal import InstallResult
-from provisioner.bmc import BmcRow
-from provisioner.errors import Diagnostic
-from provisioner.plan import Plan
-from provisioner.runner import RunResult, Tracker
+if TYPE_CHECKING:  # types only: the plan command must not import paramiko, the BMC drivers, ...
+    from provisioner.areas.baremetal.install import InstallResult
+    from provisioner.bmc import BmcRow
+    from provisioner.plan import Plan
+    from provisioner.runner import RunResult, Tracker
 
 STATUS_STYLE = {"new": "green", "changed": "yellow", "unchanged": "dim", "removed": "red"}
-
-
-def print_diagnostics(console: Console, diags: list[Diagnostic]) -> None:
-    for d in diags:
-        style = "red" if d.severity == "error" else "yellow"
-        console.print(d.format(), style=style, markup=False, highlight=False, soft_wrap=True)
 
 
 def plan_table(plan: Plan, title: str) -> Table:

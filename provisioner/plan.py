@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import yaml
 
-from provisioner import rolevars
+from provisioner.areas import registry
 from provisioner.inventory import groups
 from provisioner.manifest.model import Manifest, Node
 from provisioner.state import State
@@ -32,7 +32,7 @@ def heavy_cluster_fingerprints(m: Manifest) -> dict[str, str]:
     """Per area, the fingerprint of the cluster-wide variables that heavy plays consume."""
     return {
         area.name: fingerprint({k: v for k, v in area.cluster_vars(m).items() if k not in area.light_keys})
-        for area in rolevars.AREAS
+        for area in registry.AREAS
     }
 
 
@@ -49,7 +49,7 @@ def node_sections(m: Manifest, node: Node, heavy_cluster: dict[str, str] | None 
         "node": fingerprint(node.model_dump(mode="json", exclude={"bmc"})),
         "bmc": fingerprint(node.bmc.model_dump(mode="json") if node.bmc else None),
     }
-    for area in rolevars.AREAS:
+    for area in registry.AREAS:
         sections[area.name] = fingerprint({"cluster": heavy_cluster[area.name], "node": area.node_vars(m, node)})
     return sections
 
@@ -62,7 +62,7 @@ def cluster_fingerprint(m: Manifest) -> str:
     """Fingerprint of the cluster-wide files (light plays): /etc/hosts, slurm.conf, exports."""
     light = {
         area.name: {k: v for k, v in area.cluster_vars(m).items() if k in area.light_keys}
-        for area in rolevars.AREAS
+        for area in registry.AREAS
     }
     return fingerprint(light)
 

@@ -22,30 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import ansible_runner
+
+from provisioner.content import ansible_paths, project_root
 from provisioner.errors import ProvisionError
+from provisioner.settings import DEFAULT_STALL_TIMEOUT, STRATEGIES
 from provisioner.state import StateDir
 
 SECRET_ENV_RE = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN|CREDENTIAL|PRIVATE_KEY|_PASS$)", re.IGNORECASE)
 MAX_FORKS = 50
-# The stall guard: a task that has not finished on a node after this many seconds fails
-# that node (Ansible's task timeout; the other nodes go on). Tasks that legitimately take
-# longer (package installs, DKMS builds) carry their own, larger `timeout:` in the roles.
-DEFAULT_STALL_TIMEOUT = 900
-
-
-def project_root() -> Path:
-    """Where playbooks/ and roles/ live: $PROVISION_HOME or the source checkout."""
-    env = os.environ.get("PROVISION_HOME")
-    root = Path(env) if env else Path(__file__).resolve().parents[1]
-    if not (root / "playbooks" / "site.yml").is_file():
-        raise ProvisionError(
-            f"playbooks not found under {root}; install from a source checkout (pip install -e .) "
-            "or set PROVISION_HOME to it"
-        )
-    return root
-
-
-STRATEGIES = ("linear", "mitogen")
 
 
 def strategy_env(strategy: str) -> dict[str, str]:
@@ -137,7 +122,7 @@ def ansible_env(
     path = os.environ.get("PATH", "")
     return {
         "PATH": path if path.split(":")[0] == bindir else f"{bindir}:{path}",
-        "ANSIBLE_ROLES_PATH": str(root / "roles"),
+        **ansible_paths(root),
         "ANSIBLE_PIPELINING": "True",
         "ANSIBLE_SSH_ARGS": ssh_args,
         # OpenSSH's own %C hash: short socket paths, and `ssh -O exit -o ControlPath=...`
@@ -303,8 +288,6 @@ def run_playbook(
     stall_timeout: int = DEFAULT_STALL_TIMEOUT,
     strategy: str = "linear",
 ) -> RunResult:
-    import ansible_runner
-
     root = project_root()
     env = ansible_env(state, root, len(hosts), stall_timeout, strategy)
     cmdline = "--check --diff" if check else ""

@@ -51,5 +51,4 @@ if ((dev)); then
 else
   .venv/bin/python -m pip install -q -e .
 fi
-echo "install: done: $(.venv/bin/provision --help | head -n 1)"
-echo "install: ansible $(.venv/bin/ansible --version | head -n 1)"
+echo "install: done: $(.venv/bin/provision --version)"

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from provisioner.errors import Diagnostic, ManifestError
-from provisioner.manifest import Loaded, load_text
+from provisioner.validate import Loaded, load_text
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,8 +13,8 @@ import pytest
 from rich.console import Console
 
 from provisioner import apply as apply_mod
-from provisioner import baremetal
 from provisioner.apply import ApplyOptions, install_phase
+from provisioner.areas.baremetal import install as baremetal
 from provisioner.errors import ProvisionError
 from provisioner.runner import HostProgress, RunResult
 from provisioner.state import State, StateDir

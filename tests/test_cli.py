@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,12 +14,13 @@ import pytest
 import yaml
 
 from provisioner import apply as apply_mod
-from provisioner import cli
 from provisioner.cli import main
-from provisioner.manifest import load_manifest
+from provisioner.commands import common
+from provisioner.commands import validate as validate_cmd
 from provisioner.plan import cluster_fingerprint, node_sections
 from provisioner.runner import RunResult, Tracker
 from provisioner.state import NodeState, State, StateDir
+from provisioner.validate import load_manifest
 
 Capsys = pytest.CaptureFixture[str]
 
@@ -157,7 +161,7 @@ def test_internal_errors_are_one_line_unless_debugging(
     def broken(*args: Any) -> int:
         raise RuntimeError("kaboom")
 
-    monkeypatch.setitem(cli.COMMANDS, "validate", broken)
+    monkeypatch.setattr(validate_cmd, "run", broken)
     monkeypatch.delenv("PROVISION_DEBUG", raising=False)
     code, _, err = run(capsys, "validate", str(kit.examples / "music-lab.yaml"))
     assert code == 70
@@ -283,9 +287,9 @@ def test_plan_with_a_broken_state_file(capsys: Capsys, example: Path) -> None:
 
 
 def test_split_selectors() -> None:
-    assert cli._split_selectors("gpu[01-04],head01") == ["gpu[01-04]", "head01"]
-    assert cli._split_selectors("a,b[1-2],@compute") == ["a", "b[1-2]", "@compute"]
-    assert cli._split_selectors("") == [""]
+    assert common.split_selectors("gpu[01-04],head01") == ["gpu[01-04]", "head01"]
+    assert common.split_selectors("a,b[1-2],@compute") == ["a", "b[1-2]", "@compute"]
+    assert common.split_selectors("") == [""]
 
 
 # --------------------------------------------------------------------------- apply
@@ -366,3 +370,40 @@ def test_apply_deletes_artifacts_that_leak_a_secret(
     assert "a secret appeared in 1 run artifact file(s); they were deleted" in err
     assert not leaked[0].exists()
     assert StateDir.beside(example).load().runs[-1].result == "failed"
+
+
+def test_version_names_ansible_core(capsys: Capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    out, err = capsys.readouterr()
+    assert re.fullmatch(r"provision \S+ \(ansible-core 2\.\d+\.\S+, ansible \d+\.\S+, python 3\.\d+\.\d+\)\n", out), out
+    assert err == ""
+
+
+START_UP = """
+import contextlib, io, sys
+from provisioner.cli import main
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    try:
+        main(sys.argv[1:])
+    except SystemExit:
+        pass
+print(" ".join(sorted(sys.modules)))
+"""
+
+
+def imported_by(*argv: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-c", START_UP, *argv], capture_output=True, text=True, timeout=120,
+                         check=True).stdout
+    return {name.split(".")[0] for name in out.split()} | set(out.split())
+
+
+def test_start_up_imports_only_what_the_command_needs(kit: Any) -> None:
+    # `provision --help` loads argparse, not the libraries; validate no SSH, BMC or Ansible code
+    heavy = {"paramiko", "sushy", "pyghmi", "ansible_runner", "ansible", "jinja2", "requests"}
+    helped = imported_by("--help")
+    assert not helped & (heavy | {"rich", "pydantic", "yaml", "provisioner.manifest", "provisioner.commands"})
+    validated = imported_by("validate", str(kit.examples / "llm-200k.yaml"))
+    assert "provisioner.commands.validate" in validated and "pydantic" in validated
+    assert not validated & (heavy | {"rich.table", "rich.live", "provisioner.apply", "provisioner.plan"})

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from provisioner import rolevars
+from provisioner.areas import registry as rolevars
 from provisioner.manifest import Manifest
 from provisioner.plan import (
     PlaySpec,

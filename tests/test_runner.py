@@ -31,7 +31,6 @@ from provisioner.runner import (
     ansible_env,
     first_contact,
     forks_for,
-    project_root,
     scan_for_secrets,
     scrubbed_environ,
     secret_env_names,
@@ -198,16 +197,6 @@ def test_ansible_env(tmp_path: Path) -> None:
         assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
     assert all(isinstance(v, str) for v in env.values())
     assert not any(secret in k for k in env for secret in ("PASSWORD", "TOKEN"))
-
-
-def test_project_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kit: Any) -> None:
-    monkeypatch.delenv("PROVISION_HOME", raising=False)
-    assert project_root() == kit.root
-    monkeypatch.setenv("PROVISION_HOME", str(kit.root))
-    assert project_root() == kit.root
-    monkeypatch.setenv("PROVISION_HOME", str(tmp_path))
-    with pytest.raises(ProvisionError, match="playbooks not found"):
-        project_root()
 
 
 # --------------------------------------------------------------------------- apply helpers

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Write the pxe_server variables for the molecule scenario, rendered by the real
-provisioner.rolevars.baremetal from examples/llm-200k.yaml, as YAML.
+provisioner.areas.baremetal.rolevars from examples/llm-200k.yaml, as YAML.
 
 One change to the example, so both installers are exercised: gpu04 installs Debian 12
 on a RAID1 of two disks (the rest of the example installs Ubuntu 22.04).
@@ -18,8 +18,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from provisioner.manifest import Manifest, load_manifest  # noqa: E402
-from provisioner.rolevars import baremetal  # noqa: E402
+from provisioner.areas.baremetal import rolevars as baremetal  # noqa: E402
+from provisioner.manifest import Manifest  # noqa: E402
+from provisioner.validate import load_manifest  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "llm-200k.yaml"
 

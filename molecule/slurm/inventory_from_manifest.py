@@ -3,7 +3,7 @@
 Usage: inventory_from_manifest.py MANIFEST STATE_DIR OUT_FILE
 
 Loads the test manifest, creates the munge key in STATE_DIR (as apply does) and writes a
-YAML inventory with the Slurm groups and exactly what provisioner.rolevars.slurm emits:
+YAML inventory with the Slurm groups and exactly what provisioner.areas.slurm.rolevars emits:
 cluster_vars under all.vars (plus provision_state_dir), node_vars per host. Prints
 "changed" when OUT_FILE was (re)written, "unchanged" otherwise.
 """
@@ -16,9 +16,9 @@ from typing import Any
 
 import yaml
 
-from provisioner.manifest import load_manifest
-from provisioner.rolevars import slurm as slurm_vars
-from provisioner.slurm import controller, ensure_munge_key, slurm_nodes
+from provisioner.areas.slurm import rolevars as slurm_vars
+from provisioner.areas.slurm.decide import controller, ensure_munge_key, slurm_nodes
+from provisioner.validate import load_manifest
 
 
 def inventory(manifest_file: str, state_dir: Path) -> dict[str, Any]:

@@ -12,6 +12,9 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from pyghmi.ipmi import command as ipmi_command
+from pyghmi.ipmi.private import session as ipmi_session
+
 from provisioner.bmc.base import (
     BmcError,
     BootConfirmation,
@@ -68,10 +71,6 @@ def forget_login(address: str, user: str, password: str, port: int) -> None:
     """Work around pyghmi (1.6): it registers a login under str keys but removes it
     under bytes keys, so the entry stays, and the next Command for the same BMC, user
     and password in this process waits forever for a login that already finished."""
-    try:
-        from pyghmi.ipmi.private import session as ipmi_session
-    except ImportError:  # pragma: no cover - pyghmi is a dependency
-        return
     ipmi_session.Session.initting_sessions.pop((address, user, password, port, None), None)
 
 
@@ -135,8 +134,6 @@ class IpmiBmc:
         if self._cmd is None:
             factory = self._factory
             if factory is None:
-                from pyghmi.ipmi import command as ipmi_command
-
                 factory = ipmi_command.Command
             password = self._password.reveal()
             try:

@@ -1,54 +1,25 @@
-"""Whole-manifest checks: uniqueness, references between sections, layout arithmetic.
+"""Structural whole-manifest checks: uniqueness, references between sections, layout arithmetic.
 
-Each check returns diagnostics positioned at the offending value in the source file.
+Each check returns diagnostics positioned at the offending value in the source file. The
+areas' deeper checks (what a node's OS can install, what the storage logic can build) live
+in ``provisioner/areas/<area>/checks.py`` and run after these, from ``provisioner.validate``.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from provisioner.errors import Diagnostic
 from provisioner.manifest.model import Manifest, Network, Node
 from provisioner.manifest.ranges import RangeError, expand
+from provisioner.manifest.select import SelectorError, select_nodes
 from provisioner.manifest.source import PathKey, Source
-
-
-class SelectorError(ValueError):
-    pass
-
-
-def select_nodes(manifest: Manifest, items: Iterable[str]) -> list[str]:
-    """Resolve node selectors (names, ranges like gpu[01-04], or @role) to node names.
-
-    Order follows the manifest's node order; unknown names raise SelectorError.
-    """
-    known = manifest.node_names()
-    wanted: set[str] = set()
-    for item in items:
-        if item.startswith("@"):
-            role = item[1:]
-            members = [n.name for n in manifest.nodes if role in n.roles]
-            if not members:
-                raise SelectorError(f"{item!r} matches no node (no node has role {role!r})")
-            wanted.update(members)
-            continue
-        try:
-            names = expand(item)
-        except RangeError as exc:
-            raise SelectorError(str(exc)) from None
-        unknown = [n for n in names if n not in known]
-        if unknown:
-            more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
-            raise SelectorError(f"unknown node {unknown[0]!r}{more}")
-        wanted.update(names)
-    return [n for n in known if n in wanted]
-
 
 Check = Callable[[Manifest, Source], list[Diagnostic]]
 
 
-def _node_path(node: Node, *rest: str | int) -> PathKey:
+def node_path(node: Node, *rest: str | int) -> PathKey:
     return ("nodes", node.source_index, *rest)
 
 
@@ -68,35 +39,35 @@ def check_unique_nodes(m: Manifest, src: Source) -> list[Diagnostic]:
     bmcs: dict[str, str] = {}
     for node in m.nodes:
         if node.name in RESERVED_NAMES:
-            out.append(src.diag(_node_path(node, "name"),
+            out.append(src.diag(node_path(node, "name"),
                                 f"{node.name!r} is reserved (an inventory group name); choose another host name"))
         if node.name in names:
-            out.append(src.diag(_node_path(node, "name"), f"duplicate host name {node.name!r}"))
+            out.append(src.diag(node_path(node, "name"), f"duplicate host name {node.name!r}"))
         names[node.name] = node
         for net, iface in node.interfaces.items():
             if iface.ip in ips:
                 out.append(
-                    src.diag(_node_path(node, "interfaces", net, "ip"),
+                    src.diag(node_path(node, "interfaces", net, "ip"),
                              f"{node.name}: IP {iface.ip} is already used by {ips[iface.ip]}")
                 )
             ips[iface.ip] = f"{node.name} ({net})"
             if iface.mac:
                 if iface.mac in macs:
                     out.append(
-                        src.diag(_node_path(node, "interfaces", net, "mac"),
+                        src.diag(node_path(node, "interfaces", net, "mac"),
                                  f"{node.name}: MAC {iface.mac} is already used by {macs[iface.mac]}")
                     )
                 macs[iface.mac] = f"{node.name} ({net})"
         if node.bmc is not None:
             addr = str(node.bmc.address)
             if addr in bmcs:
-                out.append(src.diag(_node_path(node, "bmc", "address"),
+                out.append(src.diag(node_path(node, "bmc", "address"),
                                     f"{node.name}: BMC address {addr} is already used by {bmcs[addr]}"))
             bmcs[addr] = node.name
     for node in m.nodes:  # after the loop: the IP may belong to a node listed later
         bip = node.bmc.ipv4 if node.bmc is not None else None
         if bip is not None and bip in ips:
-            out.append(src.diag(_node_path(node, "bmc", "address"),
+            out.append(src.diag(node_path(node, "bmc", "address"),
                                 f"{node.name}: BMC address {bip} is also a node IP ({ips[bip]})"))
     return out
 
@@ -118,19 +89,19 @@ def check_addresses(m: Manifest, src: Source) -> list[Diagnostic]:
         for net_name, iface in node.interfaces.items():
             net: Network | None = getattr(nets, net_name)
             if net is None:
-                out.append(src.diag(_node_path(node, "interfaces", net_name),
+                out.append(src.diag(node_path(node, "interfaces", net_name),
                                     f"{node.name}: network {net_name!r} is not defined under networks"))
                 continue
             problem = _inside(net, iface.ip)
             if problem:
-                out.append(src.diag(_node_path(node, "interfaces", net_name, "ip"), f"{node.name}: {problem}"))
+                out.append(src.diag(node_path(node, "interfaces", net_name, "ip"), f"{node.name}: {problem}"))
         if node.bmc is not None and nets.bmc is not None:
             bip = node.bmc.ipv4
             if bip is None:
                 continue
             problem = _inside(nets.bmc, bip)
             if problem:
-                out.append(src.diag(_node_path(node, "bmc", "address"), f"{node.name}: BMC {problem}"))
+                out.append(src.diag(node_path(node, "bmc", "address"), f"{node.name}: BMC {problem}"))
     # networks must not overlap each other
     defined = [(k, getattr(nets, k)) for k in ("management", "bmc", "data", "infiniband") if getattr(nets, k)]
     for i, (a, na) in enumerate(defined):
@@ -146,16 +117,16 @@ def check_roles(m: Manifest, src: Source) -> list[Diagnostic]:
     if not heads:
         out.append(src.diag(("nodes",), "no node has role 'head' (the head node runs the controller, NTP and PXE)"))
     elif len(heads) > 1:
-        out.append(src.diag(_node_path(heads[1], "roles"),
+        out.append(src.diag(node_path(heads[1], "roles"),
                             f"{heads[1].name}: only one head node is supported (already {heads[0].name})"))
     for node in m.nodes:
         if "infiniband" in node.interfaces and m.networks.infiniband is None:
             continue  # reported by check_addresses
         if len(node.install_disks) == 2 and node.install_disks[0] == node.install_disks[1]:
-            out.append(src.diag(_node_path(node, "install_disks"), f"{node.name}: the two install disks are the same"))
+            out.append(src.diag(node_path(node, "install_disks"), f"{node.name}: the two install disks are the same"))
         disk_ids = [d.id for d in node.hardware.disks]
         for did in {d for d in disk_ids if disk_ids.count(d) > 1}:
-            out.append(src.diag(_node_path(node, "hardware", "disks"), f"{node.name}: disk {did!r} is listed twice"))
+            out.append(src.diag(node_path(node, "hardware", "disks"), f"{node.name}: disk {did!r} is listed twice"))
     return out
 
 
@@ -332,38 +303,6 @@ def check_slurm(m: Manifest, src: Source) -> list[Diagnostic]:
     return out
 
 
-def check_software(m: Manifest, src: Source) -> list[Diagnostic]:
-    """Driver/CUDA/NCCL/Docker combinations the node's OS cannot install."""
-    from provisioner.rolevars.gpu import stack_errors
-
-    seen: set[str] = set()
-    out: list[Diagnostic] = []
-    for node_name, message in stack_errors(m):
-        if message in seen:
-            continue
-        seen.add(message)
-        node = m.node(node_name)
-        out.append(src.diag(("software",), f"{node_name} ({node.os}): {message}"))
-    return out
-
-
-def check_storage_vars(m: Manifest, src: Source) -> list[Diagnostic]:
-    """Storage settings a node cannot carry out (e.g. an RDMA mount without an IB interface)."""
-    from provisioner.rolevars.storage import node_vars
-    from provisioner.storage import StorageError
-
-    out: list[Diagnostic] = []
-    seen: set[str] = set()
-    for node in m.nodes:
-        try:
-            node_vars(m, node)
-        except StorageError as exc:
-            if str(exc) not in seen:
-                seen.add(str(exc))
-                out.append(src.diag(_node_path(node), f"{node.name}: {exc}"))
-    return out
-
-
 CHECKS: list[Check] = [
     check_unique_nodes,
     check_addresses,
@@ -374,27 +313,15 @@ CHECKS: list[Check] = [
     check_slurm,
 ]
 
-def check_slurm_problems(m: Manifest, src: Source) -> list[Diagnostic]:
-    from provisioner.slurm import problems
 
-    return [src.diag(("slurm",), message.removeprefix("slurm: "), "warning") for message in problems(m)]
-
-
-# Checks that compute role variables: they assume the references above resolve, so they
-# run only on an otherwise clean manifest.
-DEEP_CHECKS: list[Check] = [check_software, check_storage_vars, check_slurm_problems]
+def sort_diagnostics(diags: list[Diagnostic]) -> tuple[list[Diagnostic], list[Diagnostic]]:
+    """Split into (errors, warnings), keeping the order."""
+    errors = [d for d in diags if d.severity != "warning"]
+    return errors, [d for d in diags if d.severity == "warning"]
 
 
 def run_checks(m: Manifest, src: Source) -> tuple[list[Diagnostic], list[Diagnostic]]:
-    errors: list[Diagnostic] = []
-    warnings: list[Diagnostic] = []
-    for check in CHECKS:
-        for d in check(m, src):
-            (warnings if d.severity == "warning" else errors).append(d)
+    """The structural checks: (errors, warnings)."""
+    errors, warnings = sort_diagnostics([d for check in CHECKS for d in check(m, src)])
     zerr, zwarn = check_zfs(m, src)
-    errors, warnings = errors + zerr, warnings + zwarn
-    if not errors:
-        for check in DEEP_CHECKS:
-            for d in check(m, src):
-                (warnings if d.severity == "warning" else errors).append(d)
-    return errors, warnings
+    return errors + zerr, warnings + zwarn

@@ -1,8 +1,12 @@
-"""Manifest loading: text -> positions -> pydantic model -> expanded nodes -> semantic checks."""
+"""Manifest loading: text -> positions -> pydantic model -> expanded nodes -> structural checks.
+
+The areas' checks run on top of this in ``provisioner.validate`` (``load_manifest``).
+"""
 
 from __future__ import annotations
 
 import difflib
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,9 +15,10 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from provisioner.errors import Diagnostic, ManifestError
+from provisioner.manifest.checks import run_checks
 from provisioner.manifest.model import Bmc, Interface, Manifest, Node
 from provisioner.manifest.ranges import RangeError, add_ip, add_mac, expand
-from provisioner.manifest.source import PathKey, Source, parse_text, read_source
+from provisioner.manifest.source import PathKey, Source
 
 
 @dataclass
@@ -54,7 +59,7 @@ def _unwrap(tp: Any, container: bool) -> Any:
     args = typing.get_args(tp)
     if origin is typing.Annotated:
         return _unwrap(args[0], container)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
         non_none = [a for a in args if a is not type(None)]
         if models:
@@ -171,8 +176,7 @@ def expand_nodes(nodes: list[Node]) -> list[Node]:
 
 # --------------------------------------------------------------------------- entry points
 def load_source(source: Source) -> Loaded:
-    from provisioner.manifest.checks import run_checks
-
+    """Schema, node ranges and the structural checks; raises ManifestError with every error."""
     data = source.data
     version = data.get("version")
     if version is None:
@@ -195,11 +199,3 @@ def load_source(source: Source) -> Loaded:
     if errors:
         raise ManifestError(errors)
     return Loaded(manifest, source, warnings)
-
-
-def load_manifest(path: str | Path) -> Loaded:
-    return load_source(read_source(path))
-
-
-def load_text(text: str, file: str = "manifest.yaml") -> Loaded:
-    return load_source(parse_text(text, file))

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from provisioner.cli import main
 from provisioner.errors import Diagnostic, ManifestError
-from provisioner.manifest import Loaded, load_manifest, load_text
+from provisioner.validate import Loaded, load_manifest, load_text
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 EXAMPLE_NAMES = ("llm-200k.yaml", "music-lab.yaml")

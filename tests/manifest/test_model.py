@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from provisioner.errors import ManifestError
-from provisioner.manifest import load_manifest, load_text
 from provisioner.manifest.model import Gpu, Hardware, Manifest
+from provisioner.validate import load_manifest, load_text
 
 # Line numbers in the tests below refer to this text; keep it in step with them.
 CRAFTED = """\

@@ -2,7 +2,7 @@
 """Ansible module: NVIDIA GPUs on PCI and the state of the nvidia kernel module.
 
 Read-only. The pure helpers (``pci_devices``, ``count_problem``, ``reboot_reasons``) are
-unit-tested in tests/test_gpu.py.
+unit-tested in tests/areas/gpu/test_decide.py.
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """Filter ``slurm_fact_report``: a node's facts against the manifest (role slurm).
 
-The comparison lives in :func:`provisioner.slurm.fact_report` (pure, unit-tested in
-tests/test_slurm.py); this plugin only exposes it to the role. The role runs from the
-provisioner's own environment, where the package is importable.
+The comparison lives in :func:`provisioner.areas.slurm.decide.fact_report` (pure, unit-tested
+in tests/areas/slurm/test_decide.py); this plugin only exposes it to the role. The role runs
+from the provisioner's own environment, where the package is importable.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from provisioner.slurm import fact_report
+from provisioner.areas.slurm.decide import fact_report
 
 
 class FilterModule:

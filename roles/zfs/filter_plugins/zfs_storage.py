@@ -1,4 +1,4 @@
-"""Filters of the zfs role: thin wrappers over provisioner.storage (the tested logic).
+"""Filters of the zfs role: thin wrappers over provisioner.areas.storage.decide (the tested logic).
 
 They run on the controller, where the provisioner package is installed (the venv that
 runs ansible-playbook); from a plain checkout the repository root is put on sys.path.
@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from provisioner import storage
+    from provisioner.areas.storage import decide as storage
 except ImportError:  # pragma: no cover - running from a checkout without the package
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-    from provisioner import storage
+    from provisioner.areas.storage import decide as storage
 
 
 def zfs_importable_pools(text: str) -> list[str]:

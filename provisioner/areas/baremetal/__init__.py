@@ -1,0 +1,1 @@
+"""Area baremetal: OS installs over BMC + PXE (installer configs, the PXE server, the install lifecycle)."""

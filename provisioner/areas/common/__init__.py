@@ -1,0 +1,1 @@
+"""Area common: hostname, /etc/hosts, NTP, admin users, mirrors, sysctl (role common)."""

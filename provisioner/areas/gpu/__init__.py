@@ -1,0 +1,1 @@
+"""Area gpu: NVIDIA driver, CUDA, NCCL, Docker and the NVIDIA container toolkit."""

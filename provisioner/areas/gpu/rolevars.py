@@ -1,0 +1,112 @@
+"""Variables for the GPU stack roles: nvidia_driver, cuda, nccl, docker, nvidia_container_toolkit.
+
+Cluster-wide choices (versions, daemon.json settings) go to group_vars/all; what depends on
+the node (its OS picks the sources, its hardware the GPU count and NVSwitch, docker.nodes
+the Docker settings) goes to host_vars. Every GPU node's combination is resolved through
+:mod:`provisioner.areas.gpu.decide`, so an unsupported one fails here with a GpuStackError,
+before Ansible runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from provisioner.areas.gpu import decide as gpu
+from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.select import SelectorError, select_nodes
+
+DEFAULT_PIP_INDEX = "https://pypi.org/simple"
+
+
+def docker_nodes(m: Manifest) -> list[str]:
+    """Names of the nodes docker.nodes selects (empty when Docker is disabled)."""
+    return select_nodes(m, m.docker.nodes) if m.docker.enabled else []
+
+
+def cluster_vars(m: Manifest) -> dict[str, Any]:
+    sw = m.software
+    drv = sw.nvidia_driver
+    open_modules = gpu.default_open_modules(drv.branch) if drv.open_kernel_modules is None else drv.open_kernel_modules
+    docker = m.docker
+    nets = [n.cidr for n in (m.networks.management, m.networks.bmc, m.networks.data, m.networks.infiniband) if n]
+    for pool in docker.address_pools:
+        for net in nets:
+            if pool.base.overlaps(net):
+                raise gpu.GpuStackError(f"docker address pool {pool.base} collides with network {net}")
+    return {
+        "nvidia_driver_branch": drv.branch,
+        "nvidia_driver_open_kernel_modules": open_modules,
+        "nvidia_driver_allow_reboot": m.cluster.allow_reboot,
+        "cuda_versions": list(sw.cuda.versions),
+        "cuda_default": sw.cuda.default_version,
+        "cuda_cudnn": sw.cuda.cudnn,
+        "nccl_version": sw.nccl.version,
+        "nccl_pip_index_url": m.cluster.mirrors.pip or DEFAULT_PIP_INDEX,
+        "docker_data_root": docker.data_root,
+        "docker_log_max_size": docker.log_max_size,
+        "docker_log_max_file": docker.log_max_file,
+        "docker_live_restore": docker.live_restore,
+        "docker_address_pools": [{"base": str(p.base), "size": p.size} for p in docker.address_pools],
+        "docker_users": list(docker.users),
+    }
+
+
+def _gpu_node_vars(m: Manifest, node: Node) -> dict[str, Any]:
+    hw = node.hardware.gpu
+    if hw is None:
+        return {}
+    sw = m.software
+    drv = sw.nvidia_driver
+    nvswitch = gpu.has_nvswitch(hw.model, hw.count, hw.nvswitch)
+    driver = gpu.resolve_driver(
+        node.os, drv.branch, drv.source, drv.open_kernel_modules, nvswitch=nvswitch, gpu_model=hw.model
+    )
+    cuda = gpu.resolve_cuda(
+        node.os, sw.cuda.versions, sw.cuda.default, sw.cuda.source, sw.cuda.cudnn, driver_branch=driver.branch
+    )
+    nccl = gpu.resolve_nccl(node.os, sw.nccl.version, sw.nccl.source, cuda_version=cuda.default)
+    return {
+        "nvidia_driver_source": driver.source,
+        "nvidia_driver_nvswitch": nvswitch,
+        "nvidia_driver_gpu_count": hw.count,
+        "cuda_source": cuda.source,
+        "nccl_source": nccl.source,
+        "nccl_cuda_version": nccl.cuda_version,
+    }
+
+
+def _docker_node_vars(m: Manifest, node: Node) -> dict[str, Any]:
+    if node.name not in docker_nodes(m):
+        return {}
+    plan = gpu.resolve_docker(node.os, m.docker.source)
+    runtime = m.docker.nvidia_runtime and node.hardware.gpu is not None
+    return {
+        "docker_source": plan.source,
+        "docker_nvidia_runtime": runtime,
+        "docker_nvidia_runtime_default": runtime and m.docker.nvidia_runtime_default,
+    }
+
+
+def stack_errors(m: Manifest) -> list[tuple[str, str]]:
+    """(node, message) for every node whose GPU stack or Docker combination is unsupported.
+
+    For `provision validate` (a manifest check can position these at ``software``); the
+    inventory generator raises the first one as a GpuStackError through :func:`node_vars`.
+    """
+    try:
+        selected = set(docker_nodes(m))
+    except SelectorError:
+        selected = set()  # a bad docker.nodes selector is check_docker's to report
+    problems: list[tuple[str, str]] = []
+    for node in m.nodes:
+        try:
+            _gpu_node_vars(m, node)
+            if node.name in selected:
+                gpu.resolve_docker(node.os, m.docker.source)
+        except gpu.GpuStackError as exc:
+            problems.append((node.name, str(exc)))
+    return problems
+
+
+def node_vars(m: Manifest, node: Node) -> dict[str, Any]:
+    return _gpu_node_vars(m, node) | _docker_node_vars(m, node)

@@ -1,0 +1,1 @@
+"""Area slurm: munge and Slurm (controller, compute nodes, accounting)."""

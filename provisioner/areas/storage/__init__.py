@@ -1,0 +1,1 @@
+"""Area storage: ZFS, NFS, MergerFS and the fabric (OFED, IPoIB, RDMA)."""

@@ -1,0 +1,91 @@
+"""What every command shares: the consoles, diagnostics, error handling, loading, --limit."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from rich.console import Console
+
+from provisioner.errors import Diagnostic, ManifestError, ProvisionError
+from provisioner.manifest.load import Loaded
+from provisioner.manifest.select import SelectorError, select_nodes
+from provisioner.validate import load_manifest
+
+Command = Callable[[argparse.Namespace, Console, Console], int]
+
+
+def consoles() -> tuple[Console, Console]:
+    """stdout and stderr; no wrapping, and 160 columns when not a terminal."""
+    out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+    err = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
+    return out, err
+
+
+def print_diagnostics(console: Console, diags: list[Diagnostic]) -> None:
+    for d in diags:
+        style = "red" if d.severity == "error" else "yellow"
+        console.print(d.format(), style=style, markup=False, highlight=False, soft_wrap=True)
+
+
+def guarded(command: Command, args: argparse.Namespace) -> int:
+    """Run ``command``: problems become messages and exit codes, never a traceback for the
+    operator (unless PROVISION_DEBUG asks for one)."""
+    out, err = consoles()
+    try:
+        return command(args, out, err)
+    except ManifestError as exc:
+        print_diagnostics(err, exc.diagnostics)
+        return 1
+    except ProvisionError as exc:
+        err.print(f"error: {exc}", style="red", markup=False, highlight=False)
+        return 1
+    except BrokenPipeError:
+        return 1
+    except KeyboardInterrupt:
+        err.print("interrupted", style="red")
+        return 130
+    except Exception as exc:  # never a traceback for the operator, unless asked for
+        if os.environ.get("PROVISION_DEBUG"):
+            raise
+        err.print(f"internal error: {type(exc).__name__}: {exc} (set PROVISION_DEBUG=1 for a traceback)",
+                  style="red", markup=False, highlight=False)
+        return 70
+
+
+def load(console: Console, path: Path) -> Loaded:
+    """Load and check the manifest (provisioner.validate); print its warnings."""
+    loaded = load_manifest(path)
+    print_diagnostics(console, loaded.warnings)
+    return loaded
+
+
+def limit(loaded: Loaded, text: str | None) -> list[str] | None:
+    """The nodes named by a --limit value (None: no limit)."""
+    if text is None:
+        return None
+    items = [t.strip() for t in split_selectors(text) if t.strip()]
+    if not items:  # an empty limit would run the light plays everywhere
+        raise ProvisionError("--limit: no nodes given")
+    try:
+        return select_nodes(loaded.manifest, items)
+    except SelectorError as exc:
+        raise ProvisionError(f"--limit: {exc}") from None
+
+
+def split_selectors(text: str) -> list[str]:
+    """Split on commas outside brackets: 'gpu[01-04],head' -> ['gpu[01-04]', 'head']."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    out.append(cur)
+    return out

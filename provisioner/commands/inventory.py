@@ -1,0 +1,28 @@
+"""`provision inventory MANIFEST [--out DIR]`: write the Ansible inventory."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+from provisioner import inventory
+from provisioner.commands.common import guarded, load
+
+
+def default_inventory_dir(cluster: str) -> Path:
+    return Path.cwd() / "inventory" / cluster
+
+
+def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    loaded = load(err, args.manifest)
+    target = args.out or default_inventory_dir(loaded.manifest.cluster.name)
+    files = inventory.build(loaded.manifest, source=str(args.manifest))
+    written = inventory.write(files, target)
+    out.print(f"wrote {len(written)} files to {target}", highlight=False)
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    return guarded(run, args)

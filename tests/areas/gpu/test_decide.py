@@ -1,0 +1,459 @@
+"""provisioner.areas.gpu.decide: per-OS package/version resolution, and its agreement with the roles.
+
+The roles compute package names from roles/<role>/vars/*.yml on their own; the drift tests
+render those files with Jinja2 and compare them with provisioner.areas.gpu.decide for every OS/source.
+The nvidia_driver role's fact module (PCI detection, reboot reasons) is tested on a fake
+sysfs tree.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import jinja2
+import pytest
+import yaml
+
+from provisioner.areas.gpu import decide as gpu
+from provisioner.areas.gpu.decide import GpuStackError
+
+ROOT = Path(__file__).resolve().parents[3]
+ROLES = ROOT / "roles"
+OS_VARS = {"ubuntu-22.04": "Ubuntu-22.yml", "ubuntu-24.04": "Ubuntu-24.yml", "debian-12": "Debian-12.yml"}
+
+
+# --------------------------------------------------------------------------- driver
+def test_ubuntu_signed_default_is_canonical_precompiled_modules() -> None:
+    plan = gpu.resolve_driver("ubuntu-22.04", "550")
+    assert plan.source == "ubuntu-signed"
+    assert not plan.open_kernel_modules
+    assert plan.packages == (
+        "linux-modules-nvidia-550-server-generic",
+        "nvidia-headless-no-dkms-550-server",
+        "nvidia-utils-550-server",
+    )
+    assert plan.userspace_packages == (
+        "nvidia-utils-550-server", "libnvidia-compute-550-server", "nvidia-compute-utils-550-server")
+    assert plan.fabricmanager_packages == ()
+    assert plan.pin_packages == ()
+    assert not plan.uses_cuda_repo
+    assert plan.install(kernel=True) == (*plan.packages, "libnvidia-compute-550-server",
+                                         "nvidia-compute-utils-550-server")
+    assert plan.holds(kernel=False) == plan.userspace_packages
+
+
+def test_ubuntu_signed_open_modules_and_hwe_flavour() -> None:
+    plan = gpu.resolve_driver("ubuntu-24.04", "570", "ubuntu-signed", True, kernel_flavour="generic-hwe-24.04")
+    assert plan.packages[0] == "linux-modules-nvidia-570-server-open-generic-hwe-24.04"
+    assert plan.packages[1] == "nvidia-headless-no-dkms-570-server-open"
+
+
+def test_open_modules_default_from_560() -> None:
+    assert not gpu.resolve_driver("ubuntu-22.04", "550").open_kernel_modules
+    assert gpu.resolve_driver("ubuntu-22.04", "570").open_kernel_modules
+    assert not gpu.resolve_driver("ubuntu-22.04", "570", open_kernel_modules=False).open_kernel_modules
+
+
+def test_nvswitch_adds_fabricmanager_of_the_same_branch() -> None:
+    plan = gpu.resolve_driver("ubuntu-22.04", "535", nvswitch=True)
+    assert plan.fabricmanager_packages == ("nvidia-fabricmanager-535", "libnvidia-nscq-535")
+    assert "nvidia-fabricmanager-535" in plan.holds(kernel=True)
+    assert plan.install(kernel=False)[-2:] == ("nvidia-fabricmanager-535", "libnvidia-nscq-535")
+
+
+@pytest.mark.parametrize("os_name", ["ubuntu-22.04", "ubuntu-24.04"])
+def test_cuda_repo_on_ubuntu(os_name: str) -> None:
+    closed = gpu.resolve_driver(os_name, "550", "cuda-repo", False)
+    assert closed.packages == ("cuda-drivers-550",)
+    assert closed.uses_cuda_repo
+    opened = gpu.resolve_driver(os_name, "550", "cuda-repo", True)
+    assert opened.packages == ("nvidia-kernel-open-550", "cuda-drivers-550")
+    assert opened.userspace_packages == ("nvidia-utils-550", "libnvidia-compute-550", "nvidia-compute-utils-550")
+
+
+def test_debian_driver_is_535_from_non_free() -> None:
+    plan = gpu.resolve_driver("debian-12", "535")
+    assert plan.source == "debian"
+    assert plan.packages == ("nvidia-driver", "nvidia-kernel-dkms", "firmware-misc-nonfree", "linux-headers-amd64",
+                             "nvidia-smi", "nvidia-persistenced")
+    assert plan.userspace_packages == ("nvidia-smi", "libcuda1", "libnvidia-ml1", "nvidia-persistenced")
+    assert "nvidia-smi" in plan.pin_packages and "firmware-misc-nonfree" not in plan.pin_packages
+    assert "linux-headers-amd64" in plan.install(kernel=True)
+    assert "linux-headers-amd64" not in plan.holds(kernel=True)
+    assert plan.holds(kernel=False) == ("nvidia-smi", "libcuda1", "libnvidia-ml1", "nvidia-persistenced")
+    assert gpu.resolve_driver("debian-12", "535", "debian", True).packages[1] == "nvidia-open-kernel-dkms"
+
+
+def test_debian_cuda_repo_uses_debian_names_pinned_to_the_branch() -> None:
+    plan = gpu.resolve_driver("debian-12", "570", "cuda-repo", nvswitch=True)
+    assert plan.open_kernel_modules
+    assert plan.packages == ("nvidia-kernel-open-dkms", "cuda-drivers-570", "linux-headers-amd64")
+    assert plan.pin_packages == ("nvidia-kernel-open-dkms", "nvidia-smi", "libcuda1", "libnvidia-ml1",
+                                 "nvidia-persistenced")
+    assert plan.fabricmanager_packages == ("nvidia-fabricmanager-570", "libnvidia-nscq-570")
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        (("ubuntu-22.04", "999"), {}, "unknown NVIDIA driver branch '999'"),
+        (("ubuntu-22.04", "551"), {}, "known branches: 470, 535"),
+        (("debian-12", "535", "ubuntu-signed"), {}, "exists only on Ubuntu"),
+        (("ubuntu-24.04", "535", "debian"), {}, "for Debian nodes"),
+        (("debian-12", "550", "debian"), {}, "Debian 12 ships driver branch 535 only"),
+        (("debian-12", "535", "debian"), {"nvswitch": True}, "does not package nvidia-fabricmanager"),
+        (("ubuntu-22.04", "560", "ubuntu-signed"), {}, "no signed '-server' modules for branch 560"),
+        (("ubuntu-22.04", "470", "auto", True), {}, "open kernel modules need branch 515"),
+        (("ubuntu-22.04", "550"), {"gpu_model": "NVIDIA B200"}, "needs driver branch 570"),
+        (("ubuntu-22.04", "570", "auto", False), {"gpu_model": "GeForce RTX 5090"}, "only with the open kernel"),
+        (("centos-7", "550"), {}, "unsupported OS 'centos-7'"),
+        (("ubuntu-22.04", "550", "nouveau"), {}, "unknown driver source"),
+    ],
+)
+def test_driver_errors(args: tuple[Any, ...], kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(GpuStackError, match=re.escape(message)):
+        gpu.resolve_driver(*args, **kwargs)
+
+
+def test_gpu_stack_error_is_a_value_error() -> None:
+    assert issubclass(GpuStackError, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("model", "count", "flag", "expected"),
+    [
+        ("H100 SXM5 80GB", 8, False, True),
+        ("HGX A100-80GB", 8, False, True),
+        ("A100 SXM4", 4, False, False),
+        ("H100 PCIe", 8, False, False),
+        ("RTX A6000", 2, True, True),
+    ],
+)
+def test_has_nvswitch(model: str, count: int, flag: bool, expected: bool) -> None:
+    assert gpu.has_nvswitch(model, count, flag) is expected
+
+
+# --------------------------------------------------------------------------- CUDA
+def test_cuda_repo_versions_side_by_side() -> None:
+    plan = gpu.resolve_cuda("ubuntu-22.04", ["12.1", "12.4"], source="auto", cudnn=True, driver_branch="550")
+    assert plan.source == "cuda-repo"
+    assert plan.default == "12.4"
+    assert plan.packages == ("cuda-toolkit-12-1", "cuda-toolkit-12-4")
+    assert plan.cudnn_packages == ("cudnn9-cuda-12",)
+    assert plan.prefixes == {"12.1": "/usr/local/cuda-12.1", "12.4": "/usr/local/cuda-12.4"}
+    assert gpu.resolve_cuda("ubuntu-22.04", ["11.8", "12.4"], "11.8", cudnn=True).cudnn_packages == (
+        "cudnn9-cuda-11", "cudnn9-cuda-12")
+
+
+def test_debian_cuda_is_11_8_with_compilers() -> None:
+    plan = gpu.resolve_cuda("debian-12", ["11.8"])
+    assert plan.source == "debian"
+    assert plan.packages == ("nvidia-cuda-toolkit", "gcc", "g++")
+    assert not plan.uses_cuda_repo
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        (("debian-12", ["12.8"]), {}, "CUDA 12.8 from Debian: Debian 12 ships CUDA 11.8 only"),
+        (("debian-12", ["11.8"], None, "debian", True), {}, "cuDNN with CUDA source 'debian'"),
+        (("ubuntu-22.04", ["11.8"], None, "debian"), {}, "for Debian nodes"),
+        (("ubuntu-24.04", ["12.4"]), {}, "CUDA 12.4 is not in NVIDIA's ubuntu2404 repository"),
+        (("ubuntu-22.04", ["12.7"]), {}, "CUDA 12.7 is not in NVIDIA's ubuntu2204"),
+        (("ubuntu-22.04", ["12.4"]), {"driver_branch": "470"}, "CUDA 12.4 needs driver branch 525"),
+        (("ubuntu-22.04", ["13.0"]), {"driver_branch": "570"}, "CUDA 13.0 needs driver branch 580"),
+        (("ubuntu-22.04", ["12.4"], "12.8"), {}, "default CUDA 12.8 is not one of"),
+        (("ubuntu-22.04", ["12.4", "12.4"]), {}, "listed twice"),
+        (("ubuntu-22.04", []), {}, "empty"),
+    ],
+)
+def test_cuda_errors(args: tuple[Any, ...], kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(GpuStackError, match=re.escape(message)):
+        gpu.resolve_cuda(*args, **kwargs)
+
+
+def test_cuda_repo_on_debian_12() -> None:
+    plan = gpu.resolve_cuda("debian-12", ["12.8"], source="cuda-repo")
+    assert plan.packages == ("cuda-toolkit-12-8",)
+    assert plan.uses_cuda_repo
+
+
+# --------------------------------------------------------------------------- NCCL
+def test_nccl_apt_pins_the_build_of_the_toolkit() -> None:
+    plan = gpu.resolve_nccl("ubuntu-22.04", "2.21.5", cuda_version="12.4")
+    assert plan.source == "apt"
+    assert plan.packages == ("libnccl2=2.21.5-1+cuda12.4", "libnccl-dev=2.21.5-1+cuda12.4")
+    assert plan.prefix == "/usr"
+    assert plan.uses_cuda_repo
+
+
+@pytest.mark.parametrize(
+    ("version", "cuda", "build"),
+    [
+        ("2.21.5", "12.6", "12.5"),  # newest build not newer than the toolkit
+        ("2.21.5", "12.1", "12.2"),  # else the oldest newer one of the same major
+        ("2.21.5", "11.8", "11.0"),
+        ("2.26.2", "12.8", "12.8"),
+        ("2.27.7", "13.0", "13.0"),
+    ],
+)
+def test_pick_nccl_build(version: str, cuda: str, build: str) -> None:
+    assert gpu.pick_nccl_build(version, cuda) == build
+
+
+def test_nccl_revision_is_kept() -> None:
+    assert gpu.nccl_apt_version("2.21.5-2", "12.4") == "2.21.5-2+cuda12.4"
+    assert gpu.nccl_base_version("2.21.5-2") == "2.21.5"
+
+
+def test_nccl_pypi_wheel_and_prefix() -> None:
+    plan = gpu.resolve_nccl("debian-12", "2.21.5", cuda_version="12.4")
+    assert plan.source == "pypi"
+    assert plan.wheel == "nvidia-nccl-cu12==2.21.5"
+    assert plan.prefix == "/opt/nccl/2.21.5-cuda12"
+    assert plan.packages == ()
+    assert gpu.resolve_nccl("debian-12", "2.21.5", cuda_version="11.8").wheel == "nvidia-nccl-cu11==2.21.5"
+    assert gpu.resolve_nccl("ubuntu-24.04", "2.28.3", "pypi", cuda_version="13.0").wheel == "nvidia-nccl-cu13==2.28.3"
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        (("ubuntu-22.04", "2.26.2"), {"cuda_version": "11.8"}, "NCCL 2.26.2 has no build for CUDA 11"),
+        (("ubuntu-22.04", "2.21.5"), {"cuda_version": "13.0"}, "has no build for CUDA 13"),
+        (("ubuntu-22.04", "2.99.1"), {"cuda_version": "12.4"}, "not in the table of NVIDIA apt builds"),
+        (("debian-12", "2.26.2"), {"cuda_version": "11.8"}, "NCCL 2.26.2 has no PyPI wheel for CUDA 11"),
+        (("debian-12", "2.16.5"), {"cuda_version": "13.0"}, "no PyPI wheel for CUDA 13"),
+        (("debian-12", "2.21.5"), {"cuda_version": "10.2"}, "no nvidia-nccl wheel for CUDA 10"),
+        (("debian-12", "2.21"), {"cuda_version": "12.4"}, "not an NCCL version"),
+    ],
+)
+def test_nccl_errors(args: tuple[Any, ...], kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(GpuStackError, match=re.escape(message)):
+        gpu.resolve_nccl(*args, **kwargs)
+
+
+# --------------------------------------------------------------------------- docker
+def test_docker_sources() -> None:
+    ce = gpu.resolve_docker("ubuntu-24.04")
+    assert ce.source == "docker-ce"
+    assert ce.packages[0] == "docker-ce" and "containerd.io" in ce.packages
+    assert (ce.repo_url, ce.repo_suite) == ("https://download.docker.com/linux/ubuntu", "noble")
+    distro = gpu.resolve_docker("debian-12")
+    assert distro.packages == ("docker.io",) and distro.repo_url is None
+    assert gpu.resolve_docker("debian-12", "docker-ce").repo_suite == "bookworm"
+    with pytest.raises(GpuStackError, match="unknown docker source"):
+        gpu.resolve_docker("debian-12", "podman")
+
+
+# --------------------------------------------------------------------------- drift: roles vs resolver
+def _regex_replace(value: str, pattern: str = "", replacement: str = "") -> str:
+    return re.sub(pattern, replacement, value)
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters["regex_replace"] = _regex_replace
+    env.tests["match"] = lambda value, pattern: re.match(pattern, value) is not None
+    return env
+
+
+def _render(value: Any, context: dict[str, Any]) -> Any:
+    """Render role variable templates like Ansible does (strings that are one expression
+    may become lists)."""
+    if isinstance(value, list):
+        return [_render(v, context) for v in value]
+    if isinstance(value, dict):
+        return {k: _render(v, context) for k, v in value.items()}
+    if isinstance(value, str) and "{{" in value:
+        compiled = _env().from_string(value.strip())
+        text = compiled.render(context)
+        if text.startswith("["):
+            return yaml.safe_load(text)
+        return text
+    return value
+
+
+def _role_vars(role: str, os_name: str) -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((ROLES / role / "vars" / "main.yml").read_text())
+    data.update(yaml.safe_load((ROLES / role / "vars" / OS_VARS[os_name]).read_text()))
+    return data
+
+
+def _drop_empty(items: list[str]) -> tuple[str, ...]:
+    return tuple(i for i in items if i)
+
+
+def test_driver_tables_agree() -> None:
+    main = yaml.safe_load((ROLES / "nvidia_driver" / "vars" / "main.yml").read_text())
+    assert tuple(main["__nvidia_driver_known_branches"]) == gpu.KNOWN_BRANCHES
+    assert frozenset(main["__nvidia_driver_server_branches"]) == gpu.UBUNTU_SERVER_BRANCHES
+    assert main["__nvidia_driver_open_min_branch"] == gpu.OPEN_MODULES_MIN_BRANCH
+    assert main["__nvidia_driver_open_default_from"] == gpu.OPEN_MODULES_DEFAULT_FROM
+    assert main["__nvidia_driver_debian_branch"] == gpu.DEBIAN_DRIVER_BRANCH
+    defaults = yaml.safe_load((ROLES / "nvidia_driver" / "defaults" / "main.yml").read_text())
+    assert defaults["nvidia_driver_branch"] in gpu.KNOWN_BRANCHES
+
+
+@pytest.mark.parametrize("os_name", gpu.OS_NAMES)
+def test_driver_packages_agree(os_name: str) -> None:
+    data = _role_vars("nvidia_driver", os_name)
+    assert data["__nvidia_driver_os_auto_source"] == gpu.AUTO_SOURCES[os_name]["driver"]
+    assert data["__nvidia_driver_os_cuda_repo_dist"] == gpu.CUDA_REPO_DIST[os_name]
+    valid = [s for s in gpu.DRIVER_SOURCES if _driver_ok(os_name, s)]
+    assert sorted(data["__nvidia_driver_os_sources"]) == sorted(valid)
+    checked = 0
+    for source in valid:
+        for branch in gpu.KNOWN_BRANCHES:
+            for use_open in (False, True):
+                try:
+                    plan = gpu.resolve_driver(os_name, branch, source, use_open, nvswitch=source != "debian",
+                                              kernel_flavour="generic-hwe-22.04")
+                except GpuStackError:
+                    continue
+                ctx = {"nvidia_driver_branch": branch, "__nvidia_driver_o": "-open" if use_open else "",
+                       "__nvidia_driver_flavour": "generic-hwe-22.04"}
+                table = _render(data["__nvidia_driver_os_packages"][source], ctx)
+                assert _drop_empty(table["full"]) == plan.packages
+                assert _drop_empty(table["userspace"]) == plan.userspace_packages
+                assert _drop_empty(table["fabricmanager"]) == plan.fabricmanager_packages
+                assert _drop_empty(table["pin"]) == plan.pin_packages
+                assert _drop_empty(table["unheld"]) == plan.unheld_packages
+                assert table["version_package"] in plan.userspace_packages
+                checked += 1
+    assert checked > 0
+
+
+def _driver_ok(os_name: str, source: str) -> bool:
+    try:
+        gpu.resolve_driver(os_name, "535", source, False)
+    except GpuStackError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("os_name", gpu.OS_NAMES)
+def test_cuda_packages_agree(os_name: str) -> None:
+    data = _role_vars("cuda", os_name)
+    assert data["__cuda_os_auto_source"] == gpu.AUTO_SOURCES[os_name]["cuda"]
+    assert tuple(data["__cuda_os_repo_versions"]) == gpu.CUDA_REPO_VERSIONS[os_name]
+    assert data["__cuda_os_repo_dist"] == gpu.CUDA_REPO_DIST[os_name]
+    debian = [gpu.DEBIAN_CUDA_VERSION] if os_name == "debian-12" else []
+    assert data["__cuda_os_debian_versions"] == debian
+    for source in data["__cuda_os_sources"]:
+        versions = ["11.8"] if source == "debian" else list(gpu.CUDA_REPO_VERSIONS[os_name][-3:])
+        plan = gpu.resolve_cuda(os_name, versions, source=source, cudnn=source == "cuda-repo")
+        ctx = {"cuda_versions": versions}
+        assert tuple(_render(data["__cuda_os_packages"][source], ctx)) == plan.packages
+        assert tuple(_render(data["__cuda_os_cudnn_packages"][source], ctx)) == plan.cudnn_packages
+    for source in gpu.CUDA_SOURCES:
+        if source not in data["__cuda_os_sources"]:
+            with pytest.raises(GpuStackError):
+                gpu.resolve_cuda(os_name, ["11.8"], source=source)
+
+
+@pytest.mark.parametrize("os_name", gpu.OS_NAMES)
+@pytest.mark.parametrize(("version", "cuda"), [("2.21.5", "12.4"), ("2.21.5-2", "12.5"), ("2.27.7", "13.0")])
+def test_nccl_names_agree(os_name: str, version: str, cuda: str) -> None:
+    data = _role_vars("nccl", os_name)
+    assert data["__nccl_os_auto_source"] == gpu.AUTO_SOURCES[os_name]["nccl"]
+    assert data["__nccl_os_repo_dist"] == gpu.CUDA_REPO_DIST[os_name]
+    ranges = {int(k): (tuple(map(int, lo.split("."))), tuple(map(int, hi.split("."))) if hi else None)
+              for k, (lo, hi) in data["__nccl_wheel_range"].items()}
+    assert ranges == gpu.NCCL_WHEEL_RANGE
+    ctx: dict[str, Any] = {"nccl_version": version, "nccl_cuda_version": cuda, "nccl_prefix_root": "/opt/nccl"}
+    for key in ("__nccl_base_version", "__nccl_cuda_major"):
+        ctx[key] = _render(data[key], ctx)
+    ctx["__nccl_apt_version"] = _render(data["__nccl_apt_version"], ctx)
+    apt = _render(data["__nccl_os_packages"]["apt"], ctx)
+    build = gpu.pick_nccl_build(version, cuda)
+    plan = gpu.resolve_nccl(os_name, version, "apt", cuda_version=build)
+    # the role gets the build as nccl_cuda_version from the rolevars
+    ctx_build = dict(ctx, nccl_cuda_version=build)
+    ctx_build["__nccl_apt_version"] = _render(data["__nccl_apt_version"], ctx_build)
+    assert tuple(_render(data["__nccl_os_packages"]["apt"], ctx_build)) == plan.packages
+    assert apt[0].startswith("libnccl2=")
+    pypi = gpu.resolve_nccl(os_name, version, "pypi", cuda_version=cuda)
+    assert _render(data["__nccl_wheel"], ctx) == pypi.wheel
+    assert _render(data["__nccl_pypi_prefix"], ctx) == pypi.prefix
+
+
+@pytest.mark.parametrize("os_name", gpu.OS_NAMES)
+def test_docker_tables_agree(os_name: str) -> None:
+    data = _role_vars("docker", os_name)
+    assert data["__docker_os_auto_source"] == gpu.AUTO_SOURCES[os_name]["docker"]
+    assert tuple(data["__docker_packages"]["docker-ce"]) == gpu.DOCKER_CE_PACKAGES
+    assert tuple(data["__docker_packages"]["distro"]) == gpu.DOCKER_DISTRO_PACKAGES
+    assert data["__docker_os_repo_url"] == gpu.DOCKER_REPO[os_name][0]
+
+
+# --------------------------------------------------------------------------- the fact module
+def _load_module() -> ModuleType:
+    path = ROLES / "nvidia_driver" / "library" / "nvidia_gpu_facts.py"
+    spec = importlib.util.spec_from_file_location("nvidia_gpu_facts", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+FACTS = _load_module()
+
+
+def _pci(root: Path, address: str, vendor: str, pci_class: str, device: str = "0x2230") -> None:
+    dev = root / "bus" / "pci" / "devices" / address
+    dev.mkdir(parents=True)
+    (dev / "vendor").write_text(vendor + "\n")
+    (dev / "class").write_text(pci_class + "\n")
+    (dev / "device").write_text(device + "\n")
+
+
+def test_pci_counts_display_controllers_only(tmp_path: Path) -> None:
+    _pci(tmp_path, "0000:41:00.0", "0x10de", "0x030200")  # 3D controller (data-center GPU)
+    _pci(tmp_path, "0000:61:00.0", "0x10DE", "0x030000", "0x2204")  # VGA (workstation GPU)
+    _pci(tmp_path, "0000:61:00.1", "0x10de", "0x040300")  # the GPU's HDMI audio function
+    _pci(tmp_path, "0000:07:00.0", "0x10de", "0x068000")  # NVSwitch
+    _pci(tmp_path, "0000:00:02.0", "0x8086", "0x030000")  # someone else's VGA
+    gpus, switches = FACTS.pci_devices(str(tmp_path))
+    assert [g["address"] for g in gpus] == ["0000:41:00.0", "0000:61:00.0"]
+    assert gpus[1]["device"] == "0x2204"
+    assert switches == 1
+
+
+def test_pci_without_sysfs(tmp_path: Path) -> None:
+    assert FACTS.pci_devices(str(tmp_path / "missing")) == ([], 0)
+
+
+@pytest.mark.parametrize(
+    ("expected", "found", "needle"),
+    [(0, 3, None), (2, 2, None), (8, 7, "PCI shows 7"), (2, 0, "PCI shows no NVIDIA GPU")],
+)
+def test_count_problem(expected: int, found: int, needle: str | None) -> None:
+    problem = FACTS.count_problem(expected, found)
+    if needle is None:
+        assert problem == ""
+    else:
+        assert needle in problem and f"manifest says {expected}" in problem
+
+
+def test_reboot_reasons() -> None:
+    assert FACTS.reboot_reasons(0, True, "", "") == []  # no GPU: nothing to run
+    assert FACTS.reboot_reasons(2, False, "550.127.05", "550.127.05") == []
+    assert "nouveau is loaded" in FACTS.reboot_reasons(2, True, "", "550.127.05")[0]
+    assert "loaded nvidia module is 550.90.07 but 550.127.05" in FACTS.reboot_reasons(
+        2, False, "550.90.07", "550.127.05")[0]
+    assert "installed but does not load" in FACTS.reboot_reasons(2, False, "", "550.127.05")[0]
+    assert "no nvidia module is installed" in FACTS.reboot_reasons(2, False, "", "")[0]
+
+
+def test_parse_proc_version() -> None:
+    text = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.127.05  Release Build  "
+            "(dvs-builder@U16-I3-B03-4-3)  Tue Oct  8 02:56:05 UTC 2024\nGCC version:  gcc version 12.2.0")
+    assert FACTS.parse_proc_version(text) == "550.127.05"
+    assert FACTS.parse_proc_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.183.01  Sun May") \
+        == "535.183.01"
+    assert FACTS.parse_proc_version("") == ""

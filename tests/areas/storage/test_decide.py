@@ -1,0 +1,851 @@
+"""provisioner.areas.storage.decide: vdev layouts, zpool arguments, disk safety, drift, NFS, units, fabric."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from provisioner import inventory
+from provisioner.areas.storage import decide as S
+from provisioner.errors import ManifestError
+from provisioner.manifest import Manifest
+from provisioner.manifest.model import MergerfsUnion, NfsExport, NfsMount, ZfsPool
+from provisioner.validate import load_manifest
+
+ROOT = Path(__file__).resolve().parents[3]
+HGST = "ata-HGST_HUS726T6TALE6L4_V8G0000"
+
+
+def example(name: str) -> Manifest:
+    return load_manifest(ROOT / "examples" / name).manifest
+
+
+@pytest.fixture(scope="module")
+def llm() -> Manifest:
+    return example("llm-200k.yaml")
+
+
+@pytest.fixture(scope="module")
+def lab() -> Manifest:
+    return example("music-lab.yaml")
+
+
+def pool(**kw: Any) -> ZfsPool:
+    data: dict[str, Any] = {"name": "tank", "node": "n1",
+                            "vdevs": {"type": "mirror", "width": 2, "disks": ["d[1-4]"]}}
+    data.update(kw)
+    return ZfsPool.model_validate(data)
+
+
+# =========================================================================== layouts
+def test_mirror_pairs_in_order() -> None:
+    vdevs = S.group_vdevs("mirror", 2, [f"d{i}" for i in range(1, 9)])
+    assert [v.disks for v in vdevs] == [("d1", "d2"), ("d3", "d4"), ("d5", "d6"), ("d7", "d8")]
+    assert {v.kind for v in vdevs} == {"mirror"}
+
+
+def test_three_way_mirrors_from_thirty_disks() -> None:
+    vdevs = S.group_vdevs("mirror", 3, [f"d{i:02d}" for i in range(1, 31)])
+    assert len(vdevs) == 10
+    assert vdevs[0].disks == ("d01", "d02", "d03")
+    assert vdevs[-1].disks == ("d28", "d29", "d30")
+
+
+def test_raidz_and_stripe_groups() -> None:
+    assert [v.kind for v in S.group_vdevs("raidz2", 6, [f"d{i}" for i in range(12)])] == ["raidz2"] * 2
+    stripe = S.group_vdevs("stripe", 1, ["a", "b"])
+    assert stripe == (S.Vdev("disk", ("a",)), S.Vdev("disk", ("b",)))
+
+
+@pytest.mark.parametrize(
+    ("vtype", "width", "count", "message"),
+    [
+        ("mirror", 2, 7, "7 disks do not divide into mirror groups of 2"),
+        ("mirror", 1, 4, "needs a width of at least 2"),
+        ("raidz1", 2, 4, "needs a width of at least 3"),
+        ("zigzag", 2, 4, "unknown vdev type"),
+    ],
+)
+def test_bad_groups_refused(vtype: str, width: int, count: int, message: str) -> None:
+    with pytest.raises(S.StorageError, match=message):
+        S.group_vdevs(vtype, width, [f"d{i}" for i in range(count)])
+
+
+def test_disk_listed_twice_refused() -> None:
+    with pytest.raises(S.StorageError, match="'a' is listed twice"):
+        S.group_vdevs("mirror", 2, ["a", "a"])
+    with pytest.raises(S.StorageError, match="used twice"):
+        S.pool_layout(pool(log=["d1"]))
+
+
+@pytest.mark.parametrize(
+    ("devices", "expected"),
+    [
+        ([], ()),
+        (["s1"], (S.Vdev("disk", ("s1",)),)),
+        (["s1", "s2"], (S.Vdev("mirror", ("s1", "s2")),)),
+        (["s1", "s2", "s3"], (S.Vdev("mirror", ("s1", "s2", "s3")),)),
+    ],
+)
+def test_slog_mirrored_from_two_devices(devices: list[str], expected: tuple[S.Vdev, ...]) -> None:
+    assert S.log_vdevs(devices) == expected
+
+
+def test_llm200k_layout(llm: Manifest) -> None:
+    layout = S.pool_layout(llm.zfs.pools[0])
+    assert [v.disks for v in layout.data] == [
+        (f"{HGST}1", f"{HGST}2"), (f"{HGST}3", f"{HGST}4"),
+        (f"{HGST}5", f"{HGST}6"), (f"{HGST}7", f"{HGST}8"),
+    ]
+    assert layout.log == (S.Vdev("disk", ("nvme-INTEL_SSDPE21D280GA_PHM2000001",)),)
+    assert layout.cache == (S.Vdev("disk", ("ata-Samsung_SSD_870_EVO_1TB_S6PT000001",)),)
+    assert layout.special == ()
+    assert layout.summary() == "4 x mirror(2) + log: 1 disk + cache: 1 disk"
+
+
+def test_llm200k_zpool_create_arguments(llm: Manifest) -> None:
+    args = S.create_args(llm.zfs.pools[0])
+    d = "/dev/disk/by-id/"
+    assert args == [
+        "create", "-o", "ashift=12",
+        "-O", "acltype=posixacl", "-O", "atime=off", "-O", "compression=lz4", "-O", "xattr=sa",
+        "tank",
+        "mirror", f"{d}{HGST}1", f"{d}{HGST}2",
+        "mirror", f"{d}{HGST}3", f"{d}{HGST}4",
+        "mirror", f"{d}{HGST}5", f"{d}{HGST}6",
+        "mirror", f"{d}{HGST}7", f"{d}{HGST}8",
+        "log", f"{d}nvme-INTEL_SSDPE21D280GA_PHM2000001",
+        "cache", f"{d}ata-Samsung_SSD_870_EVO_1TB_S6PT000001",
+    ]
+    assert "-f" not in args
+
+
+def test_music_lab_ten_three_way_mirrors_per_server(lab: Manifest) -> None:
+    assert [p.node for p in lab.zfs.pools] == ["store1", "store2"]
+    for p in lab.zfs.pools:
+        layout = S.pool_layout(p)
+        assert len(layout.data) == 10
+        assert all(v.kind == "mirror" and len(v.disks) == 3 for v in layout.data)
+        assert len(set(layout.disks())) == 30
+        assert layout.summary() == "10 x mirror(3)"
+        args = S.create_args(p)
+        assert args.count("mirror") == 10
+        assert args[args.index("audio") + 1 :][:4] == [
+            "mirror", *(f"/dev/disk/by-id/{d}" for d in layout.data[0].disks)
+        ]
+
+
+def test_force_special_ashift_and_properties() -> None:
+    p = pool(
+        force=True, ashift=13, properties={"compression": "zstd", "atime": False},
+        special={"type": "mirror", "width": 2, "disks": ["nv1", "nv2"]},
+        log=["l1", "l2"], cache=["c1"],
+    )
+    assert S.create_args(p) == [
+        "create", "-f", "-o", "ashift=13", "-O", "atime=off", "-O", "compression=zstd", "tank",
+        "mirror", "/dev/disk/by-id/d1", "/dev/disk/by-id/d2",
+        "mirror", "/dev/disk/by-id/d3", "/dev/disk/by-id/d4",
+        "log", "mirror", "/dev/disk/by-id/l1", "/dev/disk/by-id/l2",
+        "special", "mirror", "/dev/disk/by-id/nv1", "/dev/disk/by-id/nv2",
+        "cache", "/dev/disk/by-id/c1",
+    ]
+
+
+def test_layout_dict_round_trip(llm: Manifest) -> None:
+    layout = S.pool_layout(llm.zfs.pools[0])
+    assert S.PoolLayout.from_dict(json.loads(json.dumps(layout.to_dict()))) == layout
+    with pytest.raises(S.StorageError, match="unknown vdev class"):
+        S.PoolLayout.from_dict({"data": [], "logs": []})
+
+
+@pytest.mark.parametrize(
+    ("memory_gb", "percent", "expected"),
+    [(128, 50, 64 * 1024**3), (256, 50, 128 * 1024**3), (64, 25, 16 * 1024**3), (1, 90, 966367641)],
+)
+def test_arc_max_bytes(memory_gb: int, percent: int, expected: int) -> None:
+    assert S.arc_max_bytes(memory_gb, percent) == expected
+
+
+def test_arc_percent_out_of_range() -> None:
+    with pytest.raises(S.StorageError):
+        S.arc_max_bytes(64, 0)
+
+
+# =========================================================================== zpool status
+STATUS_LLM = """\
+  pool: tank
+ state: ONLINE
+  scan: scrub repaired 0B in 05:12:01 with 0 errors on Sun Nov  8 05:36:02 2026
+config:
+
+\tNAME                                                   STATE     READ WRITE CKSUM
+\ttank                                                   ONLINE       0     0     0
+\t  mirror-0                                             ONLINE       0     0     0
+\t    /dev/disk/by-id/ata-HGST_HUS726T6TALE6L4_V8G00001-part1  ONLINE       0     0     0
+\t    /dev/disk/by-id/ata-HGST_HUS726T6TALE6L4_V8G00002-part1  ONLINE       0     0     0
+\t  mirror-1                                             ONLINE       0     0     0
+\t    /dev/disk/by-id/ata-HGST_HUS726T6TALE6L4_V8G00003-part1  ONLINE       0     0     0
+\t    /dev/disk/by-id/ata-HGST_HUS726T6TALE6L4_V8G00004-part1  ONLINE       0     0     0
+\t  mirror-2                                             ONLINE       0     0     0
+\t    /dev/disk/by-id/ata-HGST_HUS726T6TALE6L4_V8G00005-part1  ONLINE       0     0     0
+\t    /dev/disk/by-id/ata-HGST_HUS726T6TALE6L4_V8G00006-part1  ONLINE       0     0     0
+\t  mirror-3                                             ONLINE       0     0     0
+\t    /dev/disk/by-id/ata-HGST_HUS726T6TALE6L4_V8G00007-part1  ONLINE       0     0     0
+\t    /dev/disk/by-id/ata-HGST_HUS726T6TALE6L4_V8G00008-part1  ONLINE       0     0     0
+\tlogs\t
+\t  /dev/disk/by-id/nvme-INTEL_SSDPE21D280GA_PHM2000001-part1  ONLINE       0     0     0
+\tcache
+\t  /dev/disk/by-id/ata-Samsung_SSD_870_EVO_1TB_S6PT000001-part1  ONLINE       0     0     0
+
+errors: No known data errors
+"""
+
+
+def test_parse_status_of_llm_pool_matches_manifest(llm: Manifest) -> None:
+    parsed = S.parse_zpool_status(STATUS_LLM)
+    assert parsed == S.pool_layout(llm.zfs.pools[0])
+    assert S.layout_drift(S.pool_layout(llm.zfs.pools[0]), parsed) == []
+
+
+def test_parse_status_raidz_special_spares_degraded() -> None:
+    text = """\
+  pool: big
+ state: DEGRADED
+config:
+
+\tNAME            STATE     READ WRITE CKSUM
+\tbig             DEGRADED     0     0     0
+\t  raidz2-0      DEGRADED     0     0     0
+\t    /dev/disk/by-id/wwn-1-part1  ONLINE       0     0     0
+\t    /dev/disk/by-id/wwn-2-part1  ONLINE       0     0     0
+\t    /dev/disk/by-id/wwn-3-part1  ONLINE       0     0     0
+\t    1234567890123456789  UNAVAIL      0     0     0  was /dev/disk/by-id/wwn-4-part1
+\t  /dev/sdz        ONLINE       0     0     0
+\tspecial
+\t  mirror-2      ONLINE       0     0     0
+\t    /dev/disk/by-id/nvme-a-part1  ONLINE       0     0     0
+\t    /dev/disk/by-id/nvme-b-part1  ONLINE       0     0     0
+\tspares
+\t  /dev/disk/by-id/wwn-9-part1    AVAIL
+
+errors: No known data errors
+"""
+    parsed = S.parse_zpool_status(text)
+    assert parsed.data == (
+        S.Vdev("raidz2", ("wwn-1", "wwn-2", "wwn-3", "wwn-4")),
+        S.Vdev("disk", ("/dev/sdz",)),
+    )
+    assert parsed.special == (S.Vdev("mirror", ("nvme-a", "nvme-b")),)
+    assert parsed.spare == (S.Vdev("disk", ("wwn-9",)),)
+
+
+def test_parse_status_replacing_disk_counts_both() -> None:
+    text = """\
+config:
+
+\tNAME              STATE     READ WRITE CKSUM
+\tp                 DEGRADED     0     0     0
+\t  mirror-0        DEGRADED     0     0     0
+\t    replacing-0   DEGRADED     0     0     0
+\t      /dev/disk/by-id/old-part1  FAULTED  0  0  0
+\t      /dev/disk/by-id/new-part1  ONLINE   0  0  0
+\t    /dev/disk/by-id/b-part1      ONLINE   0  0  0
+"""
+    assert S.parse_zpool_status(text).data == (S.Vdev("mirror", ("old", "new", "b")),)
+
+
+def test_parse_status_without_config_refused() -> None:
+    with pytest.raises(S.StorageError, match="config"):
+        S.parse_zpool_status("cannot open 'x': no such pool\n")
+
+
+def test_drift_ignores_order_reports_differences() -> None:
+    want = S.PoolLayout(
+        data=(S.Vdev("mirror", ("a", "b")), S.Vdev("mirror", ("c", "d"))),
+        log=(S.Vdev("disk", ("l",)),),
+    )
+    reordered = S.PoolLayout(
+        data=(S.Vdev("mirror", ("d", "c")), S.Vdev("mirror", ("b", "a"))),
+        log=(S.Vdev("disk", ("l",)),),
+    )
+    assert S.layout_drift(want, reordered) == []
+    changed = S.PoolLayout(
+        data=(S.Vdev("mirror", ("a", "b")), S.Vdev("mirror", ("c", "x")), S.Vdev("disk", ("e",))),
+    )
+    assert S.layout_drift(want, changed) == [
+        "data: mirror(c, d) is in the manifest but not in the pool",
+        "data: e is in the pool but not in the manifest",
+        "data: mirror(c, x) is in the pool but not in the manifest",
+        "log: l is in the manifest but not in the pool",
+    ]
+
+
+def test_drift_raidz_pool_against_mirror_manifest(llm: Manifest) -> None:
+    want = S.pool_layout(llm.zfs.pools[0])
+    have = S.PoolLayout(data=(S.Vdev("raidz1", tuple(f"{HGST}{i}" for i in range(1, 9))),))
+    drift = S.layout_drift(want, have)
+    assert sum("in the manifest but not in the pool" in d for d in drift) == 6
+    assert any(d.startswith("data: raidz1(") and "in the pool" in d for d in drift)
+
+
+def test_status_drift_from_role_variables(llm: Manifest) -> None:
+    expected = S.pool_layout(llm.zfs.pools[0]).to_dict()
+    assert S.status_drift(STATUS_LLM, expected) == []
+    expected["cache"] = []
+    assert S.status_drift(STATUS_LLM, expected) == [
+        "cache: ata-Samsung_SSD_870_EVO_1TB_S6PT000001 is in the pool but not in the manifest"
+    ]
+
+
+def test_importable_pools() -> None:
+    text = """\
+   pool: tank
+     id: 1234567890
+  state: ONLINE
+ action: The pool can be imported using its name or numeric identifier.
+ config:
+
+\ttank        ONLINE
+\t  mirror-0  ONLINE
+
+   pool: old
+     id: 42
+  state: FAULTED
+"""
+    assert S.importable_pools(text) == ["tank", "old"]
+    assert S.importable_pools("") == []
+
+
+# =========================================================================== disk safety
+def lsblk(children: list[dict[str, Any]] | None = None, **top: Any) -> str:
+    dev: dict[str, Any] = {"name": "sdb", "type": "disk", "fstype": None, "pttype": None,
+                           "mountpoint": None}
+    dev.update(top)
+    if children:
+        dev["children"] = children
+    return json.dumps({"blockdevices": [dev]})
+
+
+def wipefs(*sigs: tuple[str, str]) -> str:
+    if not sigs:
+        return ""  # wipefs prints nothing for a blank disk
+    return json.dumps({"signatures": [
+        {"device": "sdb", "offset": off, "type": kind, "uuid": None, "label": None}
+        for kind, off in sigs
+    ]})
+
+
+def probe(disk: str = "ata-X", exists: bool = True, lsblk_text: str = "", wipefs_text: str = "") -> S.DiskProbe:
+    return S.DiskProbe.from_outputs(disk, exists, lsblk_text or (lsblk() if exists else ""), wipefs_text)
+
+
+def test_blank_disks_are_safe() -> None:
+    verdict = S.disk_safety([probe("a"), probe("b")], force=False)
+    assert verdict == S.SafetyVerdict(ok=True)
+
+
+def test_partitions_refuse_unless_forced() -> None:
+    used = probe(lsblk_text=lsblk(
+        [{"name": "sdb1", "type": "part", "fstype": "ext4", "mountpoint": None}], pttype="gpt"),
+        wipefs_text=wipefs(("gpt", "0x200"), ("PMBR", "0x1fe")))
+    refused = S.disk_safety([used], force=False)
+    assert not refused.ok
+    assert refused.refused == (
+        "ata-X: has a gpt partition table",
+        "ata-X: has part sdb1 (ext4)",
+        "ata-X: carries a PMBR signature at offset 0x1fe",
+    )
+    forced = S.disk_safety([used], force=True)
+    assert forced.ok
+    assert forced.overridden == refused.refused
+    assert forced.refused == ()
+
+
+def test_filesystem_signature_on_whole_disk() -> None:
+    verdict = S.disk_safety([probe(lsblk_text=lsblk(fstype="xfs"), wipefs_text=wipefs(("xfs", "0x0")))], False)
+    assert verdict.refused == ("ata-X: holds a xfs signature",)
+
+
+def test_zfs_label_gets_a_hint() -> None:
+    verdict = S.disk_safety([probe(wipefs_text=wipefs(("zfs_member", "0x3f000")))], False)
+    assert verdict.refused == (
+        "ata-X: carries a zfs_member signature at offset 0x3f000 (a ZFS label: an old or foreign pool)",
+    )
+
+
+def test_mounted_or_missing_disks_refuse_even_with_force() -> None:
+    mounted = probe("os", lsblk_text=lsblk(
+        [{"name": "sdb1", "type": "part", "fstype": "vfat", "mountpoint": "/boot/efi"},
+         {"name": "sdb2", "type": "part", "fstype": "swap", "mountpoints": ["[SWAP]"]}]))
+    missing = probe("gone", exists=False)
+    verdict = S.disk_safety([mounted, missing, probe("fine")], force=True)
+    assert not verdict.ok
+    assert verdict.refused == (
+        "os: sdb1 is in use (mounted at /boot/efi)",
+        "os: sdb2 is in use (mounted at [SWAP])",
+        "gone: not present under /dev/disk/by-id",
+    )
+    assert "os: has part sdb1 (vfat)" in verdict.overridden
+
+
+def test_unreadable_probe_output() -> None:
+    with pytest.raises(S.StorageError, match="lsblk"):
+        S.DiskProbe.from_outputs("a", True, "{not json", "")
+    with pytest.raises(S.StorageError, match="wipefs"):
+        S.DiskProbe.from_outputs("a", True, lsblk(), "[1, 2")
+
+
+def test_probes_from_registered_ansible_loops() -> None:
+    lsblk_results = [
+        {"item": "a", "rc": 0, "stdout": lsblk()},
+        {"item": "b", "rc": 32, "stdout": "", "stderr": "lsblk: /dev/disk/by-id/b: not a block device"},
+    ]
+    wipefs_results = [
+        {"item": "a", "rc": 0, "stdout": wipefs(("ext4", "0x438"))},
+        {"item": "b", "rc": 1, "stdout": ""},
+    ]
+    probes = S.probes_from_ansible(lsblk_results, wipefs_results)
+    assert [(p.disk, p.exists) for p in probes] == [("a", True), ("b", False)]
+    verdict = S.disk_safety(probes, force=False)
+    assert verdict.refused == (
+        "a: carries a ext4 signature at offset 0x438",
+        "b: not present under /dev/disk/by-id",
+    )
+
+
+def test_zfs_role_filter_plugin_uses_this_logic() -> None:
+    path = ROOT / "roles" / "zfs" / "filter_plugins" / "zfs_storage.py"
+    spec = importlib.util.spec_from_file_location("zfs_storage_filters", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    filters = mod.FilterModule().filters()
+    assert set(filters) == {"zfs_importable_pools", "zfs_layout_drift", "zfs_disk_safety"}
+    assert filters["zfs_importable_pools"]("   pool: tank\n") == ["tank"]
+    verdict = filters["zfs_disk_safety"]([{"item": "a", "rc": 0, "stdout": lsblk(pttype="dos")}],
+                                         [{"item": "a", "rc": 0, "stdout": ""}], False)
+    assert verdict == {"ok": False, "refused": ["a: has a dos partition table"], "overridden": []}
+    expected = {"data": [{"type": "mirror", "disks": ["x", "y"]}]}
+    drift = filters["zfs_layout_drift"](STATUS_LLM, expected)
+    assert "data: mirror(x, y) is in the manifest but not in the pool" in drift
+
+
+# =========================================================================== NFS
+def test_export_clients_from_network_names_and_cidrs(llm: Manifest) -> None:
+    exp = NfsExport(name="x", node="head01", path="/srv/x",
+                    clients=["infiniband", "10.10.0.7/24", "infiniband", "management"])
+    assert S.export_clients(llm, exp) == ["10.10.2.0/24", "10.10.0.0/24"]
+    with pytest.raises(S.StorageError, match="'data' is not defined"):
+        S.export_clients(llm, NfsExport(name="y", node="head01", path="/y", clients=["data"]))
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({}, ["rw", "sync", "root_squash", "no_subtree_check"]),
+        ({"rw": False, "sync": False, "root_squash": False}, ["ro", "async", "no_root_squash", "no_subtree_check"]),
+        ({"options": ["async", "fsid=7"]}, ["rw", "root_squash", "no_subtree_check", "async", "fsid=7"]),
+        ({"options": ["no_root_squash", "subtree_check"]}, ["rw", "sync", "no_root_squash", "subtree_check"]),
+    ],
+)
+def test_export_options(fields: dict[str, Any], expected: list[str]) -> None:
+    exp = NfsExport.model_validate({"name": "x", "node": "n", "path": "/x", **fields})
+    assert S.export_options(exp) == expected
+
+
+def test_exports_lines(llm: Manifest) -> None:
+    exp = llm.nfs.exports[0]
+    line = S.exports_line(exp.export_path, S.export_clients(llm, exp), S.export_options(exp))
+    assert line == "/tank/datasets 10.10.2.0/24(rw,sync,root_squash,no_subtree_check)"
+    assert S.exports_line("/srv/my data", ["10.0.0.0/24", "10.1.0.0/24"], ["ro"]) == (
+        '"/srv/my data" 10.0.0.0/24(ro) 10.1.0.0/24(ro)'
+    )
+    with pytest.raises(S.StorageError):
+        S.exports_line("/x", [], ["rw"])
+
+
+@pytest.mark.parametrize(("cores", "override", "expected"), [(1, None, 8), (16, None, 64), (128, None, 256),
+                                                              (16, 12, 12)])
+def test_nfsd_threads(cores: int, override: int | None, expected: int) -> None:
+    assert S.nfsd_threads(cores, override) == expected
+
+
+def ib_manifest(kit: Any, rdma: bool = True, client_ib: bool = True, proto: str = "auto",
+                clients: list[str] | None = None) -> Manifest:
+    data = kit.base(storage=True)
+    data["networks"]["infiniband"] = {"cidr": "10.0.3.0/24", "rdma": rdma}
+    data["nodes"][0]["interfaces"]["infiniband"] = {"ip": "10.0.3.10", "interface": "ib0"}
+    if client_ib:
+        data["nodes"][1]["interfaces"]["infiniband"] = {"ip": "10.0.3.21", "interface": "ib0"}
+    data["nfs"]["exports"][0]["clients"] = clients or ["infiniband", "data"]
+    data["nfs"]["mounts"][0]["proto"] = proto
+    m: Manifest = kit.load(data).manifest
+    return m
+
+
+def test_auto_proto_uses_rdma_on_an_rdma_fabric(kit: Any) -> None:
+    m = ib_manifest(kit)
+    mnt, exp = m.nfs.mounts[0], m.nfs.exports[0]
+    node01 = m.node("node01")
+    assert S.mount_proto(m, mnt, node01) == "rdma"
+    assert S.server_address(m, exp, node01, "rdma") == "10.0.3.10"
+    assert S.mount_options(mnt, "rdma")[:3] == ["vers=4.2", "proto=rdma", "port=20049"]
+
+
+def test_auto_proto_falls_back_to_tcp(kit: Any) -> None:
+    no_rdma = ib_manifest(kit, rdma=False)
+    assert S.mount_proto(no_rdma, no_rdma.nfs.mounts[0], no_rdma.node("node01")) == "tcp"
+    # node01 is on the fabric, node02 is not: node02 mounts over the data network
+    m = ib_manifest(kit, client_ib=False)
+    node02 = m.node("node02")
+    assert S.mount_proto(m, m.nfs.mounts[0], node02) == "tcp"
+    assert S.server_address(m, m.nfs.exports[0], node02, "tcp") == "10.0.2.10"
+    # the export does not serve the fabric
+    data_only = ib_manifest(kit, clients=["data"])
+    assert S.mount_proto(data_only, data_only.nfs.mounts[0], data_only.node("node01")) == "tcp"
+
+
+def test_explicit_rdma_needs_both_ends_on_the_fabric(kit: Any) -> None:
+    # validate refuses it (a deep check runs the same decision) ...
+    with pytest.raises(ManifestError, match="node02 has no infiniband interface"):
+        ib_manifest(kit, client_ib=False, proto="rdma")
+    # ... which is mount_proto's: the same mount is fine once the client is on the fabric
+    m = ib_manifest(kit, client_ib=False, proto="auto")
+    with pytest.raises(S.StorageError, match="node02 has no infiniband interface"):
+        S.mount_proto(m, m.nfs.mounts[0].model_copy(update={"proto": "rdma"}), m.node("node02"))
+    tcp = ib_manifest(kit, proto="tcp")
+    assert S.mount_proto(tcp, tcp.nfs.mounts[0], tcp.node("node01")) == "tcp"
+
+
+def test_server_address_prefers_served_network_then_management(llm: Manifest, lab: Manifest) -> None:
+    gpu01 = llm.node("gpu01")
+    home = S.export_by_name(llm, "home")
+    assert S.server_address(llm, home, gpu01, "tcp") == "10.10.2.10"  # served on infiniband
+    llm = llm.model_copy(deep=True)  # the fixture is shared
+    home = S.export_by_name(llm, "home")
+    home.clients = ["management"]
+    assert S.server_address(llm, home, gpu01, "tcp") == "10.10.0.10"
+    corpus2 = S.export_by_name(lab, "corpus2")
+    assert S.server_address(lab, corpus2, lab.node("gpu3"), "tcp") == "192.168.60.12"
+    # a client off the served network mounts over management
+    assert S.server_address(lab, corpus2, lab.with_role("head")[0], "tcp") == "192.168.50.12"
+
+
+def test_mount_options_defaults_and_overrides() -> None:
+    mnt = NfsMount(export="x", path="/x", nodes=["n"])
+    assert S.mount_options(mnt, "tcp") == [
+        "vers=4.2", "proto=tcp", "nconnect=8", "rsize=1048576", "wsize=1048576", "hard", "_netdev"
+    ]
+    custom = NfsMount(export="x", path="/x", nodes=["n"], vers="3", hard=False, nconnect=2,
+                      options=["nconnect=4", "noatime", "actimeo=60"])
+    assert S.mount_options(custom, "tcp") == [
+        "vers=3", "proto=tcp", "rsize=1048576", "wsize=1048576", "soft", "_netdev",
+        "nconnect=4", "noatime", "actimeo=60",
+    ]
+
+
+# =========================================================================== units
+@pytest.mark.parametrize(
+    ("path", "unit"),
+    [("/data", "data.mount"), ("/mnt/corpus1", "mnt-corpus1.mount"),
+     ("/home/shared", "home-shared.mount"), ("/mnt/a-b", "mnt-a\\x2db.mount"),
+     ("/srv/my data", "srv-my\\x20data.mount"), ("/.hidden/x", "\\x2ehidden-x.mount"),
+     ("/", "-.mount"), ("/srv/ä", "srv-\\xc3\\xa4.mount")],
+)
+def test_mount_unit_names(path: str, unit: str) -> None:
+    assert S.mount_unit(path) == unit
+    assert S.automount_unit(path) == unit.replace(".mount", ".automount")
+
+
+SYSTEMD_ESCAPE = shutil.which("systemd-escape")
+
+
+@pytest.mark.skipif(SYSTEMD_ESCAPE is None, reason="systemd-escape not installed")
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(alphabet="abz09._-: @ä+", min_size=1, max_size=8), min_size=1, max_size=4))
+def test_escape_matches_systemd(parts: list[str]) -> None:
+    parts = [p for p in parts if p not in (".", "..")]
+    if not parts:
+        return
+    path = "/" + "/".join(parts)
+    assert SYSTEMD_ESCAPE is not None
+    real = subprocess.run([SYSTEMD_ESCAPE, "--path", path], capture_output=True, text=True, check=True)
+    assert S.systemd_escape_path(path) == real.stdout.strip()
+
+
+# =========================================================================== MergerFS
+def test_mergerfs_options_and_order(lab: Manifest) -> None:
+    union = lab.mergerfs[0]
+    assert S.mergerfs_options(union, network=True) == [
+        "allow_other", "cache.files=off", "dropcacheonclose=true",
+        "category.create=mfs", "minfreespace=500G", "_netdev",
+    ]
+    local = MergerfsUnion(path="/u", branches=["/a", "/b"], nodes=["n"], create_policy="ff",
+                          options=["minfreespace=10G", "moveonenospc=true"])
+    assert S.mergerfs_options(local, network=False) == [
+        "allow_other", "cache.files=off", "dropcacheonclose=true", "category.create=ff",
+        "minfreespace=10G", "moveonenospc=true",
+    ]
+
+
+def test_union_requires_the_nfs_mounts_holding_its_branches(lab: Manifest, kit: Any) -> None:
+    gpu1 = lab.node("gpu1")
+    assert S.union_mount_units(lab, lab.mergerfs[0], gpu1) == ["mnt-corpus1.mount", "mnt-corpus2.mount"]
+    # a branch below a mount point needs that mount; an unrelated local branch needs none
+    m = kit.load(kit.base(storage=True)).manifest
+    union = MergerfsUnion(path="/u", branches=["/data/sub", "/scratch", "/datax"], nodes=["node01"])
+    assert S.union_mount_units(m, union, m.node("node01")) == ["data.mount"]
+    assert S.union_mount_units(m, union, m.node("head01")) == []
+
+
+# =========================================================================== fabric
+def test_opensm_node(llm: Manifest, kit: Any) -> None:
+    assert S.opensm_node(llm) is None  # subnet_manager: switch
+    data = kit.example("llm-200k.yaml")
+    data["networks"]["infiniband"]["subnet_manager"] = "opensm"
+    assert S.opensm_node(kit.load(data).manifest) == "head01"
+    del data["nodes"][0]["interfaces"]["infiniband"]
+    data["nfs"]["mounts"] = [m for m in data["nfs"]["mounts"] if m.get("proto") != "rdma"]
+    assert S.opensm_node(kit.load(data).manifest) == "gpu01"
+
+
+def test_ipoib_and_peermem(llm: Manifest, lab: Manifest) -> None:
+    assert S.ipoib_config(llm, llm.node("gpu03")) == {
+        "interface": "ibp65s0", "address": "10.10.2.23/24", "mtu": 2044, "mode": "datagram"
+    }
+    assert S.wants_peermem(llm, llm.node("gpu03"))
+    assert not S.wants_peermem(llm, llm.node("head01"))  # no GPU
+    assert S.ipoib_config(lab, lab.node("gpu1")) == {}
+    assert not S.wants_peermem(lab, lab.node("gpu1"))  # no fabric
+
+
+# =========================================================================== groups
+@pytest.mark.parametrize("name", ["llm-200k.yaml", "music-lab.yaml"])
+def test_storage_groups_match_the_inventory(name: str) -> None:
+    m = example(name)
+    groups = inventory.groups(m)
+    for node in m.nodes:
+        for group in ("zfs", "nfs_server", "nfs_client", "mergerfs", "infiniband"):
+            assert (group in S.storage_groups(m, node)) == (node.name in groups[group]), (node.name, group)
+
+
+# =========================================================================== zfs role, kernel path
+# The role's pool tasks (roles/zfs/tasks/pool.yml) run against stand-ins for zpool, zfs,
+# lsblk and wipefs that keep their state in a directory: every branch of the kernel path
+# (create after the safety check, refusal, force, import, drift, idempotence) runs the
+# real tasks and filter plugin, with only the binaries simulated.
+FAKE_TOOL = r'''#!/usr/bin/env python3
+import json, os, sys
+from pathlib import Path
+state = Path(os.environ["FAKE_ZFS_DIR"])
+tool, args = Path(sys.argv[0]).name, sys.argv[1:]
+with open(state / "calls.log", "a") as log:
+    log.write(json.dumps([tool, *args]) + "\n")
+def lines(name):
+    p = state / name
+    return p.read_text().split() if p.exists() else []
+def props():
+    p = state / "props.json"
+    return json.loads(p.read_text()) if p.exists() else {}
+def save_props(d):
+    (state / "props.json").write_text(json.dumps(d))
+if tool == "lsblk":
+    p = state / "lsblk" / Path(args[-1]).name
+    if not p.exists():
+        sys.exit(32)
+    print(p.read_text())
+elif tool == "wipefs":
+    p = state / "wipefs" / Path(args[-1]).name
+    if p.exists():
+        print(p.read_text())
+elif tool == "zpool":
+    cmd = args[0]
+    if cmd == "list":
+        sys.exit(0 if args[-1] in lines("pools") else 1)
+    if cmd == "import" and args[-1] == "/dev/disk/by-id":
+        names = lines("importable")
+        print("".join(f"   pool: {n}\n     id: 1\n  state: ONLINE\n" for n in names))
+        sys.exit(0 if names else 1)
+    if cmd in ("import", "create"):
+        rest = [a for i, a in enumerate(args[1:]) if not a.startswith("-")
+                and not (i > 0 and args[i] in ("-o", "-O", "-d"))]
+        (state / "pools").write_text(" ".join(lines("pools") + [rest[0]]))
+        sys.exit(0)
+    if cmd == "status":
+        print((state / ("status_" + args[-1])).read_text())
+        sys.exit(0)
+    if cmd == "get":
+        print(f"NAME PROPERTY VALUE SOURCE\n{args[-1]} version - default")
+        sys.exit(0)
+    sys.exit(2)
+elif tool == "zfs":
+    d = props()
+    cmd, name = args[0], args[-1]
+    if cmd == "list":
+        sys.exit(0 if name in d or name in lines("pools") else 1)
+    if cmd == "create":
+        opts, it = {}, iter(args[1:-1])
+        for a in it:
+            if a == "-o":
+                key, value = next(it).split("=", 1)
+                opts[key] = value
+        d[name] = opts
+        save_props(d)
+    elif cmd == "set":
+        key, value = args[1].split("=", 1)
+        d.setdefault(name, {})[key] = value
+        save_props(d)
+    elif cmd == "get":
+        for k, v in d.get(name, {}).items():
+            print(f"{k}\t{v}\tlocal")
+    sys.exit(0)
+'''
+
+
+@pytest.fixture
+def fake_kernel(tmp_path: Path) -> Path:
+    state = tmp_path / "state"
+    (state / "lsblk").mkdir(parents=True)
+    (state / "wipefs").mkdir()
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    tool = bindir / "fake-tool"
+    tool.write_text(FAKE_TOOL)
+    tool.chmod(0o755)
+    for name in ("zpool", "zfs", "lsblk", "wipefs"):
+        (bindir / name).symlink_to(tool)
+    return tmp_path
+
+
+def run_pool_tasks(tmp: Path, pool_vars: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    playbook = tmp / "play.yml"
+    playbook.write_text(json.dumps([{
+        "name": "Pool tasks of the zfs role against stand-in binaries",
+        "hosts": "localhost",
+        "connection": "local",
+        "gather_facts": False,
+        "environment": {"PATH": f"{tmp / 'bin'}:/usr/bin:/bin", "FAKE_ZFS_DIR": str(tmp / "state")},
+        "tasks": [{"ansible.builtin.include_role": {"name": "zfs", "tasks_from": "pool"},
+                   "vars": {"__zfs_pool": pool_vars}}],
+    }]))
+    venv_bin = Path(sys.executable).parent
+    env = {**os.environ, "ANSIBLE_ROLES_PATH": str(ROOT / "roles"), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_LOCALHOST_WARNING": "0", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0",
+           "PATH": f"{venv_bin}:{os.environ.get('PATH', '')}"}
+    return subprocess.run(
+        [str(venv_bin / "ansible-playbook"), "-i", "localhost,", str(playbook),
+         "-e", json.dumps({"__zfs_zpool": str(tmp / "bin" / "zpool"),
+                           "ansible_python_interpreter": sys.executable})],
+        capture_output=True, text=True, env=env, timeout=300, check=False,
+    )
+
+
+def calls(tmp: Path, tool: str, sub: str) -> list[list[str]]:
+    out = [json.loads(x) for x in (tmp / "state" / "calls.log").read_text().splitlines()]
+    return [c[1:] for c in out if c[0] == tool and c[1] == sub]
+
+
+def blank_disks(tmp: Path, disks: list[str]) -> None:
+    for d in disks:
+        (tmp / "state" / "lsblk" / d).write_text(lsblk())
+
+
+def llm_pool_vars(llm: Manifest) -> dict[str, Any]:
+    from provisioner.areas.storage import rolevars as rv
+
+    pools: list[dict[str, Any]] = rv.zfs_pool_vars(llm, llm.node("head01"))
+    return pools[0]
+
+
+def test_role_creates_pool_on_blank_disks_then_is_idempotent(fake_kernel: Path, llm: Manifest) -> None:
+    pool_vars = llm_pool_vars(llm)
+    blank_disks(fake_kernel, pool_vars["disks"])
+    first = run_pool_tasks(fake_kernel, pool_vars)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert calls(fake_kernel, "zpool", "create") == [pool_vars["create_args"]]
+    props = json.loads((fake_kernel / "state" / "props.json").read_text())
+    assert props["tank"]["org.debian:periodic-scrub"] == "disable"
+    assert props["tank"]["compression"] == "lz4"
+    assert props["tank/home"] == {"quota": "2T", "recordsize": "128K"}
+    # second run: the pool exists and matches the manifest
+    (fake_kernel / "state" / "status_tank").write_text(STATUS_LLM)
+    second = run_pool_tasks(fake_kernel, pool_vars)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "changed=0" in second.stdout
+    assert "DRIFT" not in second.stdout
+    assert len(calls(fake_kernel, "zpool", "create")) == 1
+
+
+def test_role_refuses_disks_with_data(fake_kernel: Path, llm: Manifest) -> None:
+    pool_vars = llm_pool_vars(llm)
+    blank_disks(fake_kernel, pool_vars["disks"])
+    used = pool_vars["disks"][3]
+    (fake_kernel / "state" / "lsblk" / used).write_text(
+        lsblk([{"name": "sdd1", "type": "part", "fstype": "ext4", "mountpoint": None}], pttype="gpt"))
+    result = run_pool_tasks(fake_kernel, pool_vars)
+    assert result.returncode != 0
+    assert "REFUSED: pool tank is not created" in result.stdout
+    assert f"{used}: has part sdd1 (ext4)" in result.stdout
+    assert calls(fake_kernel, "zpool", "create") == []
+    # force: true lets it overwrite the data (and says so)
+    forced = run_pool_tasks(fake_kernel, pool_vars | {"force": True,
+                            "create_args": ["create", "-f", *pool_vars["create_args"][1:]]})
+    assert forced.returncode == 0, forced.stdout
+    assert "FORCE: pool tank overwrites:" in forced.stdout
+    assert calls(fake_kernel, "zpool", "create")[0][:2] == ["create", "-f"]
+
+
+def test_role_refuses_missing_disks(fake_kernel: Path, llm: Manifest) -> None:
+    pool_vars = llm_pool_vars(llm)
+    blank_disks(fake_kernel, pool_vars["disks"][:-1])
+    result = run_pool_tasks(fake_kernel, pool_vars | {"force": True})
+    assert result.returncode != 0
+    assert f"{pool_vars['disks'][-1]}: not present under /dev/disk/by-id" in result.stdout
+    assert calls(fake_kernel, "zpool", "create") == []
+
+
+def test_role_imports_an_exported_pool_and_reports_drift(fake_kernel: Path, llm: Manifest) -> None:
+    pool_vars = llm_pool_vars(llm)
+    (fake_kernel / "state" / "importable").write_text("tank")
+    drifted = STATUS_LLM.replace("V8G00008-part1", "V8G00009-part1")
+    (fake_kernel / "state" / "status_tank").write_text(drifted)
+    result = run_pool_tasks(fake_kernel, pool_vars)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert calls(fake_kernel, "zpool", "import")[-1] == ["import", "-d", "/dev/disk/by-id", "tank"]
+    assert calls(fake_kernel, "zpool", "create") == []
+    assert "DRIFT: pool tank differs from the manifest" in result.stdout
+    assert f"mirror({HGST}7, {HGST}8) is in the manifest but not in the pool" in result.stdout
+    assert calls(fake_kernel, "lsblk", "--json") == []  # an existing pool's disks are not probed
+
+
+def test_one_path_per_server_for_nfs4_clients(llm: Manifest) -> None:
+    llm = llm.model_copy(deep=True)  # the fixture is shared
+    gpu01 = llm.node("gpu01")
+    S.check_one_path_per_server(llm, gpu01)  # every export of head01 over the fabric
+    S.export_by_name(llm, "home").clients = ["management"]
+    with pytest.raises(S.StorageError, match=r"mounts /data and /home/shared reach server head01 over "
+                       r"10\.10\.2\.10 \(rdma\) and 10\.10\.0\.10 \(tcp\)"):
+        S.check_one_path_per_server(llm, gpu01)
+    # NFSv3 has no session trunking: a v3 mount may take another path
+    home_mount = next(mnt for mnt in llm.nfs.mounts if mnt.export == "home")
+    home_mount.vers = "3"
+    S.check_one_path_per_server(llm, gpu01)
+
+
+def test_one_path_per_server_is_a_validate_error(kit: Any) -> None:
+    data = kit.example("llm-200k.yaml")
+    for exp in data["nfs"]["exports"]:
+        if exp["name"] == "home":
+            exp["clients"] = ["management"]
+    with pytest.raises(ManifestError, match=r"NFS 4.1\+ shares one connection per server"):
+        kit.load(data)

@@ -1,0 +1,265 @@
+"""provisioner.areas.storage.rolevars, checked against the roles' argument specs and templates.
+
+The templates use plain Jinja2 only, so they are rendered here the way Ansible's template
+module does (trim_blocks), with role defaults < inventory variables (< OS vars).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pytest
+import yaml
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+from provisioner.areas import registry as rolevars
+from provisioner.areas.storage import decide as S
+from provisioner.areas.storage import rolevars as storage
+from provisioner.manifest import Manifest
+from provisioner.validate import load_manifest
+
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLES = ["llm-200k.yaml", "music-lab.yaml"]
+ROLES = ("zfs", "nfs_server", "nfs_client", "mergerfs", "ofed")
+GROUP_KEYS = {
+    "zfs": {"zfs_pools", "zfs_arc_max_bytes"},
+    "nfs_server": {"nfs_server_exports", "nfs_server_threads", "nfs_server_vers3", "nfs_server_rdma"},
+    "nfs_client": {"nfs_client_mounts", "nfs_client_rdma"},
+    "mergerfs": {"mergerfs_unions"},
+    "infiniband": {"ofed_ipoib", "ofed_opensm", "ofed_peermem"},
+}
+
+
+def load_yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+def example(name: str) -> Manifest:
+    return load_manifest(ROOT / "examples" / name).manifest
+
+
+@pytest.fixture(scope="module")
+def llm() -> Manifest:
+    return example("llm-200k.yaml")
+
+
+@pytest.fixture(scope="module")
+def lab() -> Manifest:
+    return example("music-lab.yaml")
+
+
+def role_of(key: str) -> str:
+    return next(r for r in sorted(ROLES, key=len, reverse=True) if key.startswith(r + "_"))
+
+
+def role_vars(m: Manifest, node_name: str, role: str) -> dict[str, Any]:
+    """Role defaults < cluster vars < node vars, for one role."""
+    merged: dict[str, Any] = dict(load_yaml(ROOT / "roles" / role / "defaults" / "main.yml") or {})
+    both = storage.cluster_vars(m) | storage.node_vars(m, m.node(node_name))
+    merged.update({k: v for k, v in both.items() if role_of(k) == role})
+    return merged
+
+
+def render(role: str, template: str, variables: dict[str, Any]) -> str:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(ROOT / "roles" / role / "templates"),
+        trim_blocks=True,
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
+    return env.get_template(template).render(**variables)
+
+
+def body(text: str) -> list[str]:
+    return [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
+
+
+# =========================================================================== contract
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_node_vars_only_for_group_members(name: str) -> None:
+    m = example(name)
+    for node in m.nodes:
+        keys = set(storage.node_vars(m, node))
+        wanted = set().union(*(GROUP_KEYS[g] for g in S.storage_groups(m, node)))
+        assert keys == wanted, node.name
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_every_variable_passes_the_role_argument_spec(name: str) -> None:
+    m = example(name)
+    specs = {r: load_yaml(ROOT / "roles" / r / "meta" / "argument_specs.yml")["argument_specs"] for r in ROLES}
+    emitted: set[str] = set(storage.cluster_vars(m))
+    for node in m.nodes:
+        emitted |= set(storage.node_vars(m, node))
+        for role in ROLES:
+            params = role_vars(m, node.name, role)
+            result = ArgumentSpecValidator(specs[role]["main"]["options"]).validate(params)
+            assert not result.error_messages, (node.name, role, result.error_messages)
+            assert not result.unsupported_parameters, (node.name, role, result.unsupported_parameters)
+    for key in emitted:
+        assert key in specs[role_of(key)]["main"]["options"], key
+
+
+def test_variables_are_produced_by_the_aggregator(llm: Manifest) -> None:
+    assert rolevars.cluster_vars(llm)["storage"] == storage.cluster_vars(llm)
+    merged = rolevars.node_vars(llm, llm.node("head01"))
+    for key, value in storage.node_vars(llm, llm.node("head01")).items():
+        assert merged[key] == value
+
+
+# =========================================================================== llm-200k
+def test_llm_cluster_vars(llm: Manifest) -> None:
+    assert storage.cluster_vars(llm) == {"zfs_scrub": "monthly", "ofed_source": "inbox"}
+
+
+def test_llm_head_pool(llm: Manifest) -> None:
+    v = storage.node_vars(llm, llm.node("head01"))
+    assert v["zfs_arc_max_bytes"] == 64 * 1024**3  # 50 % of 128 GiB
+    (tank,) = v["zfs_pools"]
+    assert tank["name"] == "tank" and tank["force"] is False
+    assert tank["summary"] == "4 x mirror(2) + log: 1 disk + cache: 1 disk"
+    assert tank["create_args"][:3] == ["create", "-o", "ashift=12"]
+    assert tank["create_args"].count("mirror") == 4
+    assert len(tank["disks"]) == 10
+    assert tank["datasets"] == [
+        {"name": "tank/datasets", "properties": {"atime": "off", "compression": "lz4", "recordsize": "1M"}},
+        {"name": "tank/checkpoints", "properties": {"compression": "zstd", "recordsize": "1M"}},
+        {"name": "tank/home", "properties": {"quota": "2T", "recordsize": "128K"}},
+    ]
+
+
+def test_llm_exports_and_nfsd(llm: Manifest) -> None:
+    variables = role_vars(llm, "head01", "nfs_server")
+    assert variables["nfs_server_threads"] == 64  # 16 cores
+    assert variables["nfs_server_rdma"] is True  # gpu nodes mount with proto=rdma
+    assert variables["nfs_server_vers3"] is False
+    assert body(render("nfs_server", "exports.j2", variables)) == [
+        "/tank/datasets 10.10.2.0/24(rw,sync,root_squash,no_subtree_check)",
+        "/tank/checkpoints 10.10.2.0/24(rw,sync,root_squash,no_subtree_check)",
+        "/tank/home 10.10.2.0/24(rw,sync,root_squash,no_subtree_check)",
+    ]
+    conf = body(render("nfs_server", "nfs.conf.j2", variables))
+    assert conf == ["[nfsd]", "threads=64", "vers3=n", "vers4=y", "vers4.0=n", "vers4.1=y",
+                    "vers4.2=y", "rdma=y", "rdma-port=20049"]
+
+
+def test_llm_gpu_mounts(llm: Manifest) -> None:
+    variables = role_vars(llm, "gpu02", "nfs_client")
+    assert variables["nfs_client_rdma"] is True
+    by_path = {x["where"]: x for x in variables["nfs_client_mounts"]}
+    assert set(by_path) == {"/data", "/checkpoints", "/home/shared"}
+    data = by_path["/data"]
+    assert data["what"] == "10.10.2.10:/tank/datasets"
+    unit = body(render("nfs_client", "nfs.mount.j2", variables | {"item": data}))
+    assert "What=10.10.2.10:/tank/datasets" in unit
+    assert "Where=/data" in unit
+    assert ("Options=vers=4.2,proto=rdma,port=20049,nconnect=8,rsize=1048576,wsize=1048576,"
+            "hard,_netdev") in unit
+    assert "WantedBy=remote-fs.target" in unit
+    home = by_path["/home/shared"]
+    # served over the fabric like the other exports of head01 (one path per server)
+    assert home["what"] == "10.10.2.10:/tank/home"
+    assert home["unit"] == "home-shared.mount"
+    assert "proto=rdma" in home["options"]
+
+
+def test_llm_fabric(llm: Manifest) -> None:
+    head = storage.node_vars(llm, llm.node("head01"))
+    assert head["ofed_ipoib"] == {"interface": "ibp65s0", "address": "10.10.2.10/24", "mtu": 2044,
+                                  "mode": "datagram"}
+    assert head["ofed_opensm"] is False  # managed switch
+    assert head["ofed_peermem"] is False
+    gpu = role_vars(llm, "gpu04", "ofed")
+    assert gpu["ofed_peermem"] is True
+    network = body(render("ofed", "ipoib.networkd.j2", gpu))
+    assert network == ["[Match]", "Name=ibp65s0", "[Link]", "MTUBytes=2044", "[Network]",
+                       "Address=10.10.2.24/24", "LinkLocalAddressing=no", "IPv6AcceptRA=no"]
+    netplan = yaml.safe_load(render("ofed", "ipoib.netplan.j2", gpu))
+    assert netplan["network"]["ethernets"]["ibp65s0"]["addresses"] == ["10.10.2.24/24"]
+    assert netplan["network"]["ethernets"]["ibp65s0"]["mtu"] == 2044
+    rules = body(render("ofed", "ipoib-mode.rules.j2", gpu))
+    assert all(r.endswith('ATTR{mode}="datagram"') for r in rules) and len(rules) == 2
+
+
+def test_opensm_when_no_managed_switch(kit: Any) -> None:
+    data = kit.example("llm-200k.yaml")
+    data["networks"]["infiniband"]["subnet_manager"] = "opensm"
+    data["networks"]["infiniband"]["mode"] = "connected"
+    data["networks"]["infiniband"]["mtu"] = 65520
+    m = kit.load(data).manifest
+    assert [n.name for n in m.nodes if storage.node_vars(m, n).get("ofed_opensm")] == ["head01"]
+    assert storage.node_vars(m, m.node("gpu01"))["ofed_ipoib"]["mode"] == "connected"
+
+
+# =========================================================================== music-lab
+def test_lab_pools_per_server(lab: Manifest) -> None:
+    for name in ("store1", "store2"):
+        v = storage.node_vars(lab, lab.node(name))
+        (audio,) = v["zfs_pools"]
+        assert audio["summary"] == "10 x mirror(3)"
+        assert len(audio["layout"]["data"]) == 10
+        assert v["zfs_arc_max_bytes"] == 128 * 1024**3
+    assert storage.cluster_vars(lab)["zfs_scrub"] == "monthly"
+
+
+def test_lab_arc_option_file(lab: Manifest) -> None:
+    text = render("zfs", "zfs.conf.j2", role_vars(lab, "store1", "zfs"))
+    assert body(text) == ["options zfs zfs_arc_max=137438953472"]
+    assert "128.0 GiB" in text
+
+
+def test_lab_exports_serve_the_data_network(lab: Manifest) -> None:
+    for server, export in (("store1", "corpus1"), ("store2", "corpus2")):
+        variables = role_vars(lab, server, "nfs_server")
+        assert variables["nfs_server_rdma"] is False
+        assert variables["nfs_server_exports"] == [{
+            "name": export, "path": "/audio/corpus", "clients": ["192.168.60.0/24"],
+            "options": ["rw", "sync", "root_squash", "no_subtree_check"], "create_path": False,
+        }]
+
+
+def test_lab_union_after_both_nfs_mounts(lab: Manifest) -> None:
+    variables = role_vars(lab, "gpu2", "mergerfs")
+    (union,) = variables["mergerfs_unions"]
+    assert union["unit"] == "corpus.mount"
+    assert union["requires"] == ["mnt-corpus1.mount", "mnt-corpus2.mount"]
+    unit = body(render("mergerfs", "mergerfs.mount.j2", variables | {"item": union}))
+    assert unit == [
+        "[Unit]",
+        "Description=MergerFS union /corpus of /mnt/corpus1 /mnt/corpus2",
+        "Documentation=https://github.com/trapexit/mergerfs",
+        "RequiresMountsFor=/mnt/corpus1 /mnt/corpus2",
+        "Requires=mnt-corpus1.mount mnt-corpus2.mount",
+        "After=mnt-corpus1.mount mnt-corpus2.mount",
+        "[Mount]",
+        "What=/mnt/corpus1:/mnt/corpus2",
+        "Where=/corpus",
+        "Type=fuse.mergerfs",
+        "Options=allow_other,cache.files=off,dropcacheonclose=true,category.create=mfs,"
+        "minfreespace=500G,_netdev",
+        "[Install]",
+        "WantedBy=remote-fs.target",
+    ]
+    mounts = role_vars(lab, "gpu2", "nfs_client")["nfs_client_mounts"]
+    assert [x["unit"] for x in mounts] == union["requires"]
+    assert [x["what"] for x in mounts] == ["192.168.60.11:/audio/corpus", "192.168.60.12:/audio/corpus"]
+    assert all("nconnect=16" in x["options"] for x in mounts)
+
+
+def test_automount_units(kit: Any) -> None:
+    data = kit.base(storage=True)
+    data["nfs"]["mounts"][0]["automount"] = True
+    m = kit.load(data).manifest
+    variables = role_vars(m, "node01", "nfs_client")
+    (mount,) = variables["nfs_client_mounts"]
+    assert (mount["unit"], mount["automount_unit"]) == ("data.mount", "data.automount")
+    unit = body(render("nfs_client", "nfs.mount.j2", variables | {"item": mount}))
+    assert "[Install]" not in unit  # started by its automount unit
+    auto = body(render("nfs_client", "nfs.automount.j2", variables | {"item": mount}))
+    assert auto[-4:] == ["Where=/data", "TimeoutIdleSec=600", "[Install]", "WantedBy=remote-fs.target"]
+    # /data is an NFS mount on node01: the union requires it and is a network mount
+    union = role_vars(m, "node01", "mergerfs")["mergerfs_unions"][0]
+    assert union["requires"] == ["data.mount"]
+    assert "_netdev" in union["options"]

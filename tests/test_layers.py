@@ -1,0 +1,189 @@
+"""The layers of provisioner/ point one way (docs/design.md, "Layers"):
+
+    errors <- manifest <- areas <- validate, inventory, plan, apply <- commands <- cli
+
+Checked on the source with ``ast``: no import cycle among our modules, the manifest layer
+imports nothing above it, areas import nothing above them, and every import statement sits
+at module level (an import inside a function is how cycles hide). The CLI loads command
+modules by name (importlib.import_module), which is no import statement.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "provisioner"
+
+# Modules the areas must not import: everything that composes them.
+ABOVE_AREAS = ("provisioner.plan", "provisioner.inventory", "provisioner.apply", "provisioner.cli",
+               "provisioner.commands", "provisioner.validate", "provisioner.display")
+# The one module below the manifest layer.
+BASE = ("provisioner.errors",)
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def sources() -> dict[str, Path]:
+    """Our modules (a build's copy of the Ansible content is no part of the package's code)."""
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py")) if "ansible_collections" not in p.parts}
+
+
+MODULES = sources()
+
+
+def is_ours(name: str) -> bool:
+    return name == "provisioner" or name.startswith("provisioner.")
+
+
+def resolve(name: str) -> str:
+    """The module an imported name lives in: ``provisioner.manifest.Manifest`` -> ``provisioner.manifest``."""
+    while name not in MODULES and "." in name:
+        name = name.rsplit(".", 1)[0]
+    return name
+
+
+def imports(module: str, tree: ast.Module) -> Iterator[tuple[ast.stmt, str]]:
+    """(statement, imported module of ours) for every import statement in ``tree``."""
+    package = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if is_ours(alias.name):
+                    yield node, resolve(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            if not is_ours(base):
+                continue
+            for alias in node.names:
+                # `from provisioner import inventory` imports a module; `from x import Name` the module x
+                yield node, resolve(f"{base}.{alias.name}")
+
+
+def parse(module: str) -> ast.Module:
+    return ast.parse(MODULES[module].read_text(), str(MODULES[module]))
+
+
+def graph() -> dict[str, set[str]]:
+    return {m: {target for _, target in imports(m, parse(m)) if target != m} for m in MODULES}
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a path a -> b -> ... -> a, or None."""
+    state: dict[str, int] = {}  # 1: on the stack, 2: done
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt):], nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(edges):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_the_checker_sees_our_modules_and_their_imports() -> None:
+    edges = graph()
+    assert {"provisioner.cli", "provisioner.manifest.load", "provisioner.areas.registry"} <= set(edges)
+    assert "provisioner.manifest.checks" in edges["provisioner.manifest.load"]
+    assert "provisioner.areas.gpu.rolevars" in edges["provisioner.areas.registry"]
+    assert "provisioner.inventory" in edges["provisioner.commands.inventory"]  # `from provisioner import inventory`
+    assert "provisioner.manifest" in edges["provisioner.commands.common"] or any(
+        t.startswith("provisioner.manifest.") for t in edges["provisioner.commands.common"])
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_cycles() -> None:
+    cycle = find_cycle(graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_manifest_layer_imports_nothing_above_it() -> None:
+    bad = [
+        f"{MODULES[m].relative_to(ROOT)}:{stmt.lineno}: imports {target}"
+        for m in MODULES if m == "provisioner.manifest" or m.startswith("provisioner.manifest.")
+        for stmt, target in imports(m, parse(m))
+        if not (target.startswith("provisioner.manifest") or target in BASE)
+    ]
+    assert bad == []
+
+
+def test_areas_import_nothing_that_composes_them() -> None:
+    bad = [
+        f"{MODULES[m].relative_to(ROOT)}:{stmt.lineno}: imports {target}"
+        for m in MODULES if m.startswith("provisioner.areas.")
+        for stmt, target in imports(m, parse(m))
+        if any(target == above or target.startswith(above + ".") for above in ABOVE_AREAS)
+    ]
+    assert bad == []
+
+
+def function_level_imports(tree: ast.Module) -> list[ast.stmt | ast.expr]:
+    """Import statements (and __import__ calls) inside a function, method or class body."""
+    scopes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+    found: dict[int, ast.stmt | ast.expr] = {}
+    for scope in ast.walk(tree):
+        if not isinstance(scope, scopes):
+            continue
+        for node in ast.walk(scope):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) or (
+                isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "__import__"
+            ):
+                found[id(node)] = node  # nested scopes see a node more than once
+    return list(found.values())
+
+
+def test_imports_only_at_module_level() -> None:
+    bad = sorted({
+        f"{MODULES[m].relative_to(ROOT)}:{node.lineno}"
+        for m in MODULES for node in function_level_imports(parse(m))
+    })
+    assert bad == []
+
+
+@pytest.mark.parametrize("code", [
+    "def f():\n    import os\n",
+    "class C:\n    def m(self):\n        from provisioner import plan\n",
+    "def f():\n    return __import__('types')\n",
+])
+def test_function_level_imports_are_found(code: str) -> None:
+    assert len(function_level_imports(ast.parse(code))) == 1
+
+
+def test_module_level_imports_are_fine() -> None:
+    code = "import os\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from x import y\n"
+    assert function_level_imports(ast.parse(code)) == []
+
+
+def test_the_cli_imports_no_command_module() -> None:
+    # --help must stay cheap: the command modules are loaded by name, only when chosen
+    targets = {t for _, t in imports("provisioner.cli", parse("provisioner.cli"))}
+    assert targets <= {"provisioner.settings"}  # defaults for the parser's help, nothing else
+    assert {t for _, t in imports("provisioner.settings", parse("provisioner.settings"))} == set()
