@@ -17,6 +17,7 @@ from rich.console import Console
 from provisioner import inventory
 from provisioner.areas import registry
 from provisioner.areas.baremetal import install as baremetal
+from provisioner.areas.monitoring import decide as monitoring
 from provisioner.areas.slurm import decide as slurm
 from provisioner.content import project_root
 from provisioner.display import LiveProgress, install_table, print_plan, recap_table
@@ -81,12 +82,15 @@ def targets_inventory(targets: list[str]) -> str:
 
 
 def declared_secret_envs(loaded: Loaded) -> set[str]:
-    return {n.bmc.password_env for n in loaded.manifest.nodes if n.bmc and n.bmc.password_env}
+    bmc = {n.bmc.password_env for n in loaded.manifest.nodes if n.bmc and n.bmc.password_env}
+    return bmc | monitoring.secret_env_names(loaded.manifest)
 
 
 def known_secret_values(loaded: Loaded, state: StateDir) -> list[str]:
-    """Secret values we must never find in artifacts: BMC passwords from env, the munge key."""
+    """Secret values we must never find in artifacts: BMC passwords and alert receivers'
+    secrets from env, the munge key, the monitoring secrets in the state directory."""
     values = [os.environ[name] for name in declared_secret_envs(loaded) if os.environ.get(name)]
+    values.extend(monitoring.secret_values(state))
     key = state.secrets / slurm.MUNGE_KEY_NAME
     if key.exists():
         raw = key.read_bytes()

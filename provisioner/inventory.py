@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from provisioner.areas import registry
+from provisioner.areas.monitoring import decide as monitoring
 from provisioner.areas.slurm import rolevars as slurm_vars
 from provisioner.manifest.model import Manifest, Node
 from provisioner.manifest.select import select_nodes
@@ -38,6 +39,8 @@ def groups(m: Manifest) -> dict[str, list[str]]:
         "docker": set(select_nodes(m, m.docker.nodes)) if m.docker.enabled else set(),
         "slurm_controller": {m.head.name} if m.slurm.enabled and m.with_role("head") else set(),
         "slurm_compute": {n.name for n in m.with_role("compute")} if m.slurm.enabled else set(),
+        "monitoring_server": set(monitoring.server_names(m)) if monitoring.enabled(m) else set(),
+        "monitoring_node": {n.name for n in monitoring.monitored_nodes(m)},
     }
     extra["slurm_node"] = {n.name for n in m.nodes if slurm_vars.is_slurm_node(m, n)}
     for node in m.nodes:

@@ -318,7 +318,7 @@ def test_apply_yes_records_state_and_then_plans_nothing(
     assert call["hosts"] == ["head01", "gpu01", "gpu02", "gpu03", "gpu04"]
     assert call["limit"] is None
     assert call["extravars"] == {"provision_targets": "provision_targets"}
-    assert call["secret_names"] == {"LLM_BMC_PASSWORD"}
+    assert call["secret_names"] == {"LLM_BMC_PASSWORD", "LLM_SMTP_PASSWORD"}  # BMCs, the e-mail receiver
     sd = StateDir.beside(example)
     targets = yaml.safe_load((sd.inventory / "targets.yml").read_text())
     assert sorted(targets["all"]["children"]["provision_targets"]["hosts"]) == sorted(call["hosts"])

@@ -202,6 +202,9 @@ def test_no_secret_material_in_any_file(kit: Any, name: str) -> None:
         needles.add(bmc.address)
         needles |= {v for v in (bmc.password_env, bmc.password_file) if v}
     for rel, text in files.items():
+        # a path into the state directory's secrets/ names a secret, holds none (monitoring.yml)
+        text = re.sub(r"(?m)^\s*\w*password_file: '\{\{ provision_state_dir \}\}/secrets/monitoring/[\w.-]+'$",
+                      "", text)
         lowered = text.lower()
         # installer files (baremetal.yml) lock every password ("lock_passwd", "passwd -l", crypted "!")
         words = ["password", "passwd"] if rel != "group_vars/all/baremetal.yml" else []

@@ -19,6 +19,9 @@ from provisioner.areas.baremetal import rolevars as baremetal
 from provisioner.areas.common import rolevars as common
 from provisioner.areas.gpu import checks as gpu_checks
 from provisioner.areas.gpu import rolevars as gpu
+from provisioner.areas.monitoring import checks as monitoring_checks
+from provisioner.areas.monitoring import decide as monitoring_decide
+from provisioner.areas.monitoring import rolevars as monitoring
 from provisioner.areas.slurm import checks as slurm_checks
 from provisioner.areas.slurm import decide as slurm_decide
 from provisioner.areas.slurm import rolevars as slurm
@@ -50,6 +53,8 @@ AREAS: tuple[Area, ...] = (
     Area("slurm", slurm.cluster_vars, slurm.node_vars, slurm.LIGHT_KEYS, checks=slurm_checks.CHECKS,
          prepare=slurm_decide.prepare_munge_key),
     Area("baremetal", baremetal.cluster_vars, baremetal.node_vars, baremetal.LIGHT_KEYS),
+    Area("monitoring", monitoring.cluster_vars, monitoring.node_vars, monitoring.LIGHT_KEYS,
+         checks=monitoring_checks.CHECKS, prepare=monitoring_decide.prepare_secrets),
 )
 
 # validate reports the areas' findings in this order: the GPU stack first (as before the areas

@@ -622,6 +622,158 @@ class Software(Strict):
     ofed: Ofed = Field(default_factory=Ofed)
 
 
+# --------------------------------------------------------------------------- monitoring
+PROM_DURATION_RE = re.compile(r"^(\d+y)?(\d+w)?(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?$")
+PROM_SIZE_RE = re.compile(r"^\d+(B|KB|MB|GB|TB|PB|EB)$")
+EMAIL_RE = re.compile(r"^[^@\s<>]+@[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")
+
+
+def _prom_duration(value: str) -> str:
+    if not value or not PROM_DURATION_RE.match(value):
+        raise ValueError(f"{value!r} is not a Prometheus duration like 30s, 15d or 1w")
+    return value
+
+
+PromDuration = Annotated[str, AfterValidator(_prom_duration)]
+
+
+def _secret_ref(owner: str, field: str, env: str | None, file: str | None) -> None:
+    """At most one of ``<field>_env`` / ``<field>_file``; a name and an absolute path."""
+    if env is not None and file is not None:
+        raise ValueError(f"{owner}: give only one of {field}_env or {field}_file")
+    if env is not None and not ENV_RE.match(env):
+        raise ValueError(f"{field}_env {env!r} is not an environment variable name")
+    if file is not None and not file.startswith("/"):
+        raise ValueError(f"{field}_file {file!r} must be an absolute path")
+
+
+def _no_inline(data: Any, keys: tuple[str, ...], what: str) -> Any:
+    if isinstance(data, dict):
+        for key in keys:
+            if key in data:
+                raise ValueError(f"inline {what} ({key}) is not allowed; use {key}_env (an environment "
+                                 f"variable name) or {key}_file")
+    return data
+
+
+class EmailReceiver(Strict):
+    to: list[str] = Field(min_length=1)
+    sender: str = Field(description="From: address")
+    smarthost: str = Field(description="SMTP server as host:port")
+    require_tls: bool = True
+    auth_username: str | None = None
+    auth_password_env: str | None = None
+    auth_password_file: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _inline(cls, data: Any) -> Any:
+        return _no_inline(data, ("auth_password",), "SMTP passwords")
+
+    @field_validator("to")
+    @classmethod
+    def _to(cls, v: list[str]) -> list[str]:
+        for addr in v:
+            if not EMAIL_RE.match(addr):
+                raise ValueError(f"{addr!r} is not an e-mail address")
+        return v
+
+    @field_validator("sender")
+    @classmethod
+    def _sender(cls, v: str) -> str:
+        if not EMAIL_RE.match(v):
+            raise ValueError(f"{v!r} is not an e-mail address")
+        return v
+
+    @field_validator("smarthost")
+    @classmethod
+    def _smarthost(cls, v: str) -> str:
+        host, sep, port = v.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or any(c.isspace() for c in v):
+            raise ValueError(f"{v!r} is not host:port (e.g. mail.example.org:587)")
+        return v
+
+    @model_validator(mode="after")
+    def _secret(self) -> EmailReceiver:
+        _secret_ref("email", "auth_password", self.auth_password_env, self.auth_password_file)
+        has_password = self.auth_password_env is not None or self.auth_password_file is not None
+        if has_password and not self.auth_username:
+            raise ValueError("an SMTP password needs auth_username")
+        return self
+
+
+class WebhookReceiver(Strict):
+    url: str | None = Field(default=None, description="a URL holding no secret (e.g. an internal relay)")
+    url_env: str | None = Field(default=None, description="URL with a token in it, from this variable")
+    url_file: str | None = None
+    bearer_token_env: str | None = None
+    bearer_token_file: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^https?://[^\s]+$", v):
+            raise ValueError(f"{v!r} is not an http(s):// URL")
+        return v
+
+    @model_validator(mode="after")
+    def _one_url(self) -> WebhookReceiver:
+        given = [k for k in ("url", "url_env", "url_file") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of url, url_env or url_file")
+        _secret_ref("webhook", "url", self.url_env, self.url_file)
+        _secret_ref("webhook", "bearer_token", self.bearer_token_env, self.bearer_token_file)
+        return self
+
+
+Severity = Literal["critical", "warning"]
+
+
+def _all_severities() -> list[Severity]:
+    return ["critical", "warning"]
+
+
+class AlertReceiver(Strict):
+    name: str
+    severities: list[Severity] = Field(default_factory=_all_severities, min_length=1, description="alerts sent here")
+    email: EmailReceiver | None = None
+    webhook: WebhookReceiver | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not re.match(r"^[a-z][a-z0-9-]{0,40}$", v):
+            raise ValueError(f"{v!r}: a receiver name uses lower-case letters, digits and '-'")
+        return v
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> AlertReceiver:
+        if (self.email is None) == (self.webhook is None):
+            raise ValueError("a receiver has exactly one of email or webhook")
+        return self
+
+
+class Monitoring(Strict):
+    nodes: list[str] = Field(
+        default_factory=list, description="Prometheus/Alertmanager/Grafana nodes; default @services, else the head"
+    )
+    retention: PromDuration = "30d"
+    retention_size: str | None = Field(default=None, description="cap on the TSDB size, e.g. 200GB")
+    scrape_interval: PromDuration = "30s"
+    gpu_metrics: Literal["dcgm", "nvidia-smi"] = Field(
+        default="dcgm", description="NVIDIA's DCGM exporter, or our nvidia-smi collector"
+    )
+    grafana: bool = True
+    receivers: list[AlertReceiver] = Field(default_factory=list)
+
+    @field_validator("retention_size")
+    @classmethod
+    def _size(cls, v: str | None) -> str | None:
+        if v is not None and not PROM_SIZE_RE.match(v):
+            raise ValueError(f"{v!r} is not a size like 500GB or 2TB")
+        return v
+
+
 # --------------------------------------------------------------------------- top level
 class Manifest(Strict):
     version: Literal[1]
@@ -634,6 +786,7 @@ class Manifest(Strict):
     docker: Docker = Field(default_factory=Docker)
     slurm: Slurm = Field(default_factory=Slurm)
     software: Software = Field(default_factory=Software)
+    monitoring: Monitoring | None = Field(default=None, description="absent: no monitoring")
 
     # ----- helpers over the expanded node list (see provisioner.manifest.load)
     def node(self, name: str) -> Node:

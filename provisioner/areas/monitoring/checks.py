@@ -1,0 +1,47 @@
+"""Whole-manifest checks of the monitoring area: the servers' selector, receiver names, and
+warnings about a setup that monitors but tells no one. Run by ``provisioner.validate`` on a
+structurally clean manifest."""
+
+from __future__ import annotations
+
+from provisioner.areas.monitoring.decide import server_names
+from provisioner.errors import Diagnostic
+from provisioner.manifest.checks import Check
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.select import SelectorError
+from provisioner.manifest.source import Source
+
+
+def check_servers(m: Manifest, src: Source) -> list[Diagnostic]:
+    if m.monitoring is None:
+        return []
+    try:
+        names = server_names(m)
+    except SelectorError as exc:
+        return [src.diag(("monitoring", "nodes"), str(exc))]
+    out: list[Diagnostic] = []
+    for name in names:
+        if m.node(name).has_role("compute"):
+            out.append(src.diag(
+                ("monitoring", "nodes") if m.monitoring.nodes else ("monitoring",),
+                f"{name} is a compute node: Prometheus competes with training jobs there and goes "
+                "down with the node it should report; prefer a services node", "warning"))
+    return out
+
+
+def check_receivers(m: Manifest, src: Source) -> list[Diagnostic]:
+    if m.monitoring is None:
+        return []
+    out: list[Diagnostic] = []
+    seen: set[str] = set()
+    for i, rcv in enumerate(m.monitoring.receivers):
+        if rcv.name in seen:
+            out.append(src.diag(("monitoring", "receivers", i, "name"), f"receiver {rcv.name!r} is defined twice"))
+        seen.add(rcv.name)
+    if not m.monitoring.receivers:
+        out.append(src.diag(("monitoring",), "no alert receivers: alerts show only in Alertmanager's web "
+                            "page; add monitoring.receivers (email or webhook)", "warning"))
+    return out
+
+
+CHECKS: tuple[Check, ...] = (check_servers, check_receivers)

@@ -1,0 +1,307 @@
+"""Monitoring decisions taken from the manifest alone (pure), plus the receivers' secrets.
+
+Everything Prometheus scrapes and every expectation its alert rules compare against (GPUs per
+node, NFS mounts, ZFS pools, InfiniBand ports) is computed here from the manifest, never from
+facts of other hosts, so adding a node re-renders the monitoring server's configuration in a
+light play. The roles ``prometheus`` and ``alertmanager`` format these structures
+(templates/prometheus.yml.j2, expected.rules.yml.j2, alertmanager.yml.j2);
+``provisioner.areas.monitoring.rolevars`` hands them over as role variables.
+
+Side effects live only in :func:`prepare_secrets` (the apply step that copies the alert
+receivers' secrets from the environment or from files into the state directory, and creates
+the Grafana admin password there), so that no secret ever enters the inventory.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from provisioner.errors import ProvisionError
+from provisioner.manifest.load import Loaded
+from provisioner.manifest.model import AlertReceiver, Manifest, Monitoring, Node
+from provisioner.manifest.select import select_nodes
+from provisioner.manifest.source import PathKey
+from provisioner.state import StateDir
+
+NODE_EXPORTER_PORT = 9100
+DCGM_EXPORTER_PORT = 9400
+PROMETHEUS_PORT = 9090
+ALERTMANAGER_PORT = 9093
+ALERTMANAGER_CLUSTER_PORT = 9094
+GRAFANA_PORT = 3000
+
+SECRETS_SUBDIR = "monitoring"  # under the state directory's secrets/ (mode 0700, files 0600)
+GRAFANA_PASSWORD_NAME = "grafana-admin-password"
+GRAFANA_PASSWORD_BYTES = 24
+
+
+# --------------------------------------------------------------------------- cluster shape
+def enabled(m: Manifest) -> bool:
+    """A manifest without a ``monitoring:`` section monitors nothing (no plays run)."""
+    return m.monitoring is not None
+
+
+def _section(m: Manifest) -> Monitoring:
+    if m.monitoring is None:
+        raise ValueError("the manifest has no monitoring section")
+    return m.monitoring
+
+
+def server_names(m: Manifest) -> list[str]:
+    """The monitoring servers: ``monitoring.nodes``, else every ``services`` node, else the head.
+
+    Raises :class:`provisioner.manifest.select.SelectorError` for a selector naming no node
+    (reported by the area's checks with its position)."""
+    mon = _section(m)
+    if mon.nodes:
+        return select_nodes(m, mon.nodes)
+    services = [n.name for n in m.with_role("services")]
+    return services or [m.head.name]
+
+
+def monitored_nodes(m: Manifest) -> list[Node]:
+    """Every node runs node_exporter once monitoring is on."""
+    return list(m.nodes) if enabled(m) else []
+
+
+def target(node: Node) -> dict[str, str]:
+    """A scrape target: the node's name (the ``node`` label every alert carries) and its
+    management address (no DNS needed on the monitoring server)."""
+    return {"name": node.name, "address": str(node.ip)}
+
+
+def node_targets(m: Manifest) -> list[dict[str, str]]:
+    return [target(n) for n in monitored_nodes(m)]
+
+
+def dcgm_targets(m: Manifest) -> list[dict[str, str]]:
+    """GPU nodes scraped on the DCGM exporter's port (only with ``gpu_metrics: dcgm``; the
+    nvidia-smi collector writes into node_exporter's textfile directory instead)."""
+    if not enabled(m) or _section(m).gpu_metrics != "dcgm":
+        return []
+    return [target(n) for n in m.nodes if n.hardware.gpu is not None]
+
+
+def servers(m: Manifest) -> list[dict[str, str]]:
+    """The monitoring servers as targets: every Prometheus sends its alerts to every
+    Alertmanager (they deduplicate as a cluster) and scrapes them all."""
+    return [target(m.node(name)) for name in server_names(m)]
+
+
+def alertmanager_peers(m: Manifest, node: Node) -> list[str]:
+    """The other monitoring servers' Alertmanager cluster addresses ([] for a single server:
+    clustering off)."""
+    names = server_names(m)
+    if node.name not in names or len(names) < 2:
+        return []
+    return [f"{m.node(n).ip}:{ALERTMANAGER_CLUSTER_PORT}" for n in names if n != node.name]
+
+
+# --------------------------------------------------------------------------- expectations
+def expectations(m: Manifest) -> dict[str, list[Any]]:
+    """What the manifest promises, as series the alert rules compare with what nodes report.
+
+    ``gpus``: GPUs per GPU node (GpuMissing); ``nfs_mounts``: NFS mounts mounted at boot
+    (NfsMountMissing; automounts are mounted on first access, so they are not expected);
+    ``zpools``: pools per storage node (ZfsPoolMissing); ``infiniband``: nodes with an
+    InfiniBand interface (InfinibandLinkDown).
+    """
+    if not enabled(m):
+        return {"gpus": [], "nfs_mounts": [], "zpools": [], "infiniband": []}
+    gpus = [{"node": n.name, "count": n.gpu_count} for n in m.nodes if n.gpu_count]
+    mounts: list[dict[str, str]] = []
+    seen: set[tuple[str, str]] = set()
+    for mnt in m.nfs.mounts:
+        if mnt.automount:
+            continue
+        for name in select_nodes(m, mnt.nodes):
+            if (name, mnt.path) not in seen:
+                seen.add((name, mnt.path))
+                mounts.append({"node": name, "mountpoint": mnt.path})
+    order = {name: i for i, name in enumerate(m.node_names())}
+    mounts.sort(key=lambda e: (order[e["node"]], e["mountpoint"]))
+    zpools = [{"node": p.node, "zpool": p.name} for p in m.zfs.pools]
+    infiniband = [n.name for n in m.nodes if "infiniband" in n.interfaces]
+    return {"gpus": gpus, "nfs_mounts": mounts, "zpools": zpools, "infiniband": infiniband}
+
+
+# --------------------------------------------------------------------------- receivers' secrets
+@dataclass(frozen=True)
+class SecretRef:
+    """One secret a receiver needs: where the manifest says it is, and the file name it gets
+    in the state directory (``secrets/monitoring/<key>``)."""
+
+    receiver: str
+    field: str  # auth_password, url, bearer_token
+    env: str | None
+    file: str | None
+    path: PathKey  # the manifest field, for messages
+
+    @property
+    def key(self) -> str:
+        return f"{self.receiver}.{self.field}"
+
+    @property
+    def origin(self) -> str:
+        return f"environment variable {self.env}" if self.env is not None else f"file {self.file}"
+
+
+def _refs_of(i: int, rcv: AlertReceiver) -> list[SecretRef]:
+    base: PathKey = ("monitoring", "receivers", i)
+    out: list[SecretRef] = []
+    if rcv.email is not None:
+        e = rcv.email
+        if e.auth_password_env is not None or e.auth_password_file is not None:
+            out.append(SecretRef(rcv.name, "auth_password", e.auth_password_env, e.auth_password_file,
+                                 (*base, "email")))
+    if rcv.webhook is not None:
+        w = rcv.webhook
+        if w.url_env is not None or w.url_file is not None:
+            out.append(SecretRef(rcv.name, "url", w.url_env, w.url_file, (*base, "webhook")))
+        if w.bearer_token_env is not None or w.bearer_token_file is not None:
+            out.append(SecretRef(rcv.name, "bearer_token", w.bearer_token_env, w.bearer_token_file,
+                                 (*base, "webhook")))
+    return out
+
+
+def secret_refs(m: Manifest) -> list[SecretRef]:
+    if m.monitoring is None:
+        return []
+    return [ref for i, rcv in enumerate(m.monitoring.receivers) for ref in _refs_of(i, rcv)]
+
+
+def secret_env_names(m: Manifest) -> set[str]:
+    """Environment variables holding receiver secrets (kept out of what ansible-runner records)."""
+    return {ref.env for ref in secret_refs(m) if ref.env is not None}
+
+
+def secret_file_var(key: str) -> str:
+    """The role variable's value for a secret: a path on the control machine, never the value."""
+    return "{{ provision_state_dir }}/secrets/" + f"{SECRETS_SUBDIR}/{key}"
+
+
+def receiver_vars(m: Manifest) -> list[dict[str, Any]]:
+    """``alertmanager_receivers``: what alertmanager.yml.j2 needs, secrets as file paths on the
+    control machine (the role reads them there, in tasks that log nothing). Settings that are
+    not used are left out."""
+    if m.monitoring is None:
+        return []
+    out: list[dict[str, Any]] = []
+    for rcv in m.monitoring.receivers:
+        entry: dict[str, Any] = {"name": rcv.name, "severities": list(rcv.severities)}
+        if rcv.email is not None:
+            e = rcv.email
+            email: dict[str, Any] = {"to": list(e.to), "sender": e.sender, "smarthost": e.smarthost,
+                                     "require_tls": e.require_tls}
+            if e.auth_username:
+                email["auth_username"] = e.auth_username
+            if e.auth_password_env is not None or e.auth_password_file is not None:
+                email["auth_password_file"] = secret_file_var(f"{rcv.name}.auth_password")
+            entry["email"] = email
+        if rcv.webhook is not None:
+            w = rcv.webhook
+            webhook: dict[str, Any] = (
+                {"url": w.url} if w.url is not None else {"url_file": secret_file_var(f"{rcv.name}.url")}
+            )
+            if w.bearer_token_env is not None or w.bearer_token_file is not None:
+                webhook["bearer_token_file"] = secret_file_var(f"{rcv.name}.bearer_token")
+            entry["webhook"] = webhook
+        out.append(entry)
+    return out
+
+
+def read_secret(ref: SecretRef, environ: Mapping[str, str] | None = None) -> str:
+    """The secret's value. A variable must be set and non-empty; a file must be a regular
+    file that others cannot read (like SSH private keys); one trailing newline is dropped.
+    Messages name the manifest field and where the value was looked for, never the value."""
+    where = ".".join(str(p) for p in ref.path)
+    if ref.env is not None:
+        env = os.environ if environ is None else environ
+        value = env.get(ref.env, "")
+        if not value:
+            raise ProvisionError(f"{where}: receiver {ref.receiver!r} needs its {ref.field}: "
+                                 f"environment variable {ref.env} is empty or unset")
+        return value
+    assert ref.file is not None  # the model guarantees one of the two
+    path = Path(ref.file)
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise ProvisionError(f"{where}: cannot read {ref.field} of receiver {ref.receiver!r} from "
+                             f"{path}: {exc.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ProvisionError(f"{where}: {path} (receiver {ref.receiver!r}) is not a regular file")
+    if info.st_mode & stat.S_IROTH:
+        raise ProvisionError(f"{where}: {path} (receiver {ref.receiver!r}) is readable by everyone; "
+                             f"run chmod o-r {path}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProvisionError(f"{where}: cannot read {path} (receiver {ref.receiver!r}): {exc}") from None
+    value = text[:-1] if text.endswith("\n") else text
+    if not value or "\n" in value:
+        raise ProvisionError(f"{where}: {path} (receiver {ref.receiver!r}) must hold one non-empty line")
+    return value
+
+
+def _write_private(path: Path, value: str) -> None:
+    """Write ``value`` to ``path`` with mode 0600, atomically; unchanged content is left alone."""
+    try:
+        if path.read_text(encoding="utf-8") == value:
+            os.chmod(path, 0o600)
+            return
+    except (FileNotFoundError, UnicodeDecodeError):
+        pass
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, value.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def prepare_secrets(loaded: Loaded, state: StateDir) -> None:
+    """The monitoring area's ``prepare`` step (provisioner.areas.registry), before an apply:
+    every receiver secret is read from its variable or file into ``secrets/monitoring/``
+    (0600, in the 0700 secrets directory) where the alertmanager role finds it, secrets of
+    receivers no longer in the manifest are removed, and the Grafana admin password is
+    created once (kept across runs: it is the password of an existing Grafana)."""
+    m = loaded.manifest
+    if m.monitoring is None:
+        return
+    values = {ref.key: read_secret(ref) for ref in secret_refs(m)}  # all read before anything is written
+    folder = state.secrets / SECRETS_SUBDIR
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(folder, 0o700)
+    for key, value in values.items():
+        _write_private(folder / key, value)
+    keep = set(values) | {GRAFANA_PASSWORD_NAME}
+    for old in folder.iterdir():
+        if old.is_file() and old.name not in keep and not old.name.startswith("."):
+            old.unlink()
+    grafana = folder / GRAFANA_PASSWORD_NAME
+    if m.monitoring.grafana and not grafana.exists():
+        _write_private(grafana, secrets.token_urlsafe(GRAFANA_PASSWORD_BYTES))
+
+
+def secret_values(state: StateDir) -> list[str]:
+    """The secrets prepared for this cluster, for the artifact scan of ``provision apply``."""
+    folder = state.secrets / SECRETS_SUBDIR
+    if not folder.is_dir():
+        return []
+    out: list[str] = []
+    for path in sorted(folder.iterdir()):
+        if path.is_file() and not path.name.startswith("."):
+            try:
+                out.append(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError):
+                continue
+    return out

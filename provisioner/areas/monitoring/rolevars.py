@@ -1,0 +1,60 @@
+"""Variables for the monitoring roles (playbooks/monitoring.yml): prometheus, alertmanager,
+node_exporter, gpu_metrics, slurm_metrics, grafana.
+
+Cluster-wide values (group_vars/all) describe what the monitoring servers scrape and expect;
+they come from the manifest alone (:mod:`provisioner.areas.monitoring.decide`), so adding a
+node changes only light keys: the light play re-renders prometheus.yml and the expectation
+rules on the servers and reloads Prometheus, and the heavy plays run on the new node only.
+Secrets are never values here: receivers carry paths into the state directory.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from provisioner.areas.monitoring import decide as mon
+from provisioner.manifest.model import Manifest, Node
+
+# Consumed by the light config plays only (roles prometheus and alertmanager, tasks_from:
+# config): scrape targets, expectations, retention and receivers render configuration files
+# and reload the daemons. The others install something (which GPU exporter, Grafana).
+LIGHT_KEYS = frozenset({
+    "prometheus_cluster", "prometheus_servers", "prometheus_node_targets", "prometheus_dcgm_targets",
+    "prometheus_expected", "prometheus_scrape_interval", "prometheus_retention",
+    "prometheus_retention_size", "alertmanager_receivers",
+})
+
+
+def cluster_vars(m: Manifest) -> dict[str, Any]:
+    if m.monitoring is None:
+        return {}
+    mon_cfg = m.monitoring
+    return {
+        "prometheus_cluster": m.cluster.name,
+        "prometheus_servers": mon.servers(m),
+        "prometheus_node_targets": mon.node_targets(m),
+        "prometheus_dcgm_targets": mon.dcgm_targets(m),
+        "prometheus_expected": mon.expectations(m),
+        "prometheus_scrape_interval": mon_cfg.scrape_interval,
+        "prometheus_retention": mon_cfg.retention,
+        "prometheus_retention_size": mon_cfg.retention_size or "",
+        "alertmanager_receivers": mon.receiver_vars(m),
+        "gpu_metrics_source": mon_cfg.gpu_metrics,
+        "grafana_enabled": mon_cfg.grafana,
+        "grafana_admin_password_file": mon.secret_file_var(mon.GRAFANA_PASSWORD_NAME),
+    }
+
+
+def is_server(m: Manifest, node: Node) -> bool:
+    return mon.enabled(m) and node.name in mon.server_names(m)
+
+
+def node_vars(m: Manifest, node: Node) -> dict[str, Any]:
+    if not mon.enabled(m):
+        return {}
+    out: dict[str, Any] = {
+        "node_exporter_zpool_collector": any(p.node == node.name for p in m.zfs.pools),
+    }
+    if is_server(m, node):
+        out["alertmanager_cluster_peers"] = mon.alertmanager_peers(m, node)
+    return out
