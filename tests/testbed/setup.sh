@@ -2,7 +2,8 @@
 # Test bed for molecule scenarios and end-to-end tests (see docs/design.md, "Test bed").
 #
 # Runs as root on a fresh Debian 12 machine; idempotent (a second run only checks).
-#   1. installs podman + runc + debootstrap + apt-cacher-ng and test tools
+#   1. installs podman + runc + debootstrap + apt-cacher-ng and test tools, and takes
+#      promtool and amtool out of Debian's prometheus packages (not installing them)
 #   2. writes /etc/containers/containers.conf (runc, ulimits that work here)
 #   3. runs apt-cacher-ng on the host (port 3142): shared apt cache for every container/VM
 #   4. builds localhost/provision-base:bookworm (only if missing or its stamp changed)
@@ -191,6 +192,34 @@ if ((${#missing[@]})); then
 else
   log "all host packages present"
 fi
+
+# ---------------------------------------------------------------------------
+# 1b. promtool and amtool (rule and config checks of the monitoring unit tests)
+# ---------------------------------------------------------------------------
+stage "promtool and amtool"
+# Only the two check tools, taken out of Debian's prometheus and prometheus-alertmanager
+# packages (~30 MB download, ~67 MB on disk): installing the packages would start a
+# Prometheus and an Alertmanager on this machine. /usr/local/bin/{promtool,amtool}.
+install_check_tool() {  # tool package path-in-package
+  local tool=$1 pkg=$2 member=$3 want have tmp
+  want=$(apt-cache policy "$pkg" | awk '/Candidate:/ {print $2}')
+  [[ -n $want && $want != "(none)" ]] || die "$pkg has no candidate (apt-get update?)"
+  have=$(cat "/usr/local/lib/provision-testbed/$tool.version" 2>/dev/null || true)
+  if [[ -x /usr/local/bin/$tool && $have == "$want" ]]; then
+    log "$tool from $pkg $want present"
+    return 0
+  fi
+  tmp=$(mktemp -d) && chmod 0755 "$tmp"  # apt downloads as _apt
+  (cd "$tmp" && timeout 300 apt-get download -q "$pkg=$want" >/dev/null) || { rm -rf "$tmp"; die "could not download $pkg"; }
+  dpkg-deb --fsys-tarfile "$tmp"/*.deb | tar -x -C "$tmp" "./$member"
+  install -m 0755 "$tmp/$member" "/usr/local/bin/$tool"
+  mkdir -p /usr/local/lib/provision-testbed
+  echo "$want" >"/usr/local/lib/provision-testbed/$tool.version"
+  rm -rf "$tmp"
+  log "installed /usr/local/bin/$tool from $pkg $want"
+}
+install_check_tool promtool prometheus usr/bin/promtool
+install_check_tool amtool prometheus-alertmanager usr/bin/amtool
 
 # ---------------------------------------------------------------------------
 # 2. containers.conf

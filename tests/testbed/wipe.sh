@@ -8,8 +8,8 @@
 # Removes: every podman container, image, volume and network (podman system reset), the
 # apt-cacher-ng package cache, the VM lab's image cache, the host packages that
 # tests/testbed/setup.sh and tests/lab/build-image.sh install (purged), apt's downloaded
-# .debs, pip's and molecule's caches, and ./.venv. The Python interpreter and the base
-# system stay: they come with a fresh machine.
+# .debs, pip's and molecule's caches, promtool and amtool, and ./.venv. The Python
+# interpreter and the base system stay: they come with a fresh machine.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 [[ ${1:-} == --yes ]] || { echo "usage: $0 --yes   (wipes the test bed and caches of this machine)"; exit 2; }
@@ -35,5 +35,5 @@ if ((${#installed[@]})); then
 fi
 apt-get clean
 rm -rf /etc/containers/containers.conf /var/lib/containers /root/.cache/pip /root/.cache/molecule \
-  /root/.ansible .venv .cache
+  /root/.ansible .venv .cache /usr/local/bin/promtool /usr/local/bin/amtool /usr/local/lib/provision-testbed
 echo "wiped: podman storage, apt-cacher-ng cache, VM image cache, test bed host packages, pip/molecule caches, .venv"

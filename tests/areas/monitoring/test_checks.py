@@ -1,0 +1,97 @@
+"""The monitoring section under ``provision validate``: field errors and whole-manifest checks
+name file:line and the field; secrets are never accepted inline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+
+def manifest(kit: Any, section: dict[str, Any]) -> dict[str, Any]:
+    data: dict[str, Any] = kit.base()
+    data["monitoring"] = section
+    return data
+
+
+def test_a_clean_section_validates_without_warnings(kit: Any) -> None:
+    loaded = kit.load(manifest(kit, {
+        "retention": "90d", "retention_size": "200GB", "scrape_interval": "15s",
+        "receivers": [{"name": "ops", "email": {"to": ["ops@test.internal"], "sender": "am@test.internal",
+                                                "smarthost": "mail.test.internal:587", "auth_username": "am",
+                                                "auth_password_file": "/etc/provision/smtp.pass"}}],
+    }))
+    assert loaded.warnings == []
+
+
+def test_unknown_server_node_is_positioned(kit: Any) -> None:
+    data = manifest(kit, {"nodes": ["head01", "mon01"], "receivers": []})
+    text = kit.dump(data)
+    diag = kit.error(text, "unknown node 'mon01'")
+    assert diag.path == "monitoring.nodes"
+    assert diag.line == kit.line_of(text, "monitoring:") + 1  # its nodes: list
+
+
+def test_duplicate_receiver_names(kit: Any) -> None:
+    receivers = [{"name": "ops", "webhook": {"url": f"https://relay.test.internal/{i}"}} for i in (1, 2)]
+    text = kit.dump(manifest(kit, {"receivers": receivers}))
+    diag = kit.error(text, "receiver 'ops' is defined twice")
+    assert diag.path == "monitoring.receivers[1].name"
+    assert diag.line == kit.line_of(text, "- name: ops", 3)  # the admin user ops, receiver 1, receiver 2
+
+
+@pytest.mark.parametrize("receiver, message", [
+    ({"name": "ops", "email": {"to": ["a@b.c"], "sender": "d@e.f", "smarthost": "m:25", "auth_username": "u",
+                               "auth_password": "hunter2"}},
+     "inline SMTP passwords (auth_password) is not allowed; use auth_password_env"),
+    ({"name": "ops", "webhook": {"url": "https://x.test/h", "url_env": "HOOK"}},
+     "give exactly one of url, url_env or url_file"),
+    ({"name": "ops", "webhook": {"url_file": "relative/path"}}, "url_file 'relative/path' must be an absolute path"),
+    ({"name": "ops", "webhook": {"url_env": "not a name"}}, "url_env 'not a name' is not an environment variable name"),
+    ({"name": "ops", "webhook": {"url": "ftp://x.test/h"}}, "'ftp://x.test/h' is not an http(s):// URL"),
+    ({"name": "ops", "webhook": {"url": "https://x/h", "bearer_token_env": "A", "bearer_token_file": "/b"}},
+     "give only one of bearer_token_env or bearer_token_file"),
+    ({"name": "ops", "email": {"to": ["a@b.c"], "sender": "d@e.f", "smarthost": "m:25",
+                               "auth_password_env": "SMTP_PW"}}, "an SMTP password needs auth_username"),
+    ({"name": "ops", "email": {"to": ["not-an-address"], "sender": "d@e.f", "smarthost": "m:25"}},
+     "'not-an-address' is not an e-mail address"),
+    ({"name": "ops", "email": {"to": ["a@b.c"], "sender": "d@e.f", "smarthost": "mail.example.org"}},
+     "'mail.example.org' is not host:port"),
+    ({"name": "ops"}, "a receiver has exactly one of email or webhook"),
+    ({"name": "Ops Team", "webhook": {"url": "https://x/h"}}, "a receiver name uses lower-case letters"),
+    ({"name": "ops", "severities": ["page"], "webhook": {"url": "https://x/h"}}, "'critical' or 'warning'"),
+])
+def test_bad_receivers(kit: Any, receiver: dict[str, Any], message: str) -> None:
+    text = kit.dump(manifest(kit, {"receivers": [receiver]}))
+    diag = kit.error(text, message)
+    assert diag.path.startswith("monitoring.receivers[0]")
+    assert diag.line > 0
+    assert "hunter2" not in diag.format()
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("retention", "30 days", "'30 days' is not a Prometheus duration"),
+    ("scrape_interval", "", "'' is not a Prometheus duration"),
+    ("retention_size", "200G", "'200G' is not a size like 500GB"),
+    ("gpu_metrics", "nvml", "'dcgm' or 'nvidia-smi'"),
+])
+def test_bad_settings(kit: Any, field: str, value: str, message: str) -> None:
+    text = kit.dump(manifest(kit, {field: value}))
+    diag = kit.error(text, message)
+    assert diag.path == f"monitoring.{field}"
+    assert diag.line == kit.line_of(text, f"{field}:")
+
+
+def test_warnings_no_receivers_and_a_compute_server(kit: Any) -> None:
+    loaded = kit.load(manifest(kit, {"nodes": ["node01"]}))
+    messages = [w.message for w in loaded.warnings]
+    assert any(m.startswith("no alert receivers") for m in messages)
+    assert any(m.startswith("node01 is a compute node") for m in messages)
+    assert {w.path for w in loaded.warnings} == {"monitoring", "monitoring.nodes"}
+
+
+def test_the_examples_monitor_without_warnings_of_this_area(kit: Any) -> None:
+    for name in ("llm-200k.yaml", "music-lab.yaml"):
+        loaded = kit.load((kit.examples / name).read_text(), name)
+        assert loaded.manifest.monitoring is not None
+        assert not [w for w in loaded.warnings if w.path.startswith("monitoring")]
