@@ -19,6 +19,8 @@ Media layout on the head node's web server (kept in sync with roles/pxe_server):
 
 from __future__ import annotations
 
+import glob
+import re
 import shlex
 from dataclasses import dataclass
 from typing import Any
@@ -166,10 +168,60 @@ def disk_path(disk_id: str) -> str:
     return f"/dev/disk/by-id/{disk_id}"
 
 
+# --------------------------------------------------------------------------- install disks
+# Subiquity (the Ubuntu installer) finds an autoinstall ``disk`` action's device by its
+# ``serial`` (equal to the udev ID_SERIAL it probed), by ``path`` (equal to the kernel name it
+# probed, /dev/nvme0n1: a /dev/disk/by-id link never matches) or by a ``match`` directive
+# whose ``serial`` is a shell pattern over ID_SERIAL. We use ``match: {serial: <escaped>}``.
+# The ID_SERIAL behind a /dev/disk/by-id name comes from udev's 60-persistent-storage.rules:
+# ``<bus>-<ID_SERIAL>`` for ata/scsi/usb disks, ``virtio-<serial>``, and ``nvme-<model>_<serial>``
+# for NVMe namespaces; from systemd 254 on (Ubuntu 24.04 ships 255, 22.04 ships 249) an NVMe
+# namespace's ID_SERIAL ends in ``_<namespace id>`` and udev adds that link too.
+NVME_NSID_SERIAL_OS = frozenset({"ubuntu-24.04"})
+_SERIAL_PREFIXES = ("nvme-", "ata-", "scsi-", "virtio-", "usb-")
+_NOT_SERIAL = (
+    ("nvme-eui.", "an NVMe EUI-64/NGUID name (udev ID_WWN)"),
+    ("nvme-nvme.", "an NVMe NGUID name (udev ID_WWN)"),
+    ("wwn-", "a World Wide Name (udev ID_WWN)"),
+    ("scsi-SATA_", "the SCSI compatibility name of an ATA disk"),
+    ("scsi-0ATA_", "the SCSI compatibility name of an ATA disk"),
+    ("scsi-1ATA_", "the SCSI compatibility name of an ATA disk"),
+)
+
+
+def installer_disk_serial(disk_id: str, os_name: str) -> str:
+    """The udev ID_SERIAL of the disk that ``/dev/disk/by-id/<disk_id>`` names, as the
+    installer of ``os_name`` sees it. Raises InstallConfigError for names that carry no
+    serial (WWN, EUI, partitions, device-mapper)."""
+    use = ("name it by the link that carries its serial: nvme-<model>_<serial>, ata-<model>_<serial>, "
+           "scsi-<id>, virtio-<serial> (ls -l /dev/disk/by-id)")
+    if re.search(r"-part\d+$", disk_id):
+        raise InstallConfigError(f"install disk {disk_id!r} is a partition; give the whole disk")
+    for prefix, what in _NOT_SERIAL:
+        if disk_id.startswith(prefix):
+            raise InstallConfigError(
+                f"install disk {disk_id!r} is {what}; the Ubuntu installer finds disks by serial, so {use}")
+    prefix = next((p for p in _SERIAL_PREFIXES if disk_id.startswith(p)), None)
+    if prefix is None or len(disk_id) == len(prefix):
+        raise InstallConfigError(
+            f"install disk {disk_id!r} carries no disk serial the Ubuntu installer can match; {use}")
+    serial = disk_id[len(prefix):]
+    if prefix == "nvme-" and os_name in NVME_NSID_SERIAL_OS and not re.search(r"_\d+$", serial):
+        serial += "_1"  # the namespace id: 1 on a disk with one namespace
+    return serial
+
+
+def disk_match(disk_id: str, os_name: str) -> dict[str, str]:
+    """The autoinstall ``match`` directive for one install disk: its ID_SERIAL, with the
+    shell-pattern characters subiquity's fnmatch would interpret escaped."""
+    return {"serial": glob.escape(installer_disk_serial(disk_id, os_name))}
+
+
 # --------------------------------------------------------------------------- ubuntu
 def curtin_storage(node: Node) -> list[dict[str, Any]]:
     """curtin storage actions: one OS disk, or RAID1 over two; GPT; an ESP (UEFI) or a
-    bios_grub partition (legacy) on every disk; ext4 on /."""
+    bios_grub partition (legacy) on every disk; ext4 on /. Each disk is found by its serial
+    (:func:`disk_match`), the way subiquity matches disks."""
     uefi = boot_mode(node) == "uefi"
     disks = node.install_disks
     config: list[dict[str, Any]] = []
@@ -177,7 +229,7 @@ def curtin_storage(node: Node) -> list[dict[str, Any]]:
     for i, disk_id in enumerate(disks):
         disk = f"disk{i}"
         config.append({
-            "type": "disk", "id": disk, "path": disk_path(disk_id), "ptable": "gpt",
+            "type": "disk", "id": disk, "match": disk_match(disk_id, node.os), "ptable": "gpt",
             "wipe": "superblock-recursive", "preserve": False, "grub_device": not uefi, "name": "",
         })
         if uefi:

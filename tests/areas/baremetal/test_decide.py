@@ -120,7 +120,9 @@ def test_single_disk_uefi_layout() -> None:
     m = example("llm-200k.yaml")
     storage = user_data(m, m.node("gpu01"))["storage"]["config"]
     by_id = {a["id"]: a for a in storage}
-    assert by_id["disk0"]["path"] == "/dev/disk/by-id/nvme-Samsung_SSD_990_PRO_2TB_S7HENJ0W200001"
+    # found by its udev serial (tests/areas/baremetal/test_disk_match.py: subiquity's rules)
+    assert by_id["disk0"]["match"] == {"serial": "Samsung_SSD_990_PRO_2TB_S7HENJ0W200001"}
+    assert "path" not in by_id["disk0"]
     assert by_id["disk0"]["ptable"] == "gpt"
     assert by_id["disk0-esp"]["flag"] == "boot" and by_id["disk0-esp"]["grub_device"] is True
     assert by_id["disk0-esp-fs"]["fstype"] == "fat32"
@@ -136,8 +138,8 @@ def test_two_disks_make_a_raid1_mirror() -> None:
     assert len(node.install_disks) == 2
     storage = user_data(m, node)["storage"]["config"]
     by_id = {a["id"]: a for a in storage}
-    assert by_id["disk0"]["path"].endswith("ata-Samsung_SSD_870_EVO_500GB_A1")
-    assert by_id["disk1"]["path"].endswith("ata-Samsung_SSD_870_EVO_500GB_B1")
+    assert by_id["disk0"]["match"] == {"serial": "Samsung_SSD_870_EVO_500GB_A1"}
+    assert by_id["disk1"]["match"] == {"serial": "Samsung_SSD_870_EVO_500GB_B1"}
     raid = by_id["md0"]
     assert raid["raidlevel"] == "raid1" and raid["devices"] == ["disk0-root", "disk1-root"]
     assert by_id["disk0-root"]["flag"] == by_id["disk1-root"]["flag"] == "raid"
