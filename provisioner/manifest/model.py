@@ -544,7 +544,8 @@ class Slurm(Strict):
 
 
 class NvidiaDriver(Strict):
-    branch: str = "550"
+    # a current branch of every driver source (provisioner/areas/gpu/versions.yaml)
+    branch: str = "580"
     source: Literal["auto", "ubuntu-signed", "cuda-repo", "debian"] = "auto"
     open_kernel_modules: bool | None = Field(default=None, description="None: open on branch 560+")
 
@@ -559,7 +560,8 @@ class NvidiaDriver(Strict):
 
 
 class Cuda(Strict):
-    versions: list[str] = Field(default_factory=lambda: ["12.4"], min_length=1)
+    versions: list[str] | None = Field(
+        default=None, min_length=1, description="None: the default toolkit of the node's OS and CUDA source")
     default: str | None = None
     cudnn: bool = False
     source: Literal["auto", "cuda-repo", "debian"] = "auto"
@@ -588,13 +590,11 @@ class Cuda(Strict):
 
     @model_validator(mode="after")
     def _default_listed(self) -> Cuda:
-        if self.default is not None and self.default not in self.versions:
+        if self.default is not None and self.versions is None:
+            raise ValueError(f"default {self.default} needs versions (list the toolkits to install)")
+        if self.default is not None and self.versions is not None and self.default not in self.versions:
             raise ValueError(f"default {self.default} is not one of versions {self.versions}")
         return self
-
-    @property
-    def default_version(self) -> str:
-        return self.default or self.versions[-1]
 
 
 class Nccl(Strict):

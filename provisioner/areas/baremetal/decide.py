@@ -201,12 +201,12 @@ def installer_disk_serial(disk_id: str, os_name: str) -> str:
         if disk_id.startswith(prefix):
             raise InstallConfigError(
                 f"install disk {disk_id!r} is {what}; the Ubuntu installer finds disks by serial, so {use}")
-    prefix = next((p for p in _SERIAL_PREFIXES if disk_id.startswith(p)), None)
-    if prefix is None or len(disk_id) == len(prefix):
+    bus = next((p for p in _SERIAL_PREFIXES if disk_id.startswith(p)), None)
+    if bus is None or len(disk_id) == len(bus):
         raise InstallConfigError(
             f"install disk {disk_id!r} carries no disk serial the Ubuntu installer can match; {use}")
-    serial = disk_id[len(prefix):]
-    if prefix == "nvme-" and os_name in NVME_NSID_SERIAL_OS and not re.search(r"_\d+$", serial):
+    serial = disk_id[len(bus):]
+    if bus == "nvme-" and os_name in NVME_NSID_SERIAL_OS and not re.search(r"_\d+$", serial):
         serial += "_1"  # the namespace id: 1 on a disk with one namespace
     return serial
 
