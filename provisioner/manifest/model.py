@@ -332,9 +332,14 @@ class Hardware(Strict):
 
     @property
     def real_memory_mb(self) -> int:
-        """Memory Slurm may hand out: the manifest's size less a reserve for the OS."""
+        """Memory Slurm may hand out: the manifest's size less a reserve for the kernel and
+        the OS. The kernel keeps a share of RAM that grows with it (struct page alone is 1/64
+        of RAM; firmware reservations, crashkernel and page tables add more: a 2 TB node
+        reports ~98 % as MemTotal), so the reserve is a share of RAM too: 5 %, at least
+        2 GiB (a quarter of a node below 8 GiB). No cap: a capped reserve falls below the
+        kernel's share on large nodes, and slurmd would report less than RealMemory."""
         total = self.memory_gb * 1024
-        reserve = min(max(total // 20, 2048), 16384)
+        reserve = max(total // 20, min(2048, total // 4))
         return total - reserve
 
 

@@ -376,6 +376,19 @@ def test_gres_type_and_memory_helpers() -> None:
     assert small.real_memory_mb == 8 * 1024 - 2048  # at least 2 GiB reserve
 
 
+@pytest.mark.parametrize("memory_gb", [1, 2, 4, 8, 16, 64, 256, 512, 1024, 2048, 4096, 8192, 65536])
+def test_real_memory_stays_below_what_the_kernel_reports(memory_gb: int) -> None:
+    """The kernel reports ~98 % of a large node as MemTotal (2 TB: struct page 1/64 of RAM,
+    firmware and crashkernel reservations), a small VM ~94 % (1 GiB: ~960 MiB); RealMemory
+    must stay below on every size, or the fact check stops apply and slurmctld drains the
+    node as "Low RealMemory"."""
+    hw = Hardware.model_validate({"cpu": {"cores_per_socket": 1}, "memory_gb": memory_gb})
+    total = memory_gb * 1024
+    memtotal = min(total * 98 // 100, total - 64)  # what the kernel leaves, generously
+    assert 0 < hw.real_memory_mb < memtotal
+    assert hw.real_memory_mb >= total * 90 // 100 or total < 64 * 1024  # not wasteful on real servers
+
+
 def test_manifest_helpers(kit: Any) -> None:
     m: Manifest = kit.load(kit.base()).manifest
     assert m.head.name == "head01"
