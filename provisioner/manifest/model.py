@@ -453,9 +453,8 @@ class NfsExport(Strict):
             raise ValueError("give exactly one of path or dataset")
         return self
 
-    @property
-    def export_path(self) -> str:
-        return self.path if self.path is not None else "/" + str(self.dataset)
+    # The path of a dataset export is the dataset's ZFS mountpoint, which the zfs section
+    # decides: provisioner.areas.storage.decide.export_path.
 
 
 class NfsMount(Strict):

@@ -392,7 +392,7 @@ def test_export_path_instead_of_dataset(kit: Any) -> None:
     data = zfs_base(kit)
     data["nfs"]["exports"][0] = {"name": "data", "node": "head01", "path": "/srv/data", "clients": ["10.0.2.0/24"]}
     m = kit.load(data).manifest
-    assert m.nfs.exports[0].export_path == "/srv/data"
+    assert m.nfs.exports[0].path == "/srv/data" and m.nfs.exports[0].dataset is None
 
 
 def test_export_name_used_twice(kit: Any) -> None:

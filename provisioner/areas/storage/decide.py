@@ -562,6 +562,42 @@ def nfsd_threads(cores: int, override: int | None = None) -> int:
     return max(8, min(256, 4 * cores))
 
 
+def dataset_mountpoint(m: Manifest, node_name: str, dataset: str) -> str:
+    """Where ZFS mounts ``pool/dataset`` on ``node_name``: the ``mountpoint`` property the
+    manifest sets on it, else on its nearest listed ancestor (the pool's own properties
+    included) with the rest of the name appended, else ZFS's default ``/<pool>/<dataset>``."""
+    parts = dataset.split("/")
+    pool = next((p for p in m.zfs.pools if p.name == parts[0] and p.node == node_name), None)
+    props: dict[str, Mapping[str, Any]] = {}
+    if pool is not None:
+        props[pool.name] = pool.properties
+        props.update({f"{pool.name}/{ds.name}": ds.properties for ds in pool.datasets})
+    for i in range(len(parts), 0, -1):
+        owner = "/".join(parts[:i])
+        value = props.get(owner, {}).get("mountpoint")
+        if value is None:
+            continue
+        text = property_text(value)
+        inherited = "" if owner == dataset else f" (inherited from {owner})"
+        if text in ("none", "legacy"):
+            raise StorageError(
+                f"dataset {dataset} has mountpoint={text}{inherited}: ZFS does not mount it, so it cannot be "
+                "exported; give it a mountpoint or export a path")
+        if not text.startswith("/"):
+            raise StorageError(f"dataset {dataset}: mountpoint {text!r}{inherited} is not an absolute path")
+        rest = "/".join(parts[i:])
+        base = text.rstrip("/")
+        return (f"{base}/{rest}" if rest else base) or "/"
+    return "/" + dataset
+
+
+def export_path(m: Manifest, export: NfsExport) -> str:
+    """The exported directory: the export's ``path``, or its dataset's ZFS mountpoint."""
+    if export.path is not None:
+        return export.path
+    return dataset_mountpoint(m, export.node, str(export.dataset))
+
+
 def exports_for(m: Manifest, node: Node) -> list[NfsExport]:
     return [e for e in m.nfs.exports if e.node == node.name]
 

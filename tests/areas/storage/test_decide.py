@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 
 from provisioner import inventory
 from provisioner.areas.storage import decide as S
+from provisioner.areas.storage.rolevars import nfs_client_node_vars as nfs_client_vars
+from provisioner.areas.storage.rolevars import nfs_server_node_vars as nfs_server_vars
 from provisioner.errors import ManifestError
 from provisioner.manifest import Manifest
 from provisioner.manifest.model import MergerfsUnion, NfsExport, NfsMount, ZfsPool
@@ -463,9 +465,54 @@ def test_export_options(fields: dict[str, Any], expected: list[str]) -> None:
     assert S.export_options(exp) == expected
 
 
+def _with_mountpoints(m: Manifest, pool: dict[str, Any], datasets: dict[str, dict[str, Any]]) -> Manifest:
+    tank = m.zfs.pools[0]
+    new = tank.model_copy(update={
+        "properties": {**tank.properties, **pool},
+        "datasets": [d.model_copy(update={"properties": {**d.properties, **datasets.get(d.name, {})}})
+                     for d in tank.datasets],
+    })
+    return m.model_copy(update={"zfs": m.zfs.model_copy(update={"pools": [new]})})
+
+
+@pytest.mark.parametrize(
+    ("pool", "datasets", "expected"),
+    [
+        ({}, {}, "/tank/datasets"),  # ZFS's default: /<pool>/<dataset>
+        ({}, {"datasets": {"mountpoint": "/srv/datasets"}}, "/srv/datasets"),
+        ({"mountpoint": "/export"}, {}, "/export/datasets"),  # inherited from the pool
+        ({"mountpoint": "/"}, {}, "/datasets"),
+        ({"mountpoint": "/export"}, {"datasets": {"mountpoint": "/data"}}, "/data"),
+    ],
+)
+def test_dataset_exports_use_the_zfs_mountpoint(llm: Manifest, pool: dict[str, Any],
+                                                datasets: dict[str, dict[str, Any]], expected: str) -> None:
+    m = _with_mountpoints(llm, pool, datasets)
+    exp = m.nfs.exports[0]
+    assert exp.dataset == "tank/datasets"
+    assert S.export_path(m, exp) == expected
+    server = nfs_server_vars(m, m.node("head01"))["nfs_server_exports"]
+    assert server[0]["path"] == expected
+    client = nfs_client_vars(m, m.node("gpu01"))["nfs_client_mounts"]
+    assert client[0]["what"] == f"10.10.2.10:{expected}"
+
+
+def test_dataset_mountpoint_of_a_nested_dataset(llm: Manifest) -> None:
+    assert S.dataset_mountpoint(llm, "head01", "tank/a/b") == "/tank/a/b"
+    m = _with_mountpoints(llm, {"mountpoint": "/export"}, {})
+    assert S.dataset_mountpoint(m, "head01", "tank/datasets/audio") == "/export/datasets/audio"
+
+
+@pytest.mark.parametrize("value", ["none", "legacy"])
+def test_an_unmounted_dataset_cannot_be_exported(llm: Manifest, value: str) -> None:
+    m = _with_mountpoints(llm, {"mountpoint": value}, {})
+    with pytest.raises(S.StorageError, match=f"mountpoint={value} \\(inherited from tank\\)"):
+        S.export_path(m, m.nfs.exports[0])
+
+
 def test_exports_lines(llm: Manifest) -> None:
     exp = llm.nfs.exports[0]
-    line = S.exports_line(exp.export_path, S.export_clients(llm, exp), S.export_options(exp))
+    line = S.exports_line(S.export_path(llm, exp), S.export_clients(llm, exp), S.export_options(exp))
     assert line == "/tank/datasets 10.10.2.0/24(rw,sync,root_squash,no_subtree_check)"
     assert S.exports_line("/srv/my data", ["10.0.0.0/24", "10.1.0.0/24"], ["ro"]) == (
         '"/srv/my data" 10.0.0.0/24(ro) 10.1.0.0/24(ro)'
