@@ -692,18 +692,43 @@ def check_one_path_per_server(m: Manifest, client: Node) -> None:
             )
 
 
+def _nconnect_option(opt: str) -> bool:
+    return opt.split("=", 1)[0] == "nconnect"
+
+
 def mount_options(mount: NfsMount, proto: str) -> list[str]:
+    """Mount options. Over RDMA there is no ``nconnect``: the NFS/RDMA transport of the
+    Ubuntu 22.04/24.04 and Debian 12 kernels ignores it (validate warns when a manifest
+    sets it there, :func:`nconnect_ignored`)."""
     generated = [f"vers={mount.vers}", f"proto={proto}"]
     if proto == "rdma":
         generated.append(f"port={NFS_RDMA_PORT}")
+    else:
+        generated.append(f"nconnect={mount.nconnect}")
     generated += [
-        f"nconnect={mount.nconnect}",
         f"rsize={mount.rsize}",
         f"wsize={mount.wsize}",
         "hard" if mount.hard else "soft",
         "_netdev",
     ]
-    return merge_options(generated, mount.options)
+    extra = [o for o in mount.options if not (proto == "rdma" and _nconnect_option(o))]
+    return merge_options(generated, extra)
+
+
+def nconnect_ignored(m: Manifest, mount: NfsMount) -> str | None:
+    """Why the manifest's nconnect for this mount has no effect (None: it has, or it is
+    not set): clients that mount it over RDMA do not render it."""
+    explicit = "nconnect" in mount.model_fields_set or any(_nconnect_option(o) for o in mount.options)
+    if not explicit:
+        return None
+    try:
+        rdma = sorted(n for n in select_nodes(m, mount.nodes) if mount_proto(m, mount, m.node(n)) == "rdma")
+    except (StorageError, KeyError, ValueError):
+        return None  # the mount's own problem is reported elsewhere
+    if not rdma:
+        return None
+    return (f"mount {mount.path}: nconnect has no effect with proto=rdma (the NFS/RDMA transport of these "
+            f"kernels ignores it) and is left out for {', '.join(rdma)}; remove it")
 
 
 # =========================================================================== systemd units

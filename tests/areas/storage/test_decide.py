@@ -549,6 +549,34 @@ def test_auto_proto_uses_rdma_on_an_rdma_fabric(kit: Any) -> None:
     assert S.mount_options(mnt, "rdma")[:3] == ["vers=4.2", "proto=rdma", "port=20049"]
 
 
+def test_no_nconnect_over_rdma() -> None:
+    mount = NfsMount(export="x", path="/x", nodes=["n"], nconnect=8, options=["nconnect=4", "noatime"])
+    rdma = S.mount_options(mount, "rdma")
+    assert not [o for o in rdma if o.startswith("nconnect")]
+    assert "noatime" in rdma
+    assert "nconnect=4" in S.mount_options(mount, "tcp")
+
+
+def test_validate_warns_about_nconnect_over_rdma(kit: Any) -> None:
+    data = kit.base(storage=True)
+    data["networks"]["infiniband"] = {"cidr": "10.0.3.0/24"}
+    for node in data["nodes"]:
+        node["interfaces"]["infiniband"] = {"ip": "10.0.3." + node["interfaces"]["management"]["ip"].split(".")[-1],
+                                            "interface": "ib0"}
+    data["nfs"]["exports"][0]["clients"] = ["infiniband"]
+    mount = data["nfs"]["mounts"][0]
+    assert kit.load(data).warnings == []  # the default nconnect is simply left out over RDMA
+    mount["nconnect"] = 8
+    warnings = kit.load(data).warnings
+    assert [w.path for w in warnings] == ["nfs.mounts[0].nconnect"]
+    assert "no effect with proto=rdma" in warnings[0].message and "node01, node02" in warnings[0].message
+    del mount["nconnect"]
+    mount["options"] = ["nconnect=4"]
+    assert [w.path for w in kit.load(data).warnings] == ["nfs.mounts[0].options"]
+    data["nfs"]["exports"][0]["clients"] = ["data"]  # over TCP nconnect works: no warning
+    assert kit.load(data).warnings == []
+
+
 def test_auto_proto_falls_back_to_tcp(kit: Any) -> None:
     no_rdma = ib_manifest(kit, rdma=False)
     assert S.mount_proto(no_rdma, no_rdma.nfs.mounts[0], no_rdma.node("node01")) == "tcp"

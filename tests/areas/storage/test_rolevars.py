@@ -155,8 +155,8 @@ def test_llm_gpu_mounts(llm: Manifest) -> None:
     unit = body(render("nfs_client", "nfs.mount.j2", variables | {"item": data}))
     assert "What=10.10.2.10:/tank/datasets" in unit
     assert "Where=/data" in unit
-    assert ("Options=vers=4.2,proto=rdma,port=20049,nconnect=8,rsize=1048576,wsize=1048576,"
-            "hard,_netdev") in unit
+    assert ("Options=vers=4.2,proto=rdma,port=20049,rsize=1048576,wsize=1048576,"
+            "hard,_netdev") in unit  # no nconnect over RDMA
     assert "WantedBy=remote-fs.target" in unit
     home = by_path["/home/shared"]
     # served over the fabric like the other exports of head01 (one path per server)
