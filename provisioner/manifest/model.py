@@ -188,13 +188,37 @@ class Network(Strict):
         return self
 
 
+IPOIB_DATAGRAM_MAX_MTU = 4092  # a 4096-byte InfiniBand MTU less the 4-byte IPoIB header
+
+
 class InfinibandNetwork(Network):
     mtu: int = Field(default=2044, ge=576, le=65520)
     mode: Literal["datagram", "connected"] = "datagram"
+    hca_supports_connected: bool = Field(
+        default=False,
+        description="the HCAs run IPoIB connected mode (ConnectX-3 and older; ConnectX-4 and newer run "
+                    "Enhanced IPoIB, which is datagram only)",
+    )
     subnet_manager: Literal["switch", "opensm"] = Field(
         default="switch", description="'opensm' runs a subnet manager on the head node"
     )
     rdma: bool = Field(default=True, description="NFS over RDMA and GPUDirect on this fabric")
+
+    @model_validator(mode="after")
+    def _ipoib_mode(self) -> InfinibandNetwork:
+        if self.mode == "connected" and not self.hca_supports_connected:
+            raise ValueError(
+                "IPoIB connected mode fails on ConnectX-4 and newer HCAs (Enhanced IPoIB is datagram only), "
+                f"and so does an MTU above {IPOIB_DATAGRAM_MAX_MTU}; use mode: datagram, or set "
+                "hca_supports_connected: true if every HCA on the fabric is a ConnectX-3 or older"
+            )
+        if self.mode == "datagram" and self.mtu > IPOIB_DATAGRAM_MAX_MTU:
+            raise ValueError(
+                f"IPoIB datagram mode carries at most {IPOIB_DATAGRAM_MAX_MTU} bytes (a 4096-byte InfiniBand "
+                f"MTU less the IPoIB header); mtu {self.mtu} needs connected mode, which only ConnectX-3 and "
+                "older HCAs run"
+            )
+        return self
 
 
 class Networks(Strict):

@@ -430,3 +430,20 @@ def test_zfs_scrub_accepts_a_bare_off(written: str, expected: str) -> None:
 def test_zfs_scrub_rejects_true() -> None:
     lines = formatted(CRAFTED + "zfs:\n  scrub: on\n")
     assert lines == ["m.yaml:27:3: zfs.scrub: got True; expected one of 'weekly', 'monthly' or 'off'"]
+
+
+def test_ipoib_connected_mode_needs_the_operator_to_say_the_hcas_run_it(kit: Any) -> None:
+    """ConnectX-4 and newer run Enhanced IPoIB, datagram only: connected mode (and the
+    large MTU it allows) fails there (issue 19 item 9)."""
+    data = kit.example("llm-200k.yaml")
+    data["networks"]["infiniband"]["mode"] = "connected"
+    d = kit.error(data, "connected mode")
+    assert d.path == "networks.infiniband"
+    assert "hca_supports_connected: true" in d.message and "ConnectX-4" in d.message
+    data["networks"]["infiniband"]["hca_supports_connected"] = True
+    data["networks"]["infiniband"]["mtu"] = 65520
+    assert kit.load(data).manifest.networks.infiniband.mode == "connected"
+    data["networks"]["infiniband"]["mode"] = "datagram"
+    assert "at most 4092 bytes" in kit.error(data, "4092").message
+    data["networks"]["infiniband"]["mtu"] = 4092
+    assert kit.load(data).manifest.networks.infiniband.mtu == 4092

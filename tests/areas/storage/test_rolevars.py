@@ -188,6 +188,7 @@ def test_opensm_when_no_managed_switch(kit: Any) -> None:
     data["networks"]["infiniband"]["subnet_manager"] = "opensm"
     data["networks"]["infiniband"]["mode"] = "connected"
     data["networks"]["infiniband"]["mtu"] = 65520
+    data["networks"]["infiniband"]["hca_supports_connected"] = True  # ConnectX-3 and older only
     m = kit.load(data).manifest
     assert [n.name for n in m.nodes if storage.node_vars(m, n).get("ofed_opensm")] == ["head01"]
     assert storage.node_vars(m, m.node("gpu01"))["ofed_ipoib"]["mode"] == "connected"
