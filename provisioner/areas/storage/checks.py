@@ -4,7 +4,7 @@ RDMA mount without an InfiniBand interface), found by computing its role variabl
 
 from __future__ import annotations
 
-from provisioner.areas.storage.decide import StorageError, nconnect_ignored
+from provisioner.areas.storage.decide import StorageError, export_network_problems, nconnect_ignored
 from provisioner.areas.storage.rolevars import node_vars
 from provisioner.errors import Diagnostic
 from provisioner.manifest.checks import Check, node_path
@@ -37,4 +37,11 @@ def check_nconnect_over_rdma(m: Manifest, src: Source) -> list[Diagnostic]:
     return out
 
 
-CHECKS: tuple[Check, ...] = (check_storage_vars, check_nconnect_over_rdma)
+def check_export_networks(m: Manifest, src: Source) -> list[Diagnostic]:
+    """An export limited to a network its server is not on cannot be mounted over it."""
+    return [src.diag(("nfs", "exports", i, "clients", j), message)
+            for i, export in enumerate(m.nfs.exports)
+            for j, message in export_network_problems(m, export)]
+
+
+CHECKS: tuple[Check, ...] = (check_export_networks, check_storage_vars, check_nconnect_over_rdma)

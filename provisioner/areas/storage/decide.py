@@ -654,19 +654,46 @@ def mount_proto(m: Manifest, mount: NfsMount, client: Node) -> str:
 
 
 def server_address(m: Manifest, export: NfsExport, client: Node, proto: str) -> str:
-    """The server IP a client mounts from: on the network the export serves (InfiniBand for
-    rdma), where both ends have an interface; else the server's management address."""
+    """The server IP a client mounts from: on a network where both ends have an interface
+    and the export allows the client's address there (the server checks the source address
+    of the mount, which is the client's address on that network). The networks the export
+    names come first, in its order (InfiniBand for rdma); a CIDR that spans several networks
+    (10.0.0.0/16) is matched by address. No such network: StorageError (the server would
+    refuse the mount)."""
     server = m.node(export.node)
     if proto == "rdma":
         ip = node_network_ip(server, "infiniband")
         if ip is None:
             raise StorageError(f"export {export.name!r}: {server.name} has no infiniband interface")
         return ip
-    for net in export_networks(m, export):
-        ip = node_network_ip(server, net)
-        if ip is not None and net in client.interfaces:
-            return ip
-    return str(server.ip)
+    allowed = [ipaddress.IPv4Network(c) for c in export_clients(m, export)]
+    named = export_networks(m, export)
+    for net in [*named, *(n for n in NETWORK_NAMES if n not in named)]:
+        server_ip = node_network_ip(server, net)
+        client_ip = node_network_ip(client, net)
+        if server_ip is None or client_ip is None:
+            continue
+        if any(ipaddress.IPv4Address(client_ip) in cidr for cidr in allowed):
+            return server_ip
+    raise StorageError(
+        f"{client.name} cannot mount export {export.name!r}: {server.name} allows only "
+        f"{', '.join(str(c) for c in allowed)}, and {client.name} has no address there on a network "
+        f"{server.name} is on; add the network to the export's clients or the interface to {client.name}"
+    )
+
+
+def export_network_problems(m: Manifest, export: NfsExport) -> list[tuple[int, str]]:
+    """(index in clients, message) for every client network of an export its server has
+    no interface on: clients there would mount an address the export does not allow."""
+    server = m.node(export.node)
+    out: list[tuple[int, str]] = []
+    for i, client in enumerate(export.clients):
+        net = network_of(m, client)
+        if net is not None and net not in server.interfaces:
+            out.append((i, f"export {export.name!r} is limited to the {net} network ({client}), but its server "
+                           f"{server.name} has no {net} interface, so no client can mount it over that network; "
+                           f"give {server.name} an interfaces.{net} entry or serve a network it is on"))
+    return out
 
 
 def check_one_path_per_server(m: Manifest, client: Node) -> None:

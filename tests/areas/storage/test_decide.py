@@ -612,8 +612,35 @@ def test_server_address_prefers_served_network_then_management(llm: Manifest, la
     assert S.server_address(llm, home, gpu01, "tcp") == "10.10.0.10"
     corpus2 = S.export_by_name(lab, "corpus2")
     assert S.server_address(lab, corpus2, lab.node("gpu3"), "tcp") == "192.168.60.12"
-    # a client off the served network mounts over management
+    # a client off the served network has no address the export allows: the server would
+    # refuse its mount over management (issue 19 item 21), so it is an error
+    with pytest.raises(S.StorageError, match="labhead cannot mount export 'corpus2': store2 allows only "
+                                             "192.168.60.0/24"):
+        S.server_address(lab, corpus2, lab.with_role("head")[0], "tcp")
+    # a CIDR that spans networks allows the client's management address
+    lab = lab.model_copy(deep=True)
+    corpus2 = S.export_by_name(lab, "corpus2")
+    corpus2.clients = ["data", "192.168.0.0/16"]
     assert S.server_address(lab, corpus2, lab.with_role("head")[0], "tcp") == "192.168.50.12"
+    assert S.server_address(lab, corpus2, lab.node("gpu3"), "tcp") == "192.168.60.12"  # named network first
+
+
+def test_validate_rejects_an_export_on_a_network_its_server_is_not_on(kit: Any) -> None:
+    """clients: [infiniband] on a server without InfiniBand: every mount would be refused."""
+    data = kit.base(storage=True)
+    data["networks"]["infiniband"] = {"cidr": "10.0.3.0/24"}
+    data["nodes"][1]["interfaces"]["infiniband"] = {"ip": "10.0.3.21", "interface": "ib0"}
+    data["nfs"]["exports"][0]["clients"] = ["infiniband"]
+    with pytest.raises(ManifestError) as err:
+        kit.load(data)
+    paths = {d.path: d.message for d in err.value.diagnostics}
+    assert "nfs.exports[0].clients[0]" in paths
+    assert "head01 has no infiniband interface" in paths["nfs.exports[0].clients[0]"]
+    data["nfs"]["exports"][0]["clients"] = ["infiniband", "data"]  # still names a network head01 is not on
+    assert [d.path for d in kit.errors(data)] == ["nfs.exports[0].clients[0]"]
+    data["nodes"][0]["interfaces"]["infiniband"] = {"ip": "10.0.3.10", "interface": "ib0"}
+    m = kit.load(data).manifest  # head01 on the fabric too: the clients mount over it, first in the list
+    assert S.server_address(m, m.nfs.exports[0], m.node("node01"), "tcp") == "10.0.3.10"
 
 
 def test_mount_options_defaults_and_overrides() -> None:
@@ -690,7 +717,7 @@ def test_opensm_node(llm: Manifest, kit: Any) -> None:
     data["networks"]["infiniband"]["subnet_manager"] = "opensm"
     assert S.opensm_node(kit.load(data).manifest) == "head01"
     del data["nodes"][0]["interfaces"]["infiniband"]
-    data["nfs"]["mounts"] = [m for m in data["nfs"]["mounts"] if m.get("proto") != "rdma"]
+    data["nfs"] = {}  # its exports serve the fabric, which head01 is no longer on
     assert S.opensm_node(kit.load(data).manifest) == "gpu01"
 
 
