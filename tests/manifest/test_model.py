@@ -447,3 +447,20 @@ def test_ipoib_connected_mode_needs_the_operator_to_say_the_hcas_run_it(kit: Any
     assert "at most 4092 bytes" in kit.error(data, "4092").message
     data["networks"]["infiniband"]["mtu"] = 4092
     assert kit.load(data).manifest.networks.infiniband.mtu == 4092
+
+
+def test_a_list_section_given_as_a_mapping_says_what_the_section_looks_like(kit: Any) -> None:
+    """Issue 19 item 18: `mergerfs:` as a mapping got pydantic's raw "Input should be a valid
+    list"."""
+    data = kit.base(storage=True)
+    data["mergerfs"] = data["mergerfs"][0]  # one union, without its '- '
+    (d,) = kit.errors(data)
+    assert d.path == "mergerfs"
+    assert "valid list" not in d.message
+    assert "expected a list" in d.message and "put '- ' before its first key" in d.message
+    assert "mergerfs: [{path: /corpus, branches: [" in d.message
+    assert "\n" not in d.format()
+    data = kit.base()
+    data["slurm"]["partitions"] = {"gpu": {"nodes": ["@compute"]}}
+    (d,) = kit.errors(data)
+    assert d.path == "slurm.partitions" and "partitions: [{name: gpu" in d.message
