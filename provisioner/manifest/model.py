@@ -129,6 +129,19 @@ class SshSettings(Strict):
     user: str = "root"
     port: int = Field(default=22, ge=1, le=65535)
     private_key: str | None = Field(default=None, description="private key file for Ansible's SSH")
+    public_key: str | None = Field(
+        default=None,
+        description="OpenSSH public key Ansible logs in with (a dedicated automation key); root, or the "
+                    "account in user, gets it besides the keys of admins with sudo",
+    )
+
+    @field_validator("public_key")
+    @classmethod
+    def _public_key(cls, v: str | None) -> str | None:
+        if v is not None and not SSH_KEY_RE.match(v):
+            shown = v[:30] + ("..." if len(v) > 30 else "")
+            raise ValueError(f"{shown!r} is not an OpenSSH public key (ssh-ed25519 AAAA... comment)")
+        return v
 
 
 class Cluster(Strict):

@@ -12,6 +12,7 @@ from provisioner.areas.baremetal.decide import (
     installer_disk_serial,
     not_installable,
 )
+from provisioner.areas.common.decide import ansible_account_problem
 from provisioner.errors import Diagnostic
 from provisioner.manifest.checks import Check, node_path
 from provisioner.manifest.model import Manifest
@@ -47,4 +48,13 @@ def check_install_disks(m: Manifest, src: Source) -> list[Diagnostic]:
     return out
 
 
-CHECKS: tuple[Check, ...] = (check_install_disks,)
+def check_ansible_account(m: Manifest, src: Source) -> list[Diagnostic]:
+    """On nodes the installers set up, the account Ansible connects as must get a key it can
+    log in with and root through sudo."""
+    if not any(not_installable(m, node) is None for node in m.nodes):
+        return []
+    problem = ansible_account_problem(m)
+    return [src.diag(("cluster", "ssh"), problem)] if problem else []
+
+
+CHECKS: tuple[Check, ...] = (check_install_disks, check_ansible_account)

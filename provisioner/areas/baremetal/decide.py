@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from provisioner.areas.common.decide import privileged_keys
 from provisioner.manifest.model import AdminUser, Manifest, Node
 
 # The pxe_server role's default web server port (roles/pxe_server/defaults/main.yml:
@@ -147,16 +148,18 @@ def net_settings(m: Manifest, node: Node) -> NetSettings:
 
 
 def logins(m: Manifest) -> list[Login]:
-    """Accounts with SSH access after the install: every admin user, plus the account
-    Ansible connects as (``cluster.ssh.user``) with all admin keys."""
+    """Accounts with SSH access after the install: every admin user with their own keys,
+    plus the account Ansible connects as (``cluster.ssh.user``: root, or an account with
+    password-less sudo) with only the keys allowed root (:func:`privileged_keys`: admins with
+    sudo and ``cluster.ssh.public_key``), so an admin with ``sudo: false`` gets no root."""
     admins: list[AdminUser] = list(m.cluster.admin_users)
     out = [Login(u.name, tuple(u.ssh_keys), u.sudo, u.shell, u.uid) for u in admins]
-    every_key = tuple(dict.fromkeys(k for u in admins for k in u.ssh_keys))
+    keys = tuple(privileged_keys(m))
     ssh_user = m.cluster.ssh.user
     if ssh_user == "root":
-        out.insert(0, Login("root", every_key, True, "/bin/bash", None))
+        out.insert(0, Login("root", keys, True, "/bin/bash", None))
     elif ssh_user not in {u.name for u in admins}:
-        out.append(Login(ssh_user, every_key, True, "/bin/bash", None))
+        out.append(Login(ssh_user, keys, True, "/bin/bash", None))
     return out
 
 

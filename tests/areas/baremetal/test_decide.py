@@ -96,7 +96,8 @@ def test_ssh_server_and_keys() -> None:
     assert auto["ssh"] == {"install-server": True, "allow-pw": False}
     users = {u["name"]: u for u in auto["user-data"]["users"]}
     alice, bob = (u.ssh_keys for u in m.cluster.admin_users)
-    assert users["root"]["ssh_authorized_keys"] == alice + bob  # Ansible connects as root
+    # Ansible connects as root; root gets only the keys of admins allowed root (bob has sudo: false)
+    assert users["root"]["ssh_authorized_keys"] == alice
     assert users["alice"]["ssh_authorized_keys"] == alice
     assert users["alice"]["sudo"] == "ALL=(ALL) NOPASSWD:ALL"
     assert users["bob"]["ssh_authorized_keys"] == bob
@@ -106,14 +107,48 @@ def test_ssh_server_and_keys() -> None:
     assert auto["user-data"]["ssh_deletekeys"] is False
 
 
-def test_non_root_ansible_user_gets_every_admin_key() -> None:
-    m = example("music-lab.yaml")
-    m = m.model_copy(update={"cluster": m.cluster.model_copy(
-        update={"ssh": m.cluster.ssh.model_copy(update={"user": "ansible"})})})
+def with_ssh(m: Manifest, **update: Any) -> Manifest:
+    return m.model_copy(update={"cluster": m.cluster.model_copy(
+        update={"ssh": m.cluster.ssh.model_copy(update=update)})})
+
+
+AUTOMATION_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA1b2c3d4e5f6g7h8i9j0k1l2m3n4o5p6q7r8s9t0u1v automation"
+
+
+def test_non_root_ansible_user_gets_only_the_keys_allowed_root() -> None:
+    m = with_ssh(example("music-lab.yaml"), user="ansible")
+    alice, bob = (u.ssh_keys for u in m.cluster.admin_users)
     users = {u["name"]: u for u in user_data(m, m.node("gpu1"))["user-data"]["users"]}
     assert "root" not in users
-    assert len(users["ansible"]["ssh_authorized_keys"]) == 2
+    assert users["ansible"]["ssh_authorized_keys"] == alice  # not bob's: sudo: false
     assert users["ansible"]["sudo"] == "ALL=(ALL) NOPASSWD:ALL"
+    m = with_ssh(m, public_key=AUTOMATION_KEY)
+    users = {u["name"]: u for u in user_data(m, m.node("gpu1"))["user-data"]["users"]}
+    assert users["ansible"]["ssh_authorized_keys"] == [*alice, AUTOMATION_KEY]
+
+
+def test_a_non_sudo_admin_gets_no_root_key_on_debian_either() -> None:
+    m, node = debian_lab()
+    late = ic.debian_late_script(m, node, ic.install_server(m))
+    bob = m.cluster.admin_users[1]
+    assert not bob.sudo
+    root_block = late.split('cat > "/root/.ssh/authorized_keys" <<\'PROVISION_KEYS\'\n', 1)[1]
+    root_keys = root_block.split("\nPROVISION_KEYS\n", 1)[0].splitlines()
+    assert root_keys == m.cluster.admin_users[0].ssh_keys  # alice's only
+    assert bob.ssh_keys[0] in late  # in bob's own authorized_keys
+
+
+def test_validate_refuses_an_ansible_account_without_keys(kit: Any) -> None:
+    data = kit.base()
+    data["cluster"]["admin_users"][0]["sudo"] = False
+    assert kit.load(data).manifest  # no node is installed over PXE: Ansible's keys are the operator's
+    data["nodes"][1]["install_disks"] = ["nvme-Disk_S[1-2]"]
+    d = kit.error(data, "admins with sudo")
+    assert d.path == "cluster.ssh"
+    data["cluster"]["ssh"] = {"public_key": AUTOMATION_KEY}
+    assert kit.load(data).manifest.cluster.ssh.public_key == AUTOMATION_KEY
+    data["cluster"]["ssh"] = {"user": "ops"}  # an admin without sudo cannot be Ansible's account
+    assert kit.error(data, "sudo: false").path == "cluster.ssh"
 
 
 def test_single_disk_uefi_layout() -> None:
