@@ -320,7 +320,10 @@ def ubuntu_user_data(m: Manifest, node: Node, server: InstallServer) -> str:
     if mirrors.apt or mirrors.apt_proxy:
         apt: dict[str, Any] = {}
         if mirrors.apt:
+            # subiquity fills in security.ubuntu.com for a missing security section, which an
+            # air-gapped site cannot reach: the -security pocket comes from the mirror too
             apt["primary"] = [{"arches": ["default"], "uri": mirrors.apt}]
+            apt["security"] = [{"arches": ["default"], "uri": mirrors.apt}]
             apt["geoip"] = False
         if mirrors.apt_proxy:
             apt["proxy"] = mirrors.apt_proxy

@@ -200,6 +200,9 @@ def test_mirror_and_timezone() -> None:
     m = example("music-lab.yaml")
     auto = user_data(m, m.node("gpu2"))
     assert auto["apt"]["primary"] == [{"arches": ["default"], "uri": "http://mirror.lab.example.org/ubuntu"}]
+    # without a security section subiquity uses security.ubuntu.com (models/mirror.py): the
+    # air-gapped install must get the -security pocket from the mirror as well
+    assert auto["apt"]["security"] == auto["apt"]["primary"]
     assert auto["timezone"] == "America/New_York"
 
 
