@@ -125,6 +125,42 @@ class Mirrors(Strict):
         return v
 
 
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+class InstallMedia(Strict):
+    """A pinned Ubuntu live-server ISO: a URL with its SHA-256 (e.g. a site mirror), or a
+    file already on the head node."""
+
+    url: str | None = Field(default=None, description="http(s):// or file:// URL of the ISO")
+    path: AbsPath | None = Field(default=None, description="the ISO on the head node")
+    sha256: str | None = Field(default=None, description="SHA-256 of the ISO (hex); required with url")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^(https?|file)://[^\s]+$", v):
+            raise ValueError(f"{v!r} is not an http(s):// or file:// URL")
+        return v
+
+    @field_validator("sha256", mode="before")
+    @classmethod
+    def _sha256(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = v.strip().lower().removeprefix("sha256:")
+            if not SHA256_RE.match(v):
+                raise ValueError(f"{v[:20]!r}... is not a SHA-256 (64 hex digits)")
+        return v
+
+    @model_validator(mode="after")
+    def _one_source(self) -> InstallMedia:
+        if (self.url is None) == (self.path is None):
+            raise ValueError("give exactly one of url or path")
+        if self.url is not None and self.sha256 is None:
+            raise ValueError("a pinned ISO url needs its sha256 (from the release's SHA256SUMS)")
+        return self
+
+
 class SshSettings(Strict):
     user: str = "root"
     port: int = Field(default=22, ge=1, le=65535)
@@ -153,6 +189,11 @@ class Cluster(Strict):
     mirrors: Mirrors = Field(default_factory=Mirrors)
     ssh: SshSettings = Field(default_factory=SshSettings)
     allow_reboot: bool = False
+    install_media: dict[Literal["ubuntu-22.04", "ubuntu-24.04"], InstallMedia] = Field(
+        default_factory=dict,
+        description="pinned live-server ISO per Ubuntu release; default: the release's current point "
+                    "release from releases.ubuntu.com, checked against its SHA256SUMS",
+    )
 
     @field_validator("name")
     @classmethod

@@ -117,7 +117,7 @@ AUTOMATION_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA1b2c3d4e5f6g7h8i9j0k1l2m
 
 def test_non_root_ansible_user_gets_only_the_keys_allowed_root() -> None:
     m = with_ssh(example("music-lab.yaml"), user="ansible")
-    alice, bob = (u.ssh_keys for u in m.cluster.admin_users)
+    alice = m.cluster.admin_users[0].ssh_keys
     users = {u["name"]: u for u in user_data(m, m.node("gpu1"))["user-data"]["users"]}
     assert "root" not in users
     assert users["ansible"]["ssh_authorized_keys"] == alice  # not bob's: sudo: false
