@@ -792,7 +792,23 @@ def _under(path: str, parent: str) -> bool:
 
 
 # =========================================================================== MergerFS
-MERGERFS_BASE_OPTIONS = ("allow_other", "cache.files=off", "dropcacheonclose=true")
+# cache.files=off (direct I/O) breaks a read-only shared mmap through the union (ENODEV with
+# mergerfs 2.33.5 on Debian 12), which numpy memmap, Arrow / HF datasets and LMDB use; with
+# the page cache on (partial: cached while open, dropped on close) mmap works.
+MERGERFS_CACHE_FILES_SINCE = (2, 28)  # cache.files replaced direct_io in mergerfs 2.28.0
+MERGERFS_BASE_OPTIONS = ("allow_other", "cache.files=partial", "dropcacheonclose=true")
+
+
+def mergerfs_cache_option(version: str) -> str:
+    """The page-cache option of a mergerfs version that keeps shared mmap working (for the
+    mergerfs role to check the version it installed: every supported OS ships 2.33)."""
+    numbers = tuple(int(x) for x in re.findall(r"\d+", version)[:3])
+    if len(numbers) < 2:
+        raise StorageError(f"{version!r} is not a mergerfs version")
+    if numbers[:2] < MERGERFS_CACHE_FILES_SINCE:
+        raise StorageError(f"mergerfs {version} predates cache.files (2.28); shared mmap through the union "
+                           "needs a newer mergerfs")
+    return "cache.files=partial"
 
 
 def mergerfs_options(union: MergerfsUnion, network: bool) -> list[str]:

@@ -690,15 +690,32 @@ def test_escape_matches_systemd(parts: list[str]) -> None:
 def test_mergerfs_options_and_order(lab: Manifest) -> None:
     union = lab.mergerfs[0]
     assert S.mergerfs_options(union, network=True) == [
-        "allow_other", "cache.files=off", "dropcacheonclose=true",
+        "allow_other", "cache.files=partial", "dropcacheonclose=true",
         "category.create=mfs", "minfreespace=500G", "_netdev",
     ]
     local = MergerfsUnion(path="/u", branches=["/a", "/b"], nodes=["n"], create_policy="ff",
                           options=["minfreespace=10G", "moveonenospc=true"])
     assert S.mergerfs_options(local, network=False) == [
-        "allow_other", "cache.files=off", "dropcacheonclose=true", "category.create=ff",
+        "allow_other", "cache.files=partial", "dropcacheonclose=true", "category.create=ff",
         "minfreespace=10G", "moveonenospc=true",
     ]
+
+
+@pytest.mark.parametrize(("version", "option"), [
+    ("2.33.5", "cache.files=partial"), ("2.40.2", "cache.files=partial"), ("mergerfs v2.28.0", "cache.files=partial"),
+])
+def test_mergerfs_keeps_shared_mmap_working(version: str, option: str) -> None:
+    """cache.files=off made a read-only shared mmap through the union fail (issue 19 item 14)."""
+    assert S.mergerfs_cache_option(version) == option
+    assert option in S.MERGERFS_BASE_OPTIONS
+    assert "cache.files=off" not in S.MERGERFS_BASE_OPTIONS
+
+
+def test_mergerfs_before_cache_files_is_refused() -> None:
+    with pytest.raises(S.StorageError, match="predates cache.files"):
+        S.mergerfs_cache_option("2.24.2")
+    with pytest.raises(S.StorageError, match="not a mergerfs version"):
+        S.mergerfs_cache_option("unknown")
 
 
 def test_union_requires_the_nfs_mounts_holding_its_branches(lab: Manifest, kit: Any) -> None:

@@ -238,7 +238,7 @@ def test_lab_union_after_both_nfs_mounts(lab: Manifest) -> None:
         "What=/mnt/corpus1:/mnt/corpus2",
         "Where=/corpus",
         "Type=fuse.mergerfs",
-        "Options=allow_other,cache.files=off,dropcacheonclose=true,category.create=mfs,"
+        "Options=allow_other,cache.files=partial,dropcacheonclose=true,category.create=mfs,"
         "minfreespace=500G,_netdev",
         "[Install]",
         "WantedBy=remote-fs.target",
