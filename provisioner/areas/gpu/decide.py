@@ -190,6 +190,10 @@ class DriverPlan:
     unheld_packages: tuple[str, ...]
     """Installed with the driver but never held (kernel headers, firmware)."""
     uses_cuda_repo: bool
+    kernel_packages: tuple[str, ...] = ()
+    """Kernel meta packages that must be held together with the driver's (Canonical's
+    precompiled modules exist per kernel ABI: a new kernel without the matching module
+    package leaves the GPUs without a driver at the next boot). Empty for DKMS sources."""
 
     def install(self, kernel: bool) -> tuple[str, ...]:
         """What the role installs: full + userspace with a kernel and GPUs, else userspace;
@@ -438,7 +442,21 @@ def resolve_driver(
         pin_packages=pin,
         unheld_packages=unheld,
         uses_cuda_repo=src == "cuda-repo",
+        kernel_packages=kernel_metas(src, kernel_flavour),
     )
+
+
+def kernel_metas(source: str, kernel_flavour: str = "generic") -> tuple[str, ...]:
+    """What keeps the kernel and the NVIDIA module moving together (issue 19 item 3).
+
+    ``ubuntu-signed``: ``linux-modules-nvidia-<B>-server[-open]-<flavour>`` depends on the
+    module build for one kernel ABI; holding it while ``linux-<flavour>`` moves lets
+    unattended-upgrades install a kernel with no NVIDIA module. So the kernel metas of the
+    same flavour are held with it (or neither is held, and both move together).
+    DKMS sources build the module for each new kernel from its headers: nothing to hold."""
+    if source != "ubuntu-signed":
+        return ()
+    return (f"linux-{kernel_flavour}", f"linux-image-{kernel_flavour}", f"linux-headers-{kernel_flavour}")
 
 
 # --------------------------------------------------------------------------- CUDA

@@ -47,6 +47,16 @@ def test_ubuntu_signed_default_is_canonical_precompiled_modules() -> None:
     assert plan.holds(kernel=False) == plan.userspace_packages
 
 
+@pytest.mark.parametrize("flavour", ["generic", "generic-hwe-22.04"])
+def test_precompiled_modules_hold_the_kernel_of_their_flavour(flavour: str) -> None:
+    """Held alone, the module meta lets a new kernel ABI in without a module (item 3)."""
+    plan = gpu.resolve_driver("ubuntu-22.04", "580", kernel_flavour=flavour)
+    assert plan.packages[0].endswith(f"-{flavour}")
+    assert plan.kernel_packages == (f"linux-{flavour}", f"linux-image-{flavour}", f"linux-headers-{flavour}")
+    assert gpu.resolve_driver("ubuntu-22.04", "580", "cuda-repo").kernel_packages == ()  # DKMS rebuilds
+    assert gpu.resolve_driver("debian-12", "535").kernel_packages == ()
+
+
 def test_ubuntu_signed_open_modules_and_hwe_flavour() -> None:
     plan = gpu.resolve_driver("ubuntu-24.04", "595", "ubuntu-signed", True, kernel_flavour="generic-hwe-24.04")
     assert plan.packages[0] == "linux-modules-nvidia-595-server-open-generic-hwe-24.04"
