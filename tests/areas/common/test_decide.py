@@ -46,3 +46,23 @@ def test_public_key_must_be_an_openssh_key(kit: Any) -> None:
     data = kit.base()
     data["cluster"]["ssh"] = {"public_key": "not a key"}
     assert kit.error(data, "not an OpenSSH public key").path == "cluster.ssh.public_key"
+
+
+def test_data_interfaces_get_their_address_and_mtu_without_a_route(kit: Any) -> None:
+    m = kit.load(kit.base()).manifest
+    ifaces = common.data_interfaces(m, m.node("node02"))
+    assert ifaces == [{"interface": "ens1", "address": "10.0.2.22/24", "mtu": 9000}]
+    netplan = common.netplan_data_config(ifaces)["network"]
+    assert netplan["ethernets"]["ens1"]["addresses"] == ["10.0.2.22/24"]
+    assert netplan["ethernets"]["ens1"]["mtu"] == 9000
+    assert "routes" not in netplan["ethernets"]["ens1"] and "gateway4" not in netplan["ethernets"]["ens1"]
+    unit = common.networkd_data_unit(ifaces[0])
+    assert "Name=ens1\n" in unit and "Address=10.0.2.22/24\n" in unit and "MTUBytes=9000\n" in unit
+    assert "Gateway=" not in unit
+
+
+def test_a_data_interface_without_a_name_is_left_out(kit: Any) -> None:
+    data = kit.base()
+    del data["nodes"][1]["interfaces"]["data"]["interface"]
+    m = kit.load(data).manifest
+    assert common.data_interfaces(m, m.node("node01")) == []

@@ -712,7 +712,7 @@ def test_mergerfs_keeps_shared_mmap_working(version: str, option: str) -> None:
 
 
 def test_mergerfs_before_cache_files_is_refused() -> None:
-    with pytest.raises(S.StorageError, match="predates cache.files"):
+    with pytest.raises(S.StorageError, match=r"predates cache\.files"):
         S.mergerfs_cache_option("2.24.2")
     with pytest.raises(S.StorageError, match="not a mergerfs version"):
         S.mergerfs_cache_option("unknown")
