@@ -108,7 +108,7 @@ def test_validate_errors_exit_1_with_positions(capsys: Capsys, write_manifest: A
     lines = err.splitlines()
     assert lines == [
         f"{path}:{kit.line_of(text, 'colour: blue')}:3: cluster.colour: unknown field; allowed: "
-        "admin_users, allow_reboot, domain, mirrors, name, ntp_servers, ssh, timezone",
+        "admin_users, allow_reboot, domain, install_media, mirrors, name, ntp_servers, ssh, timezone",
         f"{path}:{kit.line_of(text, 'memory_gb: lots')}:5: nodes[0].hardware.memory_gb: "
         "Input should be a valid integer, unable to parse string as an integer",
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,8 @@ from hypothesis import strategies as st
 
 from provisioner import inventory
 from provisioner.areas.storage import decide as S
+from provisioner.areas.storage.rolevars import nfs_client_node_vars as nfs_client_vars
+from provisioner.areas.storage.rolevars import nfs_server_node_vars as nfs_server_vars
 from provisioner.errors import ManifestError
 from provisioner.manifest import Manifest
 from provisioner.manifest.model import MergerfsUnion, NfsExport, NfsMount, ZfsPool
@@ -463,9 +466,54 @@ def test_export_options(fields: dict[str, Any], expected: list[str]) -> None:
     assert S.export_options(exp) == expected
 
 
+def _with_mountpoints(m: Manifest, pool: dict[str, Any], datasets: dict[str, dict[str, Any]]) -> Manifest:
+    tank = m.zfs.pools[0]
+    new = tank.model_copy(update={
+        "properties": {**tank.properties, **pool},
+        "datasets": [d.model_copy(update={"properties": {**d.properties, **datasets.get(d.name, {})}})
+                     for d in tank.datasets],
+    })
+    return m.model_copy(update={"zfs": m.zfs.model_copy(update={"pools": [new]})})
+
+
+@pytest.mark.parametrize(
+    ("pool", "datasets", "expected"),
+    [
+        ({}, {}, "/tank/datasets"),  # ZFS's default: /<pool>/<dataset>
+        ({}, {"datasets": {"mountpoint": "/srv/datasets"}}, "/srv/datasets"),
+        ({"mountpoint": "/export"}, {}, "/export/datasets"),  # inherited from the pool
+        ({"mountpoint": "/"}, {}, "/datasets"),
+        ({"mountpoint": "/export"}, {"datasets": {"mountpoint": "/data"}}, "/data"),
+    ],
+)
+def test_dataset_exports_use_the_zfs_mountpoint(llm: Manifest, pool: dict[str, Any],
+                                                datasets: dict[str, dict[str, Any]], expected: str) -> None:
+    m = _with_mountpoints(llm, pool, datasets)
+    exp = m.nfs.exports[0]
+    assert exp.dataset == "tank/datasets"
+    assert S.export_path(m, exp) == expected
+    server = nfs_server_vars(m, m.node("head01"))["nfs_server_exports"]
+    assert server[0]["path"] == expected
+    client = nfs_client_vars(m, m.node("gpu01"))["nfs_client_mounts"]
+    assert client[0]["what"] == f"10.10.2.10:{expected}"
+
+
+def test_dataset_mountpoint_of_a_nested_dataset(llm: Manifest) -> None:
+    assert S.dataset_mountpoint(llm, "head01", "tank/a/b") == "/tank/a/b"
+    m = _with_mountpoints(llm, {"mountpoint": "/export"}, {})
+    assert S.dataset_mountpoint(m, "head01", "tank/datasets/audio") == "/export/datasets/audio"
+
+
+@pytest.mark.parametrize("value", ["none", "legacy"])
+def test_an_unmounted_dataset_cannot_be_exported(llm: Manifest, value: str) -> None:
+    m = _with_mountpoints(llm, {"mountpoint": value}, {})
+    with pytest.raises(S.StorageError, match=f"mountpoint={value} \\(inherited from tank\\)"):
+        S.export_path(m, m.nfs.exports[0])
+
+
 def test_exports_lines(llm: Manifest) -> None:
     exp = llm.nfs.exports[0]
-    line = S.exports_line(exp.export_path, S.export_clients(llm, exp), S.export_options(exp))
+    line = S.exports_line(S.export_path(llm, exp), S.export_clients(llm, exp), S.export_options(exp))
     assert line == "/tank/datasets 10.10.2.0/24(rw,sync,root_squash,no_subtree_check)"
     assert S.exports_line("/srv/my data", ["10.0.0.0/24", "10.1.0.0/24"], ["ro"]) == (
         '"/srv/my data" 10.0.0.0/24(ro) 10.1.0.0/24(ro)'
@@ -500,6 +548,34 @@ def test_auto_proto_uses_rdma_on_an_rdma_fabric(kit: Any) -> None:
     assert S.mount_proto(m, mnt, node01) == "rdma"
     assert S.server_address(m, exp, node01, "rdma") == "10.0.3.10"
     assert S.mount_options(mnt, "rdma")[:3] == ["vers=4.2", "proto=rdma", "port=20049"]
+
+
+def test_no_nconnect_over_rdma() -> None:
+    mount = NfsMount(export="x", path="/x", nodes=["n"], nconnect=8, options=["nconnect=4", "noatime"])
+    rdma = S.mount_options(mount, "rdma")
+    assert not [o for o in rdma if o.startswith("nconnect")]
+    assert "noatime" in rdma
+    assert "nconnect=4" in S.mount_options(mount, "tcp")
+
+
+def test_validate_warns_about_nconnect_over_rdma(kit: Any) -> None:
+    data = kit.base(storage=True)
+    data["networks"]["infiniband"] = {"cidr": "10.0.3.0/24"}
+    for node in data["nodes"]:
+        node["interfaces"]["infiniband"] = {"ip": "10.0.3." + node["interfaces"]["management"]["ip"].split(".")[-1],
+                                            "interface": "ib0"}
+    data["nfs"]["exports"][0]["clients"] = ["infiniband"]
+    mount = data["nfs"]["mounts"][0]
+    assert kit.load(data).warnings == []  # the default nconnect is simply left out over RDMA
+    mount["nconnect"] = 8
+    warnings = kit.load(data).warnings
+    assert [w.path for w in warnings] == ["nfs.mounts[0].nconnect"]
+    assert "no effect with proto=rdma" in warnings[0].message and "node01, node02" in warnings[0].message
+    del mount["nconnect"]
+    mount["options"] = ["nconnect=4"]
+    assert [w.path for w in kit.load(data).warnings] == ["nfs.mounts[0].options"]
+    data["nfs"]["exports"][0]["clients"] = ["data"]  # over TCP nconnect works: no warning
+    assert kit.load(data).warnings == []
 
 
 def test_auto_proto_falls_back_to_tcp(kit: Any) -> None:
@@ -537,8 +613,35 @@ def test_server_address_prefers_served_network_then_management(llm: Manifest, la
     assert S.server_address(llm, home, gpu01, "tcp") == "10.10.0.10"
     corpus2 = S.export_by_name(lab, "corpus2")
     assert S.server_address(lab, corpus2, lab.node("gpu3"), "tcp") == "192.168.60.12"
-    # a client off the served network mounts over management
+    # a client off the served network has no address the export allows: the server would
+    # refuse its mount over management (issue 19 item 21), so it is an error
+    with pytest.raises(S.StorageError, match=re.escape("labhead cannot mount export 'corpus2': store2 allows "
+                                                       "only 192.168.60.0/24")):
+        S.server_address(lab, corpus2, lab.with_role("head")[0], "tcp")
+    # a CIDR that spans networks allows the client's management address
+    lab = lab.model_copy(deep=True)
+    corpus2 = S.export_by_name(lab, "corpus2")
+    corpus2.clients = ["data", "192.168.0.0/16"]
     assert S.server_address(lab, corpus2, lab.with_role("head")[0], "tcp") == "192.168.50.12"
+    assert S.server_address(lab, corpus2, lab.node("gpu3"), "tcp") == "192.168.60.12"  # named network first
+
+
+def test_validate_rejects_an_export_on_a_network_its_server_is_not_on(kit: Any) -> None:
+    """clients: [infiniband] on a server without InfiniBand: every mount would be refused."""
+    data = kit.base(storage=True)
+    data["networks"]["infiniband"] = {"cidr": "10.0.3.0/24"}
+    data["nodes"][1]["interfaces"]["infiniband"] = {"ip": "10.0.3.21", "interface": "ib0"}
+    data["nfs"]["exports"][0]["clients"] = ["infiniband"]
+    with pytest.raises(ManifestError) as err:
+        kit.load(data)
+    paths = {d.path: d.message for d in err.value.diagnostics}
+    assert "nfs.exports[0].clients[0]" in paths
+    assert "head01 has no infiniband interface" in paths["nfs.exports[0].clients[0]"]
+    data["nfs"]["exports"][0]["clients"] = ["infiniband", "data"]  # still names a network head01 is not on
+    assert [d.path for d in kit.errors(data)] == ["nfs.exports[0].clients[0]"]
+    data["nodes"][0]["interfaces"]["infiniband"] = {"ip": "10.0.3.10", "interface": "ib0"}
+    m = kit.load(data).manifest  # head01 on the fabric too: the clients mount over it, first in the list
+    assert S.server_address(m, m.nfs.exports[0], m.node("node01"), "tcp") == "10.0.3.10"
 
 
 def test_mount_options_defaults_and_overrides() -> None:
@@ -587,15 +690,32 @@ def test_escape_matches_systemd(parts: list[str]) -> None:
 def test_mergerfs_options_and_order(lab: Manifest) -> None:
     union = lab.mergerfs[0]
     assert S.mergerfs_options(union, network=True) == [
-        "allow_other", "cache.files=off", "dropcacheonclose=true",
+        "allow_other", "cache.files=partial", "dropcacheonclose=true",
         "category.create=mfs", "minfreespace=500G", "_netdev",
     ]
     local = MergerfsUnion(path="/u", branches=["/a", "/b"], nodes=["n"], create_policy="ff",
                           options=["minfreespace=10G", "moveonenospc=true"])
     assert S.mergerfs_options(local, network=False) == [
-        "allow_other", "cache.files=off", "dropcacheonclose=true", "category.create=ff",
+        "allow_other", "cache.files=partial", "dropcacheonclose=true", "category.create=ff",
         "minfreespace=10G", "moveonenospc=true",
     ]
+
+
+@pytest.mark.parametrize(("version", "option"), [
+    ("2.33.5", "cache.files=partial"), ("2.40.2", "cache.files=partial"), ("mergerfs v2.28.0", "cache.files=partial"),
+])
+def test_mergerfs_keeps_shared_mmap_working(version: str, option: str) -> None:
+    """cache.files=off made a read-only shared mmap through the union fail (issue 19 item 14)."""
+    assert S.mergerfs_cache_option(version) == option
+    assert option in S.MERGERFS_BASE_OPTIONS
+    assert "cache.files=off" not in S.MERGERFS_BASE_OPTIONS
+
+
+def test_mergerfs_before_cache_files_is_refused() -> None:
+    with pytest.raises(S.StorageError, match=r"predates cache\.files"):
+        S.mergerfs_cache_option("2.24.2")
+    with pytest.raises(S.StorageError, match="not a mergerfs version"):
+        S.mergerfs_cache_option("unknown")
 
 
 def test_union_requires_the_nfs_mounts_holding_its_branches(lab: Manifest, kit: Any) -> None:
@@ -615,7 +735,7 @@ def test_opensm_node(llm: Manifest, kit: Any) -> None:
     data["networks"]["infiniband"]["subnet_manager"] = "opensm"
     assert S.opensm_node(kit.load(data).manifest) == "head01"
     del data["nodes"][0]["interfaces"]["infiniband"]
-    data["nfs"]["mounts"] = [m for m in data["nfs"]["mounts"] if m.get("proto") != "rdma"]
+    data["nfs"] = {}  # its exports serve the fabric, which head01 is no longer on
     assert S.opensm_node(kit.load(data).manifest) == "gpu01"
 
 
