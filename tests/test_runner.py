@@ -190,7 +190,7 @@ def test_ansible_env(tmp_path: Path) -> None:
     assert env["ANSIBLE_CACHE_PLUGIN_CONNECTION"] == str(sd.facts)
     assert env["ANSIBLE_PIPELINING"] == "True"
     assert env["ANSIBLE_HOST_KEY_CHECKING"] == "True"
-    assert f"UserKnownHostsFile={sd.known_hosts}" in env["ANSIBLE_SSH_ARGS"]
+    assert f"UserKnownHostsFile=\"{sd.known_hosts}\"" in env["ANSIBLE_SSH_ARGS"]
     assert "StrictHostKeyChecking=accept-new" in env["ANSIBLE_SSH_ARGS"]
     assert "ControlPersist" in env["ANSIBLE_SSH_ARGS"]
     if "PATH" in env:
@@ -223,7 +223,7 @@ def test_declared_and_known_secrets(kit: Any, tmp_path: Path, monkeypatch: pytes
 
 
 def _result(hosts: list[str], failed: tuple[str, ...] = (), rc: int | None = None) -> RunResult:
-    progress = {h: HostProgress(h, failed=1 if h in failed else 0, changed=2) for h in hosts}
+    progress = {h: HostProgress(h, failed=1 if h in failed else 0, changed=2, events=3) for h in hosts}
     return RunResult(
         rc if rc is not None else (2 if failed else 0), "failed" if failed else "successful", progress, Path("/x")
     )
@@ -356,10 +356,14 @@ def test_tracker_elapsed_time_and_retries_per_host() -> None:
 
 
 def test_strategy_env_linear_and_mitogen() -> None:
-    assert strategy_env("linear") == {"ANSIBLE_STRATEGY": "linear"}
+    linear = strategy_env("linear")
+    assert linear["ANSIBLE_STRATEGY"] == "provision" and linear["PROVISION_STRATEGY_BASE"] == "linear"
+    assert (Path(linear["ANSIBLE_STRATEGY_PLUGINS"]) / "provision.py").is_file()
     env = strategy_env("mitogen")
-    assert env["ANSIBLE_STRATEGY"] == "mitogen_linear" and env["ANSIBLE_TIMEOUT"] == "90"
-    assert (Path(env["ANSIBLE_STRATEGY_PLUGINS"]) / "mitogen_linear.py").is_file()
+    assert env["ANSIBLE_STRATEGY"] == "provision" and env["PROVISION_STRATEGY_BASE"] == "mitogen_linear"
+    assert env["ANSIBLE_TIMEOUT"] == "90"
+    ours, mitogen = env["ANSIBLE_STRATEGY_PLUGINS"].split(os.pathsep)
+    assert (Path(ours) / "provision.py").is_file() and (Path(mitogen) / "mitogen_linear.py").is_file()
     with pytest.raises(ProvisionError, match="unknown strategy 'fast'"):
         strategy_env("fast")
 
@@ -375,7 +379,7 @@ dest = args[-2]
 if "10.0.0.9" in dest:
     print("ssh: connect to host 10.0.0.9 port 22: No route to host", file=sys.stderr)
     sys.exit(255)
-known = pathlib.Path(opts["UserKnownHostsFile"])
+known = pathlib.Path(opts["UserKnownHostsFile"].strip('"'))
 host = dest.split("@")[1]
 port = args[args.index("-p") + 1]
 entry = host if port == "22" else f"[{host}]:{port}"
@@ -412,4 +416,4 @@ def test_mitogen_runs_without_ssh_multiplexing(tmp_path: Path) -> None:
     mitogen = ansible_env(sd, tmp_path, 3, strategy="mitogen")["ANSIBLE_SSH_ARGS"]
     assert "ControlMaster=auto" in linear and "ControlPersist=120s" in linear
     assert "ControlMaster=no" in mitogen and "ControlPersist" not in mitogen
-    assert f"UserKnownHostsFile={sd.known_hosts}" in mitogen
+    assert f"UserKnownHostsFile=\"{sd.known_hosts}\"" in mitogen
