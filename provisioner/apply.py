@@ -262,8 +262,8 @@ def finish_record(record: RunRecord, result: RunResult, run_hosts: list[str]) ->
     if result.interrupted is not None:
         record.result = "interrupted"
         record.note = f"interrupted by {Interrupted(result.interrupted).signal_name}"
-        record.stopped_at = {h: f"{p.play}: {p.task}" for h, p in result.hosts.items()
-                             if record.results.get(h) == "interrupted" and p.task}
+        record.stopped_at = {h: f"{p.play}: {p.task}" + ("" if p.task_started is None else " (running)")
+                             for h, p in result.hosts.items() if record.results.get(h) == "interrupted"}
 
 
 def new_run_id(suffix: str = "") -> str:

@@ -283,12 +283,12 @@ class RunResult:
         return sorted(h for h, p in self.hosts.items() if p.status != "ok")
 
     def result_of(self, host: str) -> str:
-        """What actually ran on ``host``: ok, failed, unreachable, not run (nothing ran there),
-        interrupted (the run was stopped before its end)."""
+        """What actually ran on ``host``: ok, failed, unreachable, not run (no task started
+        there), interrupted (a task had started there when the run stopped before its end)."""
         p = self.hosts.get(host)
         if p is not None and p.status != "ok":
             return p.status
-        if p is None or p.events == 0:
+        if p is None or (p.events == 0 and not p.task):
             return "not run"
         if not self.finished:
             return "interrupted"
