@@ -323,21 +323,24 @@ def apply(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Console)
         state.save(st)
         try:
             install_failed = install_phase(loaded, state, st, installs.wipe, opts, console, signals)
-        except Interrupted as exc:
-            record.finished, record.result, record.note = now(), "interrupted", str(exc)
-            state.save(st)
-            raise
-        if install_failed:  # nodes that did not install cannot be configured in this run
-            run_hosts = [n for n in run_hosts if n not in install_failed]
-            if not run_hosts:
-                record.finished, record.result = now(), "failed"
-                record.results = dict.fromkeys(install_failed, "install failed")
+            if install_failed:  # nodes that did not install cannot be configured in this run
+                run_hosts = [n for n in run_hosts if n not in install_failed]
+                if not run_hosts:
+                    record.finished, record.result = now(), "failed"
+                    record.results = dict.fromkeys(install_failed, "install failed")
+                    state.save(st)
+                    console.print(f"no node left to configure; failed installs: {', '.join(install_failed)}",
+                                  style="red", highlight=False)
+                    return 1
+                plan = compute(m, st, plays, limit=run_hosts, full=opts.full)
+            return configure(loaded, state, st, plan, record, run_hosts, opts, console, signals, install_failed)
+        except BaseException as exc:  # whatever ended the run, it is recorded, never left "running"
+            if record.result == "running":
+                record.finished = now()
+                record.result = "interrupted" if isinstance(exc, Interrupted) else "failed"
+                record.note = str(exc) or type(exc).__name__
                 state.save(st)
-                console.print(f"no node left to configure; failed installs: {', '.join(install_failed)}",
-                              style="red", highlight=False)
-                return 1
-            plan = compute(m, st, plays, limit=run_hosts, full=opts.full)
-        return configure(loaded, state, st, plan, record, run_hosts, opts, console, signals, install_failed)
+            raise
 
 
 def configure(loaded: Loaded, state: StateDir, st: State, plan: Plan, record: RunRecord, run_hosts: list[str],
@@ -374,10 +377,11 @@ def summarize(console: Console, what: str, result: RunResult, run_hosts: list[st
     outcomes = [result.result_of(h) for h in run_hosts]
     counts = {word: outcomes.count(word) for word in ("ok", "failed", "unreachable", "not run") if word in outcomes}
     total_changed = sum(p.changed for p in result.hosts.values())
+    log = f"log: {result.log}" if result.status != "skipped" else "Ansible did not run: no node was reachable"
     console.print(
         f"{what} finished: {counts.get('ok', 0)} ok, {counts.get('failed', 0) + counts.get('unreachable', 0)} failed"
         + (f", {counts['not run']} not run" if counts.get("not run") else "")
-        + f", {total_changed} {'would change' if what == 'check' else 'changed'} (log: {result.log})",
+        + f", {total_changed} {'would change' if what == 'check' else 'changed'} ({log})",
         highlight=False, markup=False,
     )
     bad = [h for h, o in zip(run_hosts, outcomes, strict=True) if o != "ok"]

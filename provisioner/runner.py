@@ -495,6 +495,7 @@ def run_playbook(
         return bool(stopped)
 
     leftovers: list[int] = []
+    earlier = set(proctree.descendants())  # not this run's: never stopped here
     with scrubbed_environ(secret_env_names(secret_names or set())), proctree.subreaper():
         result = ansible_runner.run(
             private_data_dir=str(private),
@@ -517,7 +518,7 @@ def run_playbook(
         if stopped:
             # ansible-runner killed ansible-playbook's process group; its workers run in
             # sessions of their own and are ours now (subreaper): stop them and wait
-            leftovers = proctree.stop_tree()
+            leftovers = proctree.stop_tree(keep=lambda pid: pid in earlier)
     stats = result.stats or {}
     for host in stats.get("dark", {}) or {}:
         tracker._host(host).unreachable = True

@@ -579,3 +579,63 @@ def test_bmc_yes_skips_the_question_and_status_needs_none(capsys: Capsys, exampl
     monkeypatch.setattr(bmc_cmd, "bmc_status", lambda nodes: [BmcRow(n.name, "ipmi", "x", True) for n in nodes])
     code, _, _ = run(capsys, "bmc", str(example), "status", "--limit", "gpu03")
     assert code == 0
+
+
+def test_apply_check_shows_the_diff_per_node_and_the_log(
+    capsys: Capsys, example: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Item 14: --check passed --diff but no diff was shown (it sat in the artifacts)."""
+    monkeypatch.setattr(apply_mod, "PREPARE_HOOKS", [])
+    monkeypatch.setattr(apply_mod, "unreachable_now", lambda loaded, names: {})
+
+    def checking(**kwargs: Any) -> RunResult:
+        tracker: Tracker = kwargs["tracker"]
+        tracker.handle({"event": "runner_on_ok", "event_data": {
+            "host": "gpu02", "task": "common : Render /etc/hosts",
+            "res": {"changed": True, "diff": {"before": "a\n", "after": "a\nb\n", "before_header": "/etc/hosts",
+                                              "after_header": "/etc/hosts"}}}})
+        for host in kwargs["hosts"]:
+            tracker.handle({"event": "runner_on_ok", "event_data": {"host": host, "res": {}}})
+        return RunResult(0, "successful", tracker.hosts, kwargs["state"].runs / kwargs["run_id"] / "artifacts")
+
+    monkeypatch.setattr(apply_mod, "run_playbook", checking)
+    code, out, err = run(capsys, "apply", str(example), "--check")
+    assert code == 0, err
+    assert "--- gpu02: common : Render /etc/hosts\n--- /etc/hosts\n+++ /etc/hosts\n@@ -1 +1,2 @@\n a\n+b\n" in out
+    assert re.search(r"check finished: 5 ok, 0 failed, 1 would change \(log: /\S+/provision-check-\S+/stdout\)",
+                     out), out
+
+
+def test_a_run_that_ends_in_an_error_is_recorded_failed_not_running(
+    capsys: Capsys, example: Path, monkeypatch: pytest.MonkeyPatch, no_ansible: list[dict[str, Any]]
+) -> None:
+    def broken(**kwargs: Any) -> RunResult:
+        raise common.ProvisionError("ansible-playbook failed (rc 250): ERROR! no such role")
+
+    monkeypatch.setattr(apply_mod, "run_playbook", broken)
+    code, _, err = run(capsys, "apply", str(example), "--yes", "--limit", "gpu01")
+    assert code == 1 and "no such role" in err
+    last = StateDir.beside(example).load().runs[-1]
+    assert (last.result, last.note) == ("failed", "ansible-playbook failed (rc 250): ERROR! no such role")
+    assert last.finished
+
+
+def test_unreachable_nodes_fail_at_once_and_the_others_run(
+    capsys: Capsys, example: Path, monkeypatch: pytest.MonkeyPatch, no_ansible: list[dict[str, Any]]
+) -> None:
+    """Item 13 (and 6): a node that refuses or has no route fails before Ansible starts, in
+    words; the run goes on for the others, limited to them."""
+    monkeypatch.setattr(apply_mod, "unreachable_now",
+                        lambda loaded, names: {"gpu03": "no route to host (10.10.0.23:22)"})
+    code, out, _ = run(capsys, "apply", str(example), "--yes")
+    assert code == 1
+    (call,) = no_ansible
+    assert call["hosts"] == ["head01", "gpu01", "gpu02", "gpu04"] and call["limit"] == call["hosts"]
+    assert "unreachable: no route to host (10.10.0.23:22)" in out
+    nodes = StateDir.beside(example).load().nodes
+    assert nodes["gpu03"].last_result == "unreachable" and nodes["gpu03"].applied_at is None
+    assert nodes["gpu01"].last_result == "ok"
+    monkeypatch.setattr(apply_mod, "unreachable_now", lambda loaded, names: dict.fromkeys(names, "refused"))
+    code, out, _ = run(capsys, "apply", str(example), "--yes")
+    assert code == 1 and len(no_ansible) == 1  # nobody reachable: Ansible is not started
+    assert "Ansible did not run: no node was reachable" in out
