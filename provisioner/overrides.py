@@ -88,7 +88,21 @@ def selected(m: Manifest, key: str) -> list[str]:
 def node_overrides(m: Manifest, node: Node) -> dict[str, Any]:
     """``node``'s resolved role_vars: the most specific key wins (see the module docstring;
     validate refuses ambiguous ones, so the order among equals is only a tie-break)."""
-    out: dict[str, Any] = {}
+    if not m.role_vars:
+        return {}
+    return dict(resolved(m).get(node.name, {}))
+
+
+_LAST: tuple[Manifest, dict[str, dict[str, Any]]] | None = None  # (manifest, its resolution)
+
+
+def resolved(m: Manifest) -> dict[str, dict[str, Any]]:
+    """Every node's role_vars, resolved once per manifest (the plan and the inventory ask
+    per node; selectors over a large cluster are not free)."""
+    global _LAST
+    if _LAST is not None and _LAST[0] is m:
+        return _LAST[1]
+    out: dict[str, dict[str, Any]] = {name: {} for name in m.node_names()}
     for lvl in LEVELS:
         for key, values in m.role_vars.items():
             if level(key) != lvl:
@@ -97,8 +111,9 @@ def node_overrides(m: Manifest, node: Node) -> dict[str, Any]:
                 names = selected(m, key)
             except SelectorError:
                 continue
-            if node.name in names:
-                out.update(values or {})
+            for name in names:
+                out[name].update(values or {})
+    _LAST = (m, out)
     return out
 
 
