@@ -204,6 +204,8 @@ def load_source(source: Source) -> Loaded:
     version = data.get("version")
     if version is None:
         raise ManifestError([source.diag(("version",), "required field is missing; this tool reads version: 1")])
+    if isinstance(version, str) and version.strip() == "1":
+        raise ManifestError([source.diag(("version",), 'a number, not a string: write version: 1 (without quotes)')])
     if version != 1 or isinstance(version, bool):  # True == 1 in Python; `version: yes` is not 1
         raise ManifestError(
             [source.diag(("version",), f"schema version {version!r} is not supported; this tool reads version: 1")]

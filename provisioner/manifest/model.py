@@ -425,6 +425,11 @@ class Node(Strict):
     name: HostPattern
     roles: list[Role] = Field(min_length=1)
     os: OsName = "ubuntu-22.04"
+    install: Literal["manual", "pxe"] = Field(
+        default="manual",
+        description="pxe: while its state is new, apply installs the OS over BMC + PXE (wiping "
+        "install_disks); manual: installed by hand, apply only configures it",
+    )
     install_disks: list[str] = Field(default_factory=list, max_length=2)
     interfaces: dict[NetworkName, Interface]
     bmc: Bmc | None = None
@@ -716,6 +721,11 @@ class Manifest(Strict):
     docker: Docker = Field(default_factory=Docker)
     slurm: Slurm = Field(default_factory=Slurm)
     software: Software = Field(default_factory=Software)
+    role_vars: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="role variables the manifest does not generate, per cluster ('all'), role ('@compute') "
+        "or node (names, ranges); checked against each role's meta/argument_specs.yml (provisioner/overrides.py)",
+    )
 
     # ----- helpers over the expanded node list (see provisioner.manifest.load)
     def node(self, name: str) -> Node:

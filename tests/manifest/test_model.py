@@ -172,11 +172,19 @@ def test_version_missing() -> None:
     ]
 
 
-@pytest.mark.parametrize("value", ["2", "'1'", "yes", "true", "[1]", "0"])
+@pytest.mark.parametrize("value", ["2", "'2'", "yes", "true", "[1]", "0"])
 def test_unsupported_versions(value: str) -> None:
     (line,) = formatted(mutate("version: 1", f"version: {value}"))
     assert line.startswith("m.yaml:1:1: version: schema version ")
     assert line.endswith("is not supported; this tool reads version: 1")
+
+
+@pytest.mark.parametrize("value", ["'1'", '"1"', "' 1'"])
+def test_version_as_a_string_says_so(value: str) -> None:
+    """Issue 18: `version: "1"` was refused as "not supported", which reads as wrong."""
+    assert formatted(mutate("version: 1", f"version: {value}")) == [
+        "m.yaml:1:1: version: a number, not a string: write version: 1 (without quotes)"
+    ]
 
 
 def test_version_2_message() -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import glob
 import re
 import shlex
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -119,6 +120,60 @@ def not_installable(m: Manifest, node: Node) -> str | None:
     if not node.install_disks:
         return f"{node.name} lists no install_disks: the installer would have to guess which disk to erase"
     return None
+
+
+@dataclass(frozen=True)
+class InstallResult:
+    node: str
+    ok: bool
+    stage: str  # skipped, config, pxe, bmc, install, ssh, done
+    reason: str
+    host_keys: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    seconds: float = 0.0
+
+
+def plan_installs(
+    m: Manifest, states: Mapping[str, str], reinstall: Iterable[str] = ()
+) -> tuple[list[str], list[InstallResult]]:
+    """Split the manifest's nodes into those to install over PXE and those left alone.
+
+    Installing wipes a node's install disks, so it takes explicit intent per node, never an
+    inference: a node marked ``install: pxe`` whose recorded state (``states``; absent means
+    ``new``) is ``new``, or a node named in ``reinstall``. Every other node is left alone
+    with a ``skipped`` result saying why. A node named in ``reinstall`` that cannot be
+    installed over PXE (the head node, no management MAC, no install disks, no BMC) is a
+    failure (stage ``config``).
+    """
+    again = set(reinstall)
+    unknown = again - set(m.node_names())
+    if unknown:
+        raise KeyError(f"--reinstall names unknown node(s): {', '.join(sorted(unknown))}")
+    targets: list[str] = []
+    left: list[InstallResult] = []
+    for node in m.nodes:
+        state = states.get(node.name, "new")
+        if node.name in again:
+            problem = not_installable(m, node) or (
+                None if node.bmc is not None else f"{node.name} has no bmc section in the manifest")
+            if problem is None:
+                targets.append(node.name)
+            else:
+                left.append(InstallResult(node.name, False, "config", problem))
+        elif node.install == "pxe" and state == "new":
+            targets.append(node.name)  # validate made sure it can be installed
+        elif node.install == "manual":
+            left.append(InstallResult(node.name, True, "skipped",
+                                      f"{node.name} is installed by hand (install: manual); apply configures it"))
+        else:
+            left.append(InstallResult(node.name, True, "skipped",
+                                      f"{node.name} is {state}; name it with --reinstall to install it again"))
+    return targets, left
+
+
+def wiped_disks(node: Node) -> str:
+    """What a PXE install of ``node`` erases, in words."""
+    return ", ".join(node.install_disks) if node.install_disks else "its install disks"
 
 
 def require_installable(m: Manifest, node: Node) -> None:

@@ -22,7 +22,8 @@ def check_storage_vars(m: Manifest, src: Source) -> list[Diagnostic]:
         except StorageError as exc:
             if str(exc) not in seen:
                 seen.add(str(exc))
-                out.append(src.diag(node_path(node), f"{node.name}: {exc}"))
+                culprit = m.node(exc.node) if exc.node in m.node_names() else node
+                out.append(src.diag(node_path(culprit), f"{culprit.name}: {exc}"))
     return out
 
 

@@ -41,7 +41,13 @@ NFS_RDMA_PORT = 20049
 
 
 class StorageError(ValueError):
-    """The manifest asks for something the storage logic cannot build."""
+    """The manifest asks for something the storage logic cannot build. ``node`` names the
+    node that has to change, when it is not the one whose variables were being computed
+    (an RDMA mount on a client without InfiniBand, found while rendering the server)."""
+
+    def __init__(self, message: str, node: str | None = None) -> None:
+        super().__init__(message)
+        self.node = node
 
 
 # =========================================================================== ZFS layout
@@ -644,7 +650,8 @@ def mount_proto(m: Manifest, mount: NfsMount, client: Node) -> str:
             raise StorageError(f"mount {mount.path}: proto rdma needs an infiniband network with rdma: true")
         if not both_ib:
             missing = client.name if "infiniband" not in client.interfaces else server.name
-            raise StorageError(f"mount {mount.path}: proto rdma but {missing} has no infiniband interface")
+            raise StorageError(f"mount {mount.path}: proto rdma but {missing} has no infiniband interface",
+                               node=missing)
         return "rdma"
     if mount.proto == "tcp":
         return "tcp"
@@ -664,7 +671,7 @@ def server_address(m: Manifest, export: NfsExport, client: Node, proto: str) -> 
     if proto == "rdma":
         ip = node_network_ip(server, "infiniband")
         if ip is None:
-            raise StorageError(f"export {export.name!r}: {server.name} has no infiniband interface")
+            raise StorageError(f"export {export.name!r}: {server.name} has no infiniband interface", node=server.name)
         return ip
     allowed = [ipaddress.IPv4Network(c) for c in export_clients(m, export)]
     named = export_networks(m, export)
