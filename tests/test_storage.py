@@ -705,8 +705,22 @@ elif tool == "zfs":
         d.setdefault(name, {})[key] = value
         save_props(d)
     elif cmd == "get":
-        for k, v in d.get(name, {}).items():
-            print(f"{k}\t{v}\tlocal")
+        # zfs get [-H] [-p] [-o col,...] PROPS|all NAME: the requested columns, tab-separated
+        opts, it = [], iter(args[1:-1])
+        cols = ["name", "property", "value", "source"]
+        for a in it:
+            if a == "-o":
+                cols = next(it).split(",")
+            elif not a.startswith("-"):
+                opts.append(a)
+        local = d.get(name, {})
+        wanted = list(local) if opts == ["all"] else opts[0].split(",")
+        for k in wanted:
+            if k in local:
+                row = {"name": name, "property": k, "value": local[k], "source": "local"}
+            else:  # a property ZFS knows but nobody set
+                row = {"name": name, "property": k, "value": "-", "source": "default"}
+            print("\t".join(row[c] for c in cols))
     sys.exit(0)
 '''
 
