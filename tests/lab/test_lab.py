@@ -425,7 +425,7 @@ def test_diskless_node_netboots_into_the_installer(lab: Lab) -> None:
     assert lab.pxe_apply is not None
     r = lab.pxe_apply.result(timeout=1600)
     assert machine.error is None, machine.error
-    assert machine.boots and machine.boots[0] == "network", machine.boots
+    assert machine.boots and machine.boots[0] == "network", f"boots: {machine.boots}\n{_recap(r)}"
     # the install cannot finish here: the lab network has no route to a Debian mirror (the
     # installer stops at "Bad archive mirror" after the preseed; the test bed's mirror
     # also lacks some installer packages): apply says so for pxe1 and leaves it 'new'
