@@ -61,7 +61,6 @@ from provisioner.runner import (
     run_playbook,
     scan_for_secrets,
 )
-from provisioner.settings import DEFAULT_STALL_TIMEOUT
 from provisioner.state import RunRecord, State, StateDir, now
 
 TARGETS_GROUP = "provision_targets"
@@ -83,7 +82,9 @@ class ApplyOptions:
     full: bool = False
     reinstall: list[str] = field(default_factory=list)
     install_timeout: float | None = None  # seconds for one node's OS install; None: the default
-    stall_timeout: int = DEFAULT_STALL_TIMEOUT  # seconds one task may take on a node (the stall guard)
+    # seconds any task may take on a node (the stall guard); None: DEFAULT_STALL_TIMEOUT for
+    # tasks without a bound of their own, the roles' own bounds for the rest
+    stall_timeout: int | None = None
     strategy: str = "linear"  # Ansible's execution strategy: linear, or mitogen
     verbosity: int = 0  # -v count: Ansible's own output at that verbosity instead of the live table
 

@@ -84,9 +84,11 @@ def _parser() -> argparse.ArgumentParser:
                          "marked install: pxe in the manifest are installed without it")
     ap.add_argument("--install-timeout", type=float, metavar="SECONDS", default=None,
                     help="give up on a node's OS install after this long (default 5400)")
-    ap.add_argument("--stall-timeout", type=_positive_int, metavar="SECONDS", default=DEFAULT_STALL_TIMEOUT,
-                    help="fail a node whose current task has not finished after this long; the other nodes "
-                         f"go on (default {DEFAULT_STALL_TIMEOUT}; long package and build steps have their own)")
+    ap.add_argument("--stall-timeout", type=_positive_int, metavar="SECONDS", default=None,
+                    help="fail a node whose current task has not finished after this long (every task, also "
+                         "the long package and build steps); the other nodes go on. Default: "
+                         f"{DEFAULT_STALL_TIMEOUT} for tasks without a bound of their own, the roles' own "
+                         "bound (*_package_timeout, ...) for the rest")
     ap.add_argument("--strategy", choices=STRATEGIES, default=os.environ.get("PROVISION_STRATEGY", "linear"),
                     help="Ansible execution strategy: linear (Ansible's own) or mitogen (one persistent Python "
                          "per node: fewer round trips per task); default $PROVISION_STRATEGY or linear")

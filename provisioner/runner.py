@@ -31,7 +31,7 @@ import ansible_runner
 from provisioner import proctree
 from provisioner.content import ansible_paths, project_root
 from provisioner.errors import ProvisionError, errno_text_reason, network_reason
-from provisioner.settings import DEFAULT_STALL_TIMEOUT, STRATEGIES
+from provisioner.settings import DEFAULT_STALL_TIMEOUT, STRATEGIES, TASK_CAP_ENV
 from provisioner.state import StateDir
 
 SECRET_ENV_RE = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN|CREDENTIAL|PRIVATE_KEY|_PASS$)", re.IGNORECASE)
@@ -166,9 +166,12 @@ def ansible_env(
     state: StateDir,
     root: Path,
     node_count: int,
-    stall_timeout: int = DEFAULT_STALL_TIMEOUT,
+    stall_timeout: int | None = None,
     strategy: str = "linear",
 ) -> dict[str, str]:
+    """Ansible's environment for a run. ``stall_timeout``: None bounds the tasks without a
+    ``timeout:`` of their own by DEFAULT_STALL_TIMEOUT (the roles bound the rest); a number
+    bounds every task by it (the ``provision`` strategy caps the tasks' own bounds)."""
     # Ansible's own strategy reuses one SSH connection per node between tasks (ControlMaster);
     # Mitogen keeps its own connection open for the whole run, and an SSH master left from
     # an earlier run to a machine that was since replaced made its connections time out
@@ -211,7 +214,8 @@ def ansible_env(
         "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
         "ANSIBLE_NOCOLOR": "True",
         "ANSIBLE_TIMEOUT": "30",
-        "ANSIBLE_TASK_TIMEOUT": str(stall_timeout),
+        "ANSIBLE_TASK_TIMEOUT": str(stall_timeout or DEFAULT_STALL_TIMEOUT),
+        **({TASK_CAP_ENV: str(stall_timeout)} if stall_timeout else {}),
         **strategy_env(strategy),
     }
 
@@ -473,7 +477,7 @@ def run_playbook(
     check: bool = False,
     tracker: Tracker,
     secret_names: set[str] | None = None,
-    stall_timeout: int = DEFAULT_STALL_TIMEOUT,
+    stall_timeout: int | None = None,
     strategy: str = "linear",
     stop: Callable[[], int | None] | None = None,
     verbosity: int = 0,

@@ -53,6 +53,7 @@ from provisioner.runner import (  # noqa: E402
     strategy_env,
     unreachable_reason,
 )
+from provisioner.settings import TASK_CAP_ENV  # noqa: E402
 from provisioner.state import NodeState, State, StateDir  # noqa: E402
 
 PLAYS = [
@@ -337,9 +338,11 @@ def test_record_result_does_not_settle_heavy_changes_of_non_targets(kit: Any) ->
 def test_stall_guard_is_ansibles_task_timeout() -> None:
     env = ansible_env(StateDir(Path("/tmp/x")), Path("/tmp/root"), 3, stall_timeout=45)
     assert env["ANSIBLE_TASK_TIMEOUT"] == "45"
-    assert ansible_env(StateDir(Path("/tmp/x")), Path("/tmp/root"), 3)["ANSIBLE_TASK_TIMEOUT"] == str(
-        DEFAULT_STALL_TIMEOUT
-    )
+    assert env[TASK_CAP_ENV] == "45"  # given: it caps the roles' own bounds too
+    default = ansible_env(StateDir(Path("/tmp/x")), Path("/tmp/root"), 3)
+    assert default["ANSIBLE_TASK_TIMEOUT"] == str(DEFAULT_STALL_TIMEOUT)
+    assert TASK_CAP_ENV not in default  # not given: the roles' own bounds stand
+
 
 
 def test_tracker_names_the_stalled_task_and_its_bound() -> None:

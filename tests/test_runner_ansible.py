@@ -79,6 +79,32 @@ def test_a_failed_or_unreachable_node_does_not_end_the_others_plays(tmp_path: Pa
     assert "disk on fire" in tracker.hosts["broken"].errors[0]
 
 
+def test_the_stall_cap_bounds_tasks_that_carry_a_larger_timeout_of_their_own(tmp_path: Path) -> None:
+    """Issue 12: `apply --stall-timeout N` bounds every task by N, also a step whose role
+    gives it a larger `timeout:` (the common role's apt steps: 900 s, which a stalled mirror
+    ran into); a smaller bound of the task's own stays, templated per host."""
+    inventory = write(tmp_path / "hosts.yml", {"all": {"hosts": {
+        "large": local(own_bound=600), "small": local(own_bound=1), "none": local()}}})
+    playbook = write(tmp_path / "site.yml", [
+        {"name": "steps with bounds of their own", "hosts": "all", "gather_facts": False, "tasks": [
+            {"name": "Wait for the mirror", "ansible.builtin.command": "sleep 30", "changed_when": False,
+             "timeout": "{{ own_bound | default(omit) }}"}]},
+    ])
+    state = StateDir(tmp_path / "state")
+    state.ensure()
+    hosts = ["large", "small", "none"]
+    tracker = Tracker(hosts)
+    start = time.monotonic()
+    result = run_playbook(state=state, run_id="r1", playbook=playbook, inventory=inventory, hosts=hosts,
+                          tracker=tracker, stall_timeout=4)
+    took = time.monotonic() - start
+    assert {h: result.result_of(h) for h in hosts} == {"large": "failed", "small": "failed", "none": "failed"}
+    assert "Wait for the mirror: stalled: not finished after 4 s" in tracker.hosts["large"].errors[0]
+    assert "stalled: not finished after 1 s" in tracker.hosts["small"].errors[0]
+    assert "stalled: not finished after 4 s" in tracker.hosts["none"].errors[0]
+    assert took < 25, took  # not the 30 s of the sleep, let alone the 600 s of the role's bound
+
+
 def test_a_stopped_run_leaves_no_process_behind(tmp_path: Path) -> None:
     """Issue 18 items 7 and 9: stopping a run (a signal) must end ansible-playbook, its
     workers (each in a session of its own) and what they started, before it returns."""

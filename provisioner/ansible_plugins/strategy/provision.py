@@ -10,6 +10,11 @@ such a play ends as if by ``meta: end_play`` instead: failed hosts stay failed (
 skip them, the recap counts them), and the playbook goes on with its next play for
 everyone else. Plays that stop on purpose (``any_errors_fatal``, ``max_fail_percentage``)
 are left alone.
+
+And the stall guard's cap: with ``PROVISION_TASK_CAP`` set (``provision apply
+--stall-timeout N``), no task runs longer than N seconds on a node, also one whose role
+gives it a larger ``timeout:`` of its own (a package step's 900 s): each task is queued
+with the smaller of its own bound (templated with that host's variables) and N.
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ from typing import Any
 
 from ansible.errors import AnsibleError
 from ansible.plugins.loader import strategy_loader
+from ansible.template import Templar
+
+from provisioner.settings import TASK_CAP_ENV
 
 BASE_ENV = "PROVISION_STRATEGY_BASE"
 BASE_NAME = os.environ.get(BASE_ENV, "linear")
@@ -32,7 +40,34 @@ def whole_batch_failed(batch: list[str], failed: set[str], unreachable: set[str]
     return bool(batch) and all(h in failed or h in unreachable for h in batch)
 
 
+def capped(own: int | None, cap: int | None) -> int | None:
+    """The bound a task runs under: its own, never above the cap (none of its own: the cap)."""
+    if not cap:
+        return own
+    return cap if not own or own > cap else own
+
+
+def task_cap() -> int | None:
+    value = os.environ.get(TASK_CAP_ENV, "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
 class StrategyModule(Base):  # type: ignore[misc]
+    def __init__(self, tqm: Any) -> None:
+        super().__init__(tqm)
+        self._cap = task_cap()
+        self._own_timeouts: dict[str, Any] = {}  # task uuid -> the task's timeout as written
+
+    def _queue_task(self, host: Any, task: Any, task_vars: dict[str, Any], play_context: Any) -> Any:
+        if self._cap:
+            written = self._own_timeouts.setdefault(task._uuid, task.timeout)
+            try:
+                own = Templar(loader=self._loader, variables=task_vars).template(written)
+                task.timeout = capped(int(own) if own else None, self._cap)
+            except Exception:  # the worker reports a bad bound itself, naming its task
+                task.timeout = written
+        return super()._queue_task(host, task, task_vars, play_context)
+
     def run(self, iterator: Any, play_context: Any) -> Any:
         result = super().run(iterator, play_context)
         play = iterator._play
