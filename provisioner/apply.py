@@ -110,7 +110,8 @@ def record_result(
 ) -> None:
     """Fingerprints are recorded only for nodes that finished without failure."""
     m = loaded.manifest
-    heavy_cluster = heavy_cluster_fingerprints(m)
+    cluster = registry.cluster_vars(m)
+    heavy_cluster = heavy_cluster_fingerprints(m, cluster)
     for name in run_hosts:
         ns = st.node(name)
         progress = result.hosts.get(name)
@@ -127,8 +128,9 @@ def record_result(
         ns.lifecycle = "configured"
         ns.applied_at = now()
     if opts.limit is None and not result.failed_hosts and result.rc == 0:
-        st.cluster_fingerprint = cluster_fingerprint(m)
-        for name in [n for n in st.nodes if n not in m.node_names()]:
+        st.cluster_fingerprint = cluster_fingerprint(m, cluster)
+        names = set(m.node_names())
+        for name in [n for n in st.nodes if n not in names]:
             del st.nodes[name]
 
 
