@@ -13,6 +13,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from provisioner.manifest.ranges import contract
+
 if TYPE_CHECKING:  # types only: the plan command must not import paramiko, the BMC drivers, ...
     from provisioner.areas.baremetal.install import InstallResult
     from provisioner.bmc import BmcRow
@@ -22,6 +24,32 @@ if TYPE_CHECKING:  # types only: the plan command must not import paramiko, the 
 STATUS_STYLE = {"new": "green", "changed": "yellow", "unchanged": "dim", "removed": "red"}
 
 
+PlanRow = tuple[str, str, str, str, str]  # node(s), status, lifecycle, changed sections, plays
+
+
+def plan_rows(plan: Plan) -> list[PlanRow]:
+    """One row per run of consecutive nodes that share every other column, named by a range
+    (``gpu[0001-2000]``, as --limit takes it): a 2,000-node plan is a few rows to read, and
+    to render."""
+    rows: list[PlanRow] = []
+    run: list[str] = []
+    last: tuple[str, str, str, str] | None = None
+
+    def close() -> None:
+        if last is not None:
+            rows.extend((name, *last) for name in contract(run))
+
+    for node in plan.nodes:
+        sections = ", ".join(node.sections) if node.status == "changed" else ""
+        cells = (node.status, node.lifecycle, sections, ", ".join(node.plays) if node.plays else "-")
+        if cells != last:
+            close()
+            run, last = [], cells
+        run.append(node.name)
+    close()
+    return rows
+
+
 def plan_table(plan: Plan, title: str) -> Table:
     table = Table(title=title, title_justify="left")
     table.add_column("node")
@@ -29,16 +57,9 @@ def plan_table(plan: Plan, title: str) -> Table:
     table.add_column("lifecycle")
     table.add_column("changed sections")
     table.add_column("plays that will run")
-    for node in plan.nodes:
-        style = STATUS_STYLE.get(node.status, "")
-        sections = ", ".join(node.sections) if node.status == "changed" else ""
-        table.add_row(
-            node.name,
-            f"[{style}]{node.status}[/]",
-            node.lifecycle,
-            sections,
-            ", ".join(node.plays) if node.plays else "-",
-        )
+    for nodes, status, lifecycle, sections, plays in plan_rows(plan):
+        style = STATUS_STYLE.get(status, "")
+        table.add_row(nodes, f"[{style}]{status}[/]", lifecycle, sections, plays)
     return table
 
 
