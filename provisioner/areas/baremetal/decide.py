@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from provisioner.areas.baremetal import yamltext
+from provisioner import yamltext
 from provisioner.manifest.model import AdminUser, Manifest, Node
 
 # The pxe_server role's default web server port (roles/pxe_server/defaults/main.yml:
@@ -290,12 +290,12 @@ def ubuntu_user_data(m: Manifest, node: Node, server: InstallServer) -> str:
     autoinstall["shutdown"] = "reboot"
     header = (f"#cloud-config\n# {node.name}: Ubuntu {node.os.split('-', 1)[1]} autoinstall, rendered by "
               "provisioner from the cluster manifest. Do not edit.\n")
-    body = yamltext.dump({"autoinstall": autoinstall}, width=1000)
+    body = yamltext.safe_dump({"autoinstall": autoinstall}, width=1000)
     return header + body
 
 
 def ubuntu_meta_data(m: Manifest, node: Node) -> str:
-    return yamltext.dump({"instance-id": f"provision-{m.cluster.name}-{node.name}", "local-hostname": node.name})
+    return yamltext.safe_dump({"instance-id": f"provision-{m.cluster.name}-{node.name}", "local-hostname": node.name})
 
 
 # --------------------------------------------------------------------------- debian
