@@ -53,8 +53,6 @@ Tagged = Mapping[type, tuple[str, str | None]]  # a str subclass -> (its tag, it
 
 _resolve: Callable[[type[ScalarNode], str, tuple[bool, bool]], str] = yaml.resolver.Resolver().resolve
 _SCALARS: dict[tuple[str, str, str | None], ScalarEvent] = {}
-# plain str -> its event, once checked: any string, and printable ASCII ones (for safe_dump)
-_STRINGS: dict[bool, dict[str, ScalarEvent]] = {False: {}, True: {}}
 _REMEMBER_MAX = 1 << 16  # distinct scalars remembered (a long-lived process must not grow without bound)
 
 
@@ -77,6 +75,13 @@ def _scalar(value: str, tag: str, style: str | None = None) -> ScalarEvent:
     return event
 
 
+_TRUE, _FALSE, _NULL = _scalar("true", BOOL_TAG), _scalar("false", BOOL_TAG), _scalar("null", NULL_TAG)
+# Scalars met before, by value, so that a container's loop hands them out without a call:
+# plain str (any string; and printable ASCII ones, for safe_dump) and int.
+_STRINGS: dict[bool, dict[str, ScalarEvent]] = {False: {}, True: {}}
+_INTS: dict[int, ScalarEvent] = {}
+
+
 class _Events:
     """Data -> the events of PyYAML's SafeRepresenter + Serializer (no anchors)."""
 
@@ -84,6 +89,7 @@ class _Events:
         self.sort_keys = sort_keys
         self.ascii_only = ascii_only  # strings must be printable ASCII, keys 1..127 characters
         self.tagged = tagged
+        self.strings = _STRINGS[ascii_only]
         self.seen: set[int] = set()
         self.out: list[Event] = [StreamStartEvent(encoding=None), DocumentStartEvent(explicit=False)]
 
@@ -92,6 +98,18 @@ class _Events:
         self.out += [DocumentEndEvent(explicit=False), StreamEndEvent()]
         return self.out
 
+    def known(self, value: Any) -> ScalarEvent | None:
+        """The event of a scalar met before (inlined in the loops below: a call per scalar
+        is what this module saves)."""
+        kind = type(value)
+        if kind is str:
+            return self.strings.get(value)
+        if kind is int:
+            return _INTS.get(value)
+        if kind is bool:
+            return _TRUE if value else _FALSE
+        return _NULL if value is None else None
+
     def add(self, data: Any, key: bool = False) -> None:
         kind = type(data)
         out = self.out
@@ -99,56 +117,65 @@ class _Events:
             if self.ascii_only and not (data.isascii() and data.isprintable() and (not key or 0 < len(data) < 128)):
                 raise _Unsupported
             scalar = _scalar(data, STR_TAG)
-            known = _STRINGS[self.ascii_only]
-            if len(known) < _REMEMBER_MAX and (not key or not self.ascii_only):  # a key passed one more check
-                known[data] = scalar
+            if len(self.strings) < _REMEMBER_MAX and (not key or not self.ascii_only):  # keys: one more check
+                self.strings[data] = scalar
             out.append(scalar)
-        elif kind is dict or kind is list:
-            if id(data) in self.seen:  # PyYAML would write an anchor and an alias
-                raise _Unsupported
-            self.seen.add(id(data))
-            # strings met before go straight out (most keys, many values): one call less per scalar
-            strings = _STRINGS[self.ascii_only]
+        elif kind is dict:
+            self.enter(data)
+            out.append(MappingStartEvent(None, MAP_TAG, True, flow_style=False))
+            items = list(data.items())
+            if self.sort_keys:
+                with contextlib.suppress(TypeError):  # keys of mixed types: PyYAML keeps the order
+                    items = sorted(items)
+            strings, key_ok = self.strings, not self.ascii_only
             event: ScalarEvent | None
-            if kind is dict:
-                out.append(MappingStartEvent(None, MAP_TAG, True, flow_style=False))
-                items = list(data.items())
-                if self.sort_keys:
-                    with contextlib.suppress(TypeError):  # keys of mixed types: PyYAML keeps the order
-                        items = sorted(items)
-                key_ok = not self.ascii_only
-                for k, v in items:
-                    event = strings.get(k) if type(k) is str and (key_ok or 0 < len(k) < 128) else None
-                    if event is None:
-                        self.add(k, key=True)
-                    else:
-                        out.append(event)
-                    event = strings.get(v) if type(v) is str else None
-                    if event is None:
-                        self.add(v)
-                    else:
-                        out.append(event)
-                out.append(MappingEndEvent())
-            else:
-                out.append(SequenceStartEvent(None, SEQ_TAG, True, flow_style=False))
-                for item in data:
-                    event = strings.get(item) if type(item) is str else None
-                    if event is None:
-                        self.add(item)
-                    else:
-                        out.append(event)
-                out.append(SequenceEndEvent())
-        elif kind is bool:
-            out.append(_scalar("true" if data else "false", BOOL_TAG))
+            for k, v in items:
+                event = strings.get(k) if type(k) is str and (key_ok or 0 < len(k) < 128) else None
+                if event is None:
+                    self.add(k, key=True)
+                else:
+                    out.append(event)
+                kind = type(v)  # as known(v)
+                if kind is str:
+                    event = strings.get(v)
+                elif kind is int:
+                    event = _INTS.get(v)
+                elif kind is bool:
+                    event = _TRUE if v else _FALSE
+                else:
+                    event = _NULL if v is None else None
+                if event is None:
+                    self.add(v)
+                else:
+                    out.append(event)
+            out.append(MappingEndEvent())
+        elif kind is list:
+            self.enter(data)
+            out.append(SequenceStartEvent(None, SEQ_TAG, True, flow_style=False))
+            for item in data:
+                event = self.strings.get(item) if type(item) is str else self.known(item)
+                if event is None:
+                    self.add(item)
+                else:
+                    out.append(event)
+            out.append(SequenceEndEvent())
         elif kind is int:
-            out.append(_scalar(str(data), INT_TAG))
-        elif data is None:
-            out.append(_scalar("null", NULL_TAG))
+            scalar = _scalar(str(data), INT_TAG)
+            if len(_INTS) < _REMEMBER_MAX:
+                _INTS[data] = scalar
+            out.append(scalar)
+        elif kind is bool or data is None:
+            out.append(self.known(data) or _NULL)
         elif kind in self.tagged:
             tag, style = self.tagged[kind]
             out.append(_scalar(str(data), tag, style))
         else:
             raise _Unsupported
+
+    def enter(self, container: dict[Any, Any] | list[Any]) -> None:
+        if id(container) in self.seen:  # PyYAML would write an anchor and an alias
+            raise _Unsupported
+        self.seen.add(id(container))
 
 
 def safe_dump(data: Any, *, width: int | None = None) -> str:
