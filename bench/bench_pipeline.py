@@ -25,6 +25,7 @@ about time, it measures (and exits 0 whether or not a goal is met).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -240,9 +241,9 @@ def stages(sizes: Sequence[int], shapes: Sequence[str], repeat: int) -> list[dic
             rows.append({
                 "shape": shape,
                 "nodes": len(m.nodes),
-                "validate_s": median_time(lambda text=text: load_text(text, "bench.yaml"), repeat),
-                "inventory_s": median_time(lambda m=m: inventory.build(m, source="bench.yaml"), repeat),
-                "plan_s": median_time(lambda m=m: compute(m, State(), plays), repeat),
+                "validate_s": median_time(functools.partial(load_text, text, "bench.yaml"), repeat),
+                "inventory_s": median_time(functools.partial(inventory.build, m, source="bench.yaml"), repeat),
+                "plan_s": median_time(functools.partial(compute, m, State(), plays), repeat),
             })
     return rows
 
