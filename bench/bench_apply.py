@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -253,6 +253,12 @@ class Cluster:
         data = manifest(self.name, self.nodes, self.bed.addresses, self.bed.key)
         self.path.write_text(yaml.safe_dump(data, sort_keys=False))
 
+    def keep(self, folder: Path | None) -> None:
+        """Copy the run artifacts (job events: per-task times) to ``folder``/<strategy>/<cluster>."""
+        if folder is not None:
+            shutil.copytree(self.folder / ".provision" / "runs", folder / self.strategy / self.name,
+                            dirs_exist_ok=True)
+
     def apply(self, *extra: str) -> dict[str, Any]:
         """One timed ``provision apply``: seconds, what it changed, where the time went."""
         argv = [provision_exe(), "apply", str(self.path), "--yes", "--strategy", self.strategy, *extra]
@@ -294,17 +300,18 @@ def bare_install(bed: Testbed, packages: Sequence[str]) -> dict[str, float]:
     return {"warmup_s": round(warm, 2), "bare_apt_s": round(bare, 2)}
 
 
-def one_strategy(bed: Testbed, work: Path, strategy: str, log: list[str]) -> dict[str, Any]:
-    """Every apply figure with one strategy, on fresh containers."""
+def one_strategy(bed: Testbed, work: Path, strategy: str, out: dict[str, Any],
+                 on_result: Callable[[], None] | None = None, keep: Path | None = None) -> None:
+    """Every apply figure with one strategy, on fresh containers, into ``out``; ``on_result``
+    after each figure; ``keep``: copy each cluster's run artifacts there."""
     tag = "l" if strategy == "linear" else "m"
-    out: dict[str, Any] = {}
 
     def note(key: str, result: dict[str, Any]) -> None:
         out[key] = result
-        line = (f"[{strategy}] {key}: {result['seconds']:.1f} s, {result['changed']} changed, "
-                f"targets {result['targets']}")
-        log.append(line)
-        print(line, flush=True)
+        if on_result is not None:
+            on_result()
+        print(f"[{strategy}] {key}: {result['seconds']:.1f} s, {result['changed']} changed, "
+              f"targets {result['targets']}", flush=True)
 
     # one node, then a second
     small = [f"b{tag}one1", f"b{tag}one2"]
@@ -314,6 +321,7 @@ def one_strategy(bed: Testbed, work: Path, strategy: str, log: list[str]) -> dic
     note("first_converge", one.apply())
     one.write(small)
     note("add_to_1", one.apply())
+    one.keep(keep)
     bed.remove(small)
 
     # the e2e's cluster of 4; then grown to 8; then a ninth node
@@ -328,36 +336,38 @@ def one_strategy(bed: Testbed, work: Path, strategy: str, log: list[str]) -> dic
     note("grow_4_to_8", four.apply())
     four.write(big[:9])
     note("add_to_8", four.apply())
+    four.keep(keep)
     bed.remove(big)
-    return out
 
 
 def figures(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
-    """(figure, measured, goal, verdict) rows."""
+    """(figure, measured, goal, verdict) rows; a figure whose applies failed says so."""
     rows: list[tuple[str, str, str, str]] = []
     bare = result.get("bare_apt_s")
+
+    def verdict(value: float, goal: float) -> str:
+        return "met" if value <= goal else "NOT met"
+
     for strategy, got in result["strategies"].items():
+        seconds = {key: float(v["seconds"]) for key, v in got.items() if isinstance(v, dict)}
+        if "noop_4" in seconds:
+            rows.append((f"{strategy}: no-op re-apply, converged 4 nodes", f"{seconds['noop_4']:.1f} s",
+                         f"<= {GOALS['noop_s']:.0f} s", verdict(seconds["noop_4"], GOALS["noop_s"])))
+        if "full_4" in seconds:
+            rows.append((f"{strategy}: `apply --full`, converged 4 nodes", f"{seconds['full_4']:.1f} s",
+                         f"<= {GOALS['full_s']:.0f} s", verdict(seconds["full_4"], GOALS["full_s"])))
+        if "add_to_1" in seconds and "add_to_8" in seconds:
+            a1, a8 = seconds["add_to_1"], seconds["add_to_8"]
+            rows.append((f"{strategy}: add 1 node to 8 / to 1", f"{a8:.1f} s / {a1:.1f} s = {a8 / a1:.2f} x",
+                         f"<= {GOALS['onboard_ratio']} x", verdict(a8 / a1, GOALS["onboard_ratio"])))
+        if bare and "first_converge" in seconds:
+            first = seconds["first_converge"]
+            rows.append((f"{strategy}: first converge / bare apt-get", f"{first:.1f} s / {bare:.1f} s = "
+                         f"{first / bare:.2f} x", f"<= {GOALS['converge_ratio']} x",
+                         verdict(first / bare, GOALS["converge_ratio"])))
         if "error" in got:
-            rows.append((f"{strategy}: every figure", "failed: " + got["error"][:120], "", "NOT measured"))
-            continue
-
-        def s(key: str, got: dict[str, Any] = got) -> float:
-            return float(got[key]["seconds"])
-
-        noop, full = s("noop_4"), s("full_4")
-        rows.append((f"{strategy}: no-op re-apply, converged 4 nodes", f"{noop:.1f} s", f"<= {GOALS['noop_s']:.0f} s",
-                     "met" if noop <= GOALS["noop_s"] else "NOT met"))
-        rows.append((f"{strategy}: `apply --full`, converged 4 nodes", f"{full:.1f} s", f"<= {GOALS['full_s']:.0f} s",
-                     "met" if full <= GOALS["full_s"] else "NOT met"))
-        a1, a8 = s("add_to_1"), s("add_to_8")
-        ratio = a8 / a1
-        rows.append((f"{strategy}: add 1 node to 8 / to 1", f"{a8:.1f} s / {a1:.1f} s = {ratio:.2f} x",
-                     f"<= {GOALS['onboard_ratio']} x", "met" if ratio <= GOALS["onboard_ratio"] else "NOT met"))
-        if bare:
-            first = s("first_converge")
-            ratio = first / bare
-            rows.append((f"{strategy}: first converge / bare apt-get", f"{first:.1f} s / {bare:.1f} s = {ratio:.2f} x",
-                         f"<= {GOALS['converge_ratio']} x", "met" if ratio <= GOALS["converge_ratio"] else "NOT met"))
+            rows.append((f"{strategy}: the rest", "an apply failed: " + str(got["error"])[:100].replace("|", "/"),
+                         "", "NOT measured"))
     return rows
 
 
@@ -425,13 +435,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--strategies", nargs="+", choices=STRATEGIES, default=list(STRATEGIES))
     parser.add_argument("--json", type=Path, help="write every number to this file")
     parser.add_argument("--doc", type=Path, help="refresh the results block of this Markdown file")
+    parser.add_argument("--keep-runs", type=Path, metavar="DIR", help="copy every run's Ansible artifacts here")
     args = parser.parse_args(argv)
     missing = testbed_missing()
     if missing:
         print(f"bench_apply: {missing}", file=sys.stderr)
         return 2
     result: dict[str, Any] = {"machine": machine(), "packages": role_packages(), "strategies": {}}
-    log: list[str] = []
     failed = False
     with terminated_cleanly(), tempfile.TemporaryDirectory(prefix="bench-apply-") as tmp:
         work = Path(tmp)
@@ -443,12 +453,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             result |= bare_install(bed, result["packages"])
             print(f"bare apt-get install of {len(result['packages'])} packages: {result['bare_apt_s']:.1f} s "
                   f"(warm-up {result['warmup_s']:.1f} s)", flush=True)
+            def save() -> None:  # after every figure: a run stopped half-way keeps what it measured
+                if args.json:
+                    args.json.write_text(json.dumps(result, indent=2) + "\n")
+
             for strategy in args.strategies:
+                got: dict[str, Any] = {}
+                result["strategies"][strategy] = got
                 try:
-                    result["strategies"][strategy] = one_strategy(bed, work, strategy, log)
+                    one_strategy(bed, work, strategy, got, save, args.keep_runs)
                 except BenchError as exc:
                     failed = True
-                    result["strategies"][strategy] = {"error": str(exc)}
+                    got["error"] = str(exc)
                     print(f"[{strategy}] {exc}", file=sys.stderr, flush=True)
                     bed.close()
                     bed.open()
