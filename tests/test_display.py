@@ -19,10 +19,10 @@ def test_runs_of_alike_nodes_share_a_row() -> None:
              _node("gpu2001", "unchanged", ()), _node("gpu2002"), _node("gpu2003")]
     rows = plan_rows(Plan(nodes, True, []))
     assert rows == [
-        ("head01", "new", "new", "", "common, slurm"),
-        ("gpu[0001-2000]", "new", "new", "", "common"),
-        ("gpu2001", "unchanged", "new", "", "-"),
-        ("gpu[2002-2003]", "new", "new", "", "common"),
+        ("head01", "new", "new", "-", "", "common, slurm"),
+        ("gpu[0001-2000]", "new", "new", "-", "", "common"),
+        ("gpu2001", "unchanged", "new", "-", "", "-"),
+        ("gpu[2002-2003]", "new", "new", "-", "", "common"),
     ]
 
 

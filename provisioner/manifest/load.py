@@ -70,8 +70,31 @@ def _unwrap(tp: Any, container: bool) -> Any:
     return tp
 
 
+# What a list section looks like, for a manifest that gives it as a mapping.
+LIST_SECTION_EXAMPLES: dict[tuple[str, ...], str] = {
+    ("mergerfs",): "mergerfs: [{path: /corpus, branches: [/mnt/corpus1, /mnt/corpus2], nodes: ['@compute']}]",
+    ("nodes",): "nodes: [{name: gpu[01-04], roles: [compute], interfaces: {...}, hardware: {...}}]",
+    ("zfs", "pools"): "pools: [{name: tank, node: store1, vdevs: {type: mirror, disks: [...]}}]",
+    ("nfs", "exports"): "exports: [{name: data, node: store1, dataset: tank/data, clients: [data]}]",
+    ("nfs", "mounts"): "mounts: [{export: data, path: /data, nodes: ['@compute']}]",
+    ("slurm", "partitions"): "partitions: [{name: gpu, nodes: ['@compute'], default: true}]",
+    ("cluster", "admin_users"): "admin_users: [{name: alice, ssh_keys: [ssh-ed25519 AAAA... alice@host]}]",
+}
+
+
+def _list_hint(loc: tuple[Any, ...], given: Any) -> str:
+    """For a mapping where a list belongs: say so, and what the section looks like."""
+    example = LIST_SECTION_EXAMPLES.get(tuple(str(p) for p in loc))
+    text = "expected a list, one '- ' item per entry, but got a mapping"
+    if isinstance(given, dict) and ("path" in given or "name" in given or "export" in given):
+        text += " that looks like a single entry: put '- ' before its first key"
+    return text + (f"; the section looks like: {example}" if example else "")
+
+
 def _message(err: Any, loc: tuple[Any, ...]) -> str:
     kind = err["type"]
+    if kind == "list_type" and isinstance(err.get("input"), dict):
+        return _list_hint(loc, err["input"])
     if kind == "extra_forbidden":
         key = str(loc[-1])
         parent = _model_at(Manifest, loc[:-1])
@@ -184,6 +207,8 @@ def load_source(source: Source) -> Loaded:
     version = data.get("version")
     if version is None:
         raise ManifestError([source.diag(("version",), "required field is missing; this tool reads version: 1")])
+    if isinstance(version, str) and version.strip() == "1":
+        raise ManifestError([source.diag(("version",), 'a number, not a string: write version: 1 (without quotes)')])
     if version != 1 or isinstance(version, bool):  # True == 1 in Python; `version: yes` is not 1
         raise ManifestError(
             [source.diag(("version",), f"schema version {version!r} is not supported; this tool reads version: 1")]
