@@ -53,14 +53,14 @@ def cluster_vars(m: Manifest) -> dict[str, Any]:
 @functools.lru_cache(maxsize=256)
 def _gpu_stack(
     os_name: str, model: str, count: int, nvswitch_flag: bool, branch: str, driver_source: str,
-    open_modules: bool | None, cuda_versions: tuple[str, ...], cuda_default: str | None, cuda_source: str,
+    open_modules: bool | None, cuda_versions: tuple[str, ...] | None, cuda_default: str | None, cuda_source: str,
     cudnn: bool, nccl_version: str, nccl_source: str,
 ) -> tuple[tuple[str, Any], ...]:
     """The GPU stack of one combination of OS, GPU and software (pure, so resolved once per
     combination: the nodes of a large cluster share a few)."""
     nvswitch = gpu.has_nvswitch(model, count, nvswitch_flag)
     driver = gpu.resolve_driver(os_name, branch, driver_source, open_modules, nvswitch=nvswitch, gpu_model=model)
-    cuda = gpu.resolve_cuda(os_name, list(cuda_versions), cuda_default, cuda_source, cudnn,
+    cuda = gpu.resolve_cuda(os_name, cuda_versions, cuda_default, cuda_source, cudnn,
                             driver_branch=driver.branch, driver_source=driver.source)
     nccl = gpu.resolve_nccl(os_name, nccl_version, nccl_source, cuda_version=cuda.default)
     return (
@@ -83,7 +83,7 @@ def _gpu_node_vars(m: Manifest, node: Node) -> dict[str, Any]:
     drv = sw.nvidia_driver
     return dict(_gpu_stack(
         node.os, hw.model, hw.count, hw.nvswitch, drv.branch, drv.source, drv.open_kernel_modules,
-        tuple(sw.cuda.versions), sw.cuda.default, sw.cuda.source, sw.cuda.cudnn, sw.nccl.version, sw.nccl.source,
+        None if sw.cuda.versions is None else tuple(sw.cuda.versions), sw.cuda.default, sw.cuda.source, sw.cuda.cudnn, sw.nccl.version, sw.nccl.source,
     ))
 
 

@@ -34,7 +34,7 @@ from provisioner.manifest.model import (
     ZfsPool,
 )
 from provisioner.manifest.ranges import expand_all
-from provisioner.manifest.select import selects
+from provisioner.manifest.select import select_nodes, selects
 
 BY_ID_DIR = "/dev/disk/by-id"
 NETWORK_NAMES: tuple[NetworkName, ...] = ("management", "bmc", "data", "infiniband")
