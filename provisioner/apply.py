@@ -224,7 +224,8 @@ def record_result(
     """Each node's result is what actually ran on it (RunResult.result_of); fingerprints,
     lifecycle and applied_at are recorded only for nodes that finished without failure."""
     m = loaded.manifest
-    heavy_cluster = heavy_cluster_fingerprints(m)
+    cluster = registry.cluster_vars(m)
+    heavy_cluster = heavy_cluster_fingerprints(m, cluster)
     outcomes = {name: result.result_of(name) for name in run_hosts}
     for name in run_hosts:
         ns = st.node(name)
@@ -239,10 +240,11 @@ def record_result(
             ns.fingerprints.update({k: v for k, v in current.items() if k in PASSIVE_SECTIONS})
         ns.lifecycle = "configured"
         ns.applied_at = now()
-    whole = opts.limit is None and set(run_hosts) == set(m.node_names())
+    names = set(m.node_names())
+    whole = opts.limit is None and set(run_hosts) == names
     if whole and result.rc == 0 and all(o == "ok" for o in outcomes.values()):
-        st.cluster_fingerprint = cluster_fingerprint(m)
-        for name in [n for n in st.nodes if n not in m.node_names()]:
+        st.cluster_fingerprint = cluster_fingerprint(m, cluster)
+        for name in [n for n in st.nodes if n not in names]:
             del st.nodes[name]
 
 

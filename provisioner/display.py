@@ -15,6 +15,8 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from provisioner.manifest.ranges import contract
+
 if TYPE_CHECKING:  # types only: the plan command must not import paramiko, the BMC drivers, ...
     from provisioner.areas.baremetal.install import InstallResult
     from provisioner.bmc import BmcRow
@@ -22,6 +24,33 @@ if TYPE_CHECKING:  # types only: the plan command must not import paramiko, the 
     from provisioner.runner import RunResult, Tracker
 
 STATUS_STYLE = {"new": "green", "changed": "yellow", "unchanged": "dim", "removed": "red"}
+
+
+PlanRow = tuple[str, str, str, str, str, str]  # node(s), status, lifecycle, install, changed sections, plays
+
+
+def plan_rows(plan: Plan) -> list[PlanRow]:
+    """One row per run of consecutive nodes that share every other column, named by a range
+    (``gpu[0001-2000]``, as --limit takes it): a 2,000-node plan is a few rows to read, and
+    to render."""
+    rows: list[PlanRow] = []
+    run: list[str] = []
+    last: tuple[str, str, str, str, str] | None = None
+
+    def close() -> None:
+        if last is not None:
+            rows.extend((name, *last) for name in contract(run))
+
+    for node in plan.nodes:
+        sections = ", ".join(node.sections) if node.status == "changed" else ""
+        install = node.install or "-"
+        cells = (node.status, node.lifecycle, install, sections, ", ".join(node.plays) if node.plays else "-")
+        if cells != last:
+            close()
+            run, last = [], cells
+        run.append(node.name)
+    close()
+    return rows
 
 
 def plan_table(plan: Plan, title: str) -> Table:
@@ -33,18 +62,10 @@ def plan_table(plan: Plan, title: str) -> Table:
         table.add_column("install (destructive)")
     table.add_column("changed sections")
     table.add_column("plays that will run")
-    for node in plan.nodes:
-        style = STATUS_STYLE.get(node.status, "")
-        sections = ", ".join(node.sections) if node.status == "changed" else ""
-        install = [escape(node.install) if node.install else "-"] if plan.installs else []
-        table.add_row(
-            escape(node.name),
-            f"[{style}]{node.status}[/]",
-            node.lifecycle,
-            *[f"[bold red]{cell}[/]" if cell != "-" else cell for cell in install],
-            sections,
-            ", ".join(node.plays) if node.plays else "-",
-        )
+    for nodes, status, lifecycle, install, sections, plays in plan_rows(plan):
+        style = STATUS_STYLE.get(status, "")
+        cells = [f"[bold red]{escape(install)}[/]" if install != "-" else install] if plan.installs else []
+        table.add_row(escape(nodes), f"[{style}]{status}[/]", lifecycle, *cells, sections, plays)
     return table
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from provisioner import overrides
+from provisioner import overrides, yamltext
 from provisioner.areas import registry
 from provisioner.areas.slurm import rolevars as slurm_vars
 from provisioner.manifest.model import Manifest, Node
@@ -102,9 +102,8 @@ def literal(data: Any) -> Any:
 
 
 def _dump(data: Any, source: str) -> str:
-    body = yaml.dump(
-        mark_unsafe(data), Dumper=DUMPER, sort_keys=True, default_flow_style=False, width=100, allow_unicode=True
-    )
+    body = yamltext.libyaml_dump(mark_unsafe(data), dumper=DUMPER, sort_keys=True, width=100, allow_unicode=True,
+                                 tagged={Unsafe: ("!unsafe", "|")})
     return HEADER.format(source=source) + "---\n" + body
 
 

@@ -30,10 +30,17 @@ def fingerprint(data: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def heavy_cluster_fingerprints(m: Manifest) -> dict[str, str]:
-    """Per area, the fingerprint of the cluster-wide variables that heavy plays consume."""
+ClusterVars = dict[str, dict[str, Any]]
+
+
+def heavy_cluster_fingerprints(m: Manifest, cluster: ClusterVars | None = None) -> dict[str, str]:
+    """Per area, the fingerprint of the cluster-wide variables that heavy plays consume.
+    ``cluster``: :func:`provisioner.areas.registry.cluster_vars` of ``m``, when the caller has
+    it already (they include every node's install files: worth computing once)."""
+    if cluster is None:
+        cluster = registry.cluster_vars(m)
     return {
-        area.name: fingerprint({k: v for k, v in area.cluster_vars(m).items() if k not in area.light_keys})
+        area.name: fingerprint({k: v for k, v in cluster[area.name].items() if k not in area.light_keys})
         for area in registry.AREAS
     }
 
@@ -66,10 +73,13 @@ PASSIVE_SECTIONS = frozenset({"bmc"})
 OPTIONAL_SECTIONS = frozenset({overrides.SECTION})
 
 
-def cluster_fingerprint(m: Manifest) -> str:
-    """Fingerprint of the cluster-wide files (light plays): /etc/hosts, slurm.conf, exports."""
+def cluster_fingerprint(m: Manifest, cluster: ClusterVars | None = None) -> str:
+    """Fingerprint of the cluster-wide files (light plays): /etc/hosts, slurm.conf, exports.
+    ``cluster`` as in :func:`heavy_cluster_fingerprints`."""
+    if cluster is None:
+        cluster = registry.cluster_vars(m)
     light: dict[str, Any] = {
-        area.name: {k: v for k, v in area.cluster_vars(m).items() if k in area.light_keys}
+        area.name: {k: v for k, v in cluster[area.name].items() if k in area.light_keys}
         for area in registry.AREAS
     }
     if m.role_vars:  # light plays may read them too (only when set: older states stay valid)
@@ -178,7 +188,8 @@ def compute(
     installs = [n for n in installs if limit is None or n in limit]
     node_plans: list[NodePlan] = []
     targets: list[str] = []
-    heavy_cluster = heavy_cluster_fingerprints(m)
+    cluster = registry.cluster_vars(m)
+    heavy_cluster = heavy_cluster_fingerprints(m, cluster)
     for node in m.nodes:
         recorded = state.nodes.get(node.name)
         current = node_sections(m, node, heavy_cluster)
@@ -212,7 +223,7 @@ def compute(
         for label, hosts in play_hosts:
             if plan.name in hosts and label not in plan.plays:
                 plan.plays.append(label)
-    cluster_change = state.cluster_fingerprint != cluster_fingerprint(m)
+    cluster_change = state.cluster_fingerprint != cluster_fingerprint(m, cluster)
     return Plan(node_plans, cluster_change, targets, installs)
 
 

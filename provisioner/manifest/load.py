@@ -148,18 +148,19 @@ class NodeRangeError(RangeError):
         self.path = path
 
 
-def _nth_disk(disk: str, offset: int, count: int, where: PathKey) -> str:
+def _disk_per_node(disk: str, count: int, where: PathKey) -> list[str]:
     """Install disks of a ranged node may be a range too (by-id names carry serials):
-    ``nvme-SSD_S7H[01-04]`` gives the first node S7H01, the second S7H02, ..."""
+    ``nvme-SSD_S7H[01-04]`` gives the first node S7H01, the second S7H02, ... A plain name
+    is every node's. Expanded once per node entry: the list has one disk per node."""
     try:
         items = expand(disk)
     except RangeError as exc:
         raise NodeRangeError(where, str(exc)) from None
     if len(items) == 1:
-        return items[0]
+        return items * count
     if len(items) != count:
         raise NodeRangeError(where, f"install disk range {disk!r} has {len(items)} items for {count} nodes")
-    return items[offset]
+    return items
 
 
 def expand_nodes(nodes: list[Node]) -> list[Node]:
@@ -167,6 +168,8 @@ def expand_nodes(nodes: list[Node]) -> list[Node]:
     out: list[Node] = []
     for index, node in enumerate(nodes):
         names = expand(node.name)
+        per_node = [_disk_per_node(d, len(names), ("nodes", index, "install_disks", i))
+                    for i, d in enumerate(node.install_disks)]
         for offset, name in enumerate(names):
             interfaces: dict[Any, Interface] = {}
             for net, iface in node.interfaces.items():
@@ -179,7 +182,8 @@ def expand_nodes(nodes: list[Node]) -> list[Node]:
                     mac = add_mac(iface.mac, offset) if iface.mac else None
                 except RangeError as exc:
                     raise NodeRangeError((*where, "mac"), f"{node.name}: {exc}") from None
-                interfaces[net] = Interface(ip=ip, mac=mac, interface=iface.interface)
+                # the values are validated already (the entry's, incremented): no second validation
+                interfaces[net] = Interface.model_construct(ip=ip, mac=mac, interface=iface.interface)
             bmc: Bmc | None = node.bmc
             if bmc is not None and offset:
                 where = ("nodes", index, "bmc", "address")
@@ -189,8 +193,7 @@ def expand_nodes(nodes: list[Node]) -> list[Node]:
                     bmc = bmc.model_copy(update={"address": str(add_ip(bmc.ipv4, offset))})
                 except RangeError as exc:
                     raise NodeRangeError(where, f"{node.name}: BMC {exc}") from None
-            disks = [_nth_disk(d, offset, len(names), ("nodes", index, "install_disks", i))
-                     for i, d in enumerate(node.install_disks)]
+            disks = [disks_of_entry[offset] for disks_of_entry in per_node]
             copy = node.model_copy(update={"name": name, "interfaces": interfaces, "bmc": bmc, "install_disks": disks})
             copy._source_index = index
             out.append(copy)

@@ -440,6 +440,40 @@ def test_zfs_scrub_rejects_true() -> None:
     assert lines == ["m.yaml:27:3: zfs.scrub: got True; expected one of 'weekly', 'monthly' or 'off'"]
 
 
+# --------------------------------------------------------------------------- node index
+def test_node_lookups(kit: Any) -> None:
+    m = kit.load(kit.base()).manifest
+    assert m.node("node02") is m.nodes[2]
+    with pytest.raises(KeyError, match="ghost"):
+        m.node("ghost")
+    assert [n.name for n in m.with_role("compute")] == ["node01", "node02"]
+    assert m.with_role("login") == []
+    assert m.role_names("compute") == frozenset({"node01", "node02"})
+    assert m.role_names("login") == frozenset()
+    m.with_role("compute").clear()  # a copy: the index keeps its own
+    assert m.node_names() == ["head01", "node01", "node02"]
+
+
+def test_the_index_follows_the_node_list(kit: Any) -> None:
+    m = kit.load(kit.base()).manifest
+    assert m.node_names() == ["head01", "node01", "node02"]
+    fewer = m.model_copy(update={"nodes": m.nodes[:2]})
+    assert fewer.node_names() == ["head01", "node01"]
+    with pytest.raises(KeyError):
+        fewer.node("node02")
+    m.nodes.append(m.nodes[1].model_copy(update={"name": "node03"}))  # in place: the length tells
+    assert m.node("node03").name == "node03"
+    assert m.role_names("compute") == frozenset({"node01", "node02", "node03"})
+
+
+def test_the_index_is_no_part_of_the_value(kit: Any) -> None:
+    a = kit.load(kit.base()).manifest
+    b = kit.load(kit.base()).manifest
+    a.node("node01")  # builds a's index only
+    assert a == b
+    assert a.model_copy() == b
+
+
 def test_ipoib_connected_mode_needs_the_operator_to_say_the_hcas_run_it(kit: Any) -> None:
     """ConnectX-4 and newer run Enhanced IPoIB, datagram only: connected mode (and the
     large MTU it allows) fails there (issue 19 item 9)."""

@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from provisioner import yamltext
 from provisioner.areas.common.decide import privileged_keys
 from provisioner.manifest.model import AdminUser, Manifest, Node
 
@@ -405,14 +406,12 @@ def ubuntu_user_data(m: Manifest, node: Node, server: InstallServer) -> str:
     autoinstall["shutdown"] = "reboot"
     header = (f"#cloud-config\n# {node.name}: Ubuntu {node.os.split('-', 1)[1]} autoinstall, rendered by "
               "provisioner from the cluster manifest. Do not edit.\n")
-    body = yaml.safe_dump({"autoinstall": autoinstall}, sort_keys=False, default_flow_style=False, width=1000)
+    body = yamltext.safe_dump({"autoinstall": autoinstall}, width=1000)
     return header + body
 
 
 def ubuntu_meta_data(m: Manifest, node: Node) -> str:
-    return yaml.safe_dump(
-        {"instance-id": f"provision-{m.cluster.name}-{node.name}", "local-hostname": node.name}, sort_keys=False
-    )
+    return yamltext.safe_dump({"instance-id": f"provision-{m.cluster.name}-{node.name}", "local-hostname": node.name})
 
 
 # --------------------------------------------------------------------------- debian

@@ -9,11 +9,12 @@ before Ansible runs.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from provisioner.areas.gpu import decide as gpu
 from provisioner.manifest.model import Manifest, Node
-from provisioner.manifest.select import SelectorError, select_nodes
+from provisioner.manifest.select import SelectorError, select_nodes, selects
 
 DEFAULT_PIP_INDEX = "https://pypi.org/simple"
 
@@ -49,35 +50,45 @@ def cluster_vars(m: Manifest) -> dict[str, Any]:
     }
 
 
+@functools.lru_cache(maxsize=256)
+def _gpu_stack(
+    os_name: str, model: str, count: int, nvswitch_flag: bool, branch: str, driver_source: str,
+    open_modules: bool | None, cuda_versions: tuple[str, ...] | None, cuda_default: str | None, cuda_source: str,
+    cudnn: bool, nccl_version: str, nccl_source: str,
+) -> tuple[tuple[str, Any], ...]:
+    """The GPU stack of one combination of OS, GPU and software (pure, so resolved once per
+    combination: the nodes of a large cluster share a few)."""
+    nvswitch = gpu.has_nvswitch(model, count, nvswitch_flag)
+    driver = gpu.resolve_driver(os_name, branch, driver_source, open_modules, nvswitch=nvswitch, gpu_model=model)
+    cuda = gpu.resolve_cuda(os_name, cuda_versions, cuda_default, cuda_source, cudnn,
+                            driver_branch=driver.branch, driver_source=driver.source)
+    nccl = gpu.resolve_nccl(os_name, nccl_version, nccl_source, cuda_version=cuda.default)
+    return (
+        ("nvidia_driver_source", driver.source),
+        ("nvidia_driver_nvswitch", nvswitch),
+        ("nvidia_driver_gpu_count", count),
+        ("cuda_versions", list(cuda.versions)),
+        ("cuda_default", cuda.default),
+        ("cuda_source", cuda.source),
+        ("nccl_source", nccl.source),
+        ("nccl_cuda_version", nccl.cuda_version),
+    )
+
+
 def _gpu_node_vars(m: Manifest, node: Node) -> dict[str, Any]:
     hw = node.hardware.gpu
     if hw is None:
         return {}
     sw = m.software
     drv = sw.nvidia_driver
-    nvswitch = gpu.has_nvswitch(hw.model, hw.count, hw.nvswitch)
-    driver = gpu.resolve_driver(
-        node.os, drv.branch, drv.source, drv.open_kernel_modules, nvswitch=nvswitch, gpu_model=hw.model
-    )
-    cuda = gpu.resolve_cuda(
-        node.os, sw.cuda.versions, sw.cuda.default, sw.cuda.source, sw.cuda.cudnn,
-        driver_branch=driver.branch, driver_source=driver.source,
-    )
-    nccl = gpu.resolve_nccl(node.os, sw.nccl.version, sw.nccl.source, cuda_version=cuda.default)
-    return {
-        "nvidia_driver_source": driver.source,
-        "nvidia_driver_nvswitch": nvswitch,
-        "nvidia_driver_gpu_count": hw.count,
-        "cuda_versions": list(cuda.versions),
-        "cuda_default": cuda.default,
-        "cuda_source": cuda.source,
-        "nccl_source": nccl.source,
-        "nccl_cuda_version": nccl.cuda_version,
-    }
+    return dict(_gpu_stack(
+        node.os, hw.model, hw.count, hw.nvswitch, drv.branch, drv.source, drv.open_kernel_modules,
+        None if sw.cuda.versions is None else tuple(sw.cuda.versions), sw.cuda.default, sw.cuda.source, sw.cuda.cudnn, sw.nccl.version, sw.nccl.source,
+    ))
 
 
 def _docker_node_vars(m: Manifest, node: Node) -> dict[str, Any]:
-    if node.name not in docker_nodes(m):
+    if not (m.docker.enabled and selects(m, m.docker.nodes, node.name)):
         return {}
     plan = gpu.resolve_docker(node.os, m.docker.source)
     runtime = m.docker.nvidia_runtime and node.hardware.gpu is not None

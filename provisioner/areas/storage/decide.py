@@ -15,6 +15,7 @@ filter plugin, so the same code decides in unit tests and on real machines.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import re
@@ -33,7 +34,7 @@ from provisioner.manifest.model import (
     ZfsPool,
 )
 from provisioner.manifest.ranges import expand_all
-from provisioner.manifest.select import select_nodes
+from provisioner.manifest.select import select_nodes, selects
 
 BY_ID_DIR = "/dev/disk/by-id"
 NETWORK_NAMES: tuple[NetworkName, ...] = ("management", "bmc", "data", "infiniband")
@@ -616,7 +617,7 @@ def export_by_name(m: Manifest, name: str) -> NfsExport:
 
 
 def mounts_for(m: Manifest, node: Node) -> list[NfsMount]:
-    return [mnt for mnt in m.nfs.mounts if node.name in select_nodes(m, mnt.nodes)]
+    return [mnt for mnt in m.nfs.mounts if selects(m, mnt.nodes, node.name)]
 
 
 def mounts_of_export(m: Manifest, export: NfsExport) -> list[NfsMount]:
@@ -769,6 +770,7 @@ def nconnect_ignored(m: Manifest, mount: NfsMount) -> str | None:
 _UNIT_SAFE = re.compile(r"[A-Za-z0-9:_.]")
 
 
+@functools.lru_cache(maxsize=1024)  # pure; every node's mount units escape the same few paths
 def systemd_escape_path(path: str) -> str:
     """``systemd-escape --path``: /mnt/corpus1 -> mnt-corpus1, / -> -."""
     parts = [p for p in path.split("/") if p]
@@ -833,7 +835,7 @@ def mergerfs_options(union: MergerfsUnion, network: bool) -> list[str]:
 
 
 def unions_for(m: Manifest, node: Node) -> list[MergerfsUnion]:
-    return [u for u in m.mergerfs if node.name in select_nodes(m, u.nodes)]
+    return [u for u in m.mergerfs if selects(m, u.nodes, node.name)]
 
 
 def union_mount_units(m: Manifest, union: MergerfsUnion, node: Node) -> list[str]:
@@ -855,10 +857,9 @@ def opensm_node(m: Manifest) -> str | None:
     ib = m.networks.infiniband
     if ib is None or ib.subnet_manager != "opensm":
         return None
-    on_fabric = [n for n in m.nodes if "infiniband" in n.interfaces]
-    heads = [n for n in on_fabric if n.has_role("head")]
-    chosen = heads or on_fabric
-    return chosen[0].name if chosen else None
+    heads = [n for n in m.with_role("head") if "infiniband" in n.interfaces]
+    chosen = heads[0] if heads else next((n for n in m.nodes if "infiniband" in n.interfaces), None)
+    return chosen.name if chosen is not None else None
 
 
 def ipoib_config(m: Manifest, node: Node) -> dict[str, Any]:
