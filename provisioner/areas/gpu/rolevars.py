@@ -83,7 +83,8 @@ def _gpu_node_vars(m: Manifest, node: Node) -> dict[str, Any]:
     drv = sw.nvidia_driver
     return dict(_gpu_stack(
         node.os, hw.model, hw.count, hw.nvswitch, drv.branch, drv.source, drv.open_kernel_modules,
-        None if sw.cuda.versions is None else tuple(sw.cuda.versions), sw.cuda.default, sw.cuda.source, sw.cuda.cudnn, sw.nccl.version, sw.nccl.source,
+        None if sw.cuda.versions is None else tuple(sw.cuda.versions), sw.cuda.default, sw.cuda.source,
+        sw.cuda.cudnn, sw.nccl.version, sw.nccl.source,
     ))
 
 
