@@ -1,15 +1,33 @@
-"""`provision apply`: plan, lock, write the inventory, run the playbooks, record state."""
+"""`provision apply`: plan, lock, write the inventory, run the playbooks, record state.
+
+Safe under an operator's mistakes:
+
+* ``--check`` changes nothing on disk or on any machine: it runs against a scratch copy of
+  the state directory in a temporary folder (its log stays there) and holds the lock shared.
+* Installing over PXE wipes disks, so it takes explicit intent per node (``install: pxe``
+  in the manifest while the node is new, or ``--reinstall``), shown in the plan and in the
+  confirmation; a node marked for install that already answers SSH is not wiped.
+* Every secret the run needs (BMC passwords of the nodes to install, the SSH key) is
+  checked before the first change.
+* Ctrl-C, SIGTERM and SIGHUP stop the whole ansible-playbook process tree; the lock is
+  held until it is gone and the run is recorded as interrupted with what finished.
+* A node gets a result only from what actually ran on it (``not run`` otherwise), and one
+  failed node never stops the others' plays (the ``provision`` strategy plugin).
+"""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import os
-import socket
+import shutil
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import yaml
 from rich.console import Console
@@ -19,9 +37,11 @@ from provisioner.areas import registry
 from provisioner.areas.baremetal import install as baremetal
 from provisioner.areas.monitoring import decide as monitoring
 from provisioner.areas.slurm import decide as slurm
+from provisioner.bmc import BmcError, resolve_password
 from provisioner.content import project_root
-from provisioner.display import LiveProgress, install_table, print_plan, recap_table
+from provisioner.display import LiveProgress, install_table, print_diffs, print_plan, recap_table
 from provisioner.errors import ProvisionError
+from provisioner.interrupts import Interrupted, Signals
 from provisioner.manifest.load import Loaded
 from provisioner.plan import (
     PASSIVE_SECTIONS,
@@ -33,17 +53,21 @@ from provisioner.plan import (
     node_sections,
 )
 from provisioner.runner import (
+    Reach,
     RunResult,
     SshTarget,
     Tracker,
     first_contact,
+    probe_ssh,
     run_playbook,
     scan_for_secrets,
 )
-from provisioner.settings import DEFAULT_STALL_TIMEOUT
 from provisioner.state import RunRecord, State, StateDir, now
 
 TARGETS_GROUP = "provision_targets"
+# The probe that keeps a node marked for install from being wiped when it already runs an
+# SSH server: short, since such a node is normally switched off or waiting for PXE.
+INSTALL_PROBE_TIMEOUT = 5.0
 
 # Steps that prepare control-machine material before a run (e.g. the munge key). Each gets
 # the loaded manifest and the state directory; areas declare theirs in the registry.
@@ -59,8 +83,19 @@ class ApplyOptions:
     full: bool = False
     reinstall: list[str] = field(default_factory=list)
     install_timeout: float | None = None  # seconds for one node's OS install; None: the default
-    stall_timeout: int = DEFAULT_STALL_TIMEOUT  # seconds one task may take on a node (the stall guard)
+    # seconds any task may take on a node (the stall guard); None: DEFAULT_STALL_TIMEOUT for
+    # tasks without a bound of their own, the roles' own bounds for the rest
+    stall_timeout: int | None = None
     strategy: str = "linear"  # Ansible's execution strategy: linear, or mitogen
+    verbosity: int = 0  # -v count: Ansible's own output at that verbosity instead of the live table
+
+
+@dataclass
+class Installs:
+    """The PXE installs of a run, after the SSH probe of the nodes marked for one."""
+
+    wipe: list[str] = field(default_factory=list)  # nodes that will be installed (their disks wiped)
+    spared: dict[str, str] = field(default_factory=dict)  # marked for install, but SSH answers: why not
 
 
 def ssh_targets(loaded: Loaded, names: list[str]) -> list[SshTarget]:
@@ -99,29 +134,108 @@ def known_secret_values(loaded: Loaded, state: StateDir) -> list[str]:
     return values
 
 
-def confirm(console: Console, plan: Plan, opts: ApplyOptions) -> None:
-    if opts.yes or opts.check:
+def missing_secrets(loaded: Loaded, installs: list[str]) -> list[str]:
+    """Every secret this run will need that is not there, in words: the BMC password of
+    each node to install, the SSH private key. Checked before the first change."""
+    problems: list[str] = []
+    for name in installs:
+        bmc = loaded.manifest.node(name).bmc
+        if bmc is None:
+            problems.append(f"{name} has no bmc section in the manifest")
+            continue
+        try:
+            resolve_password(name, bmc)
+        except BmcError as exc:
+            problems.append(str(exc))
+    key = loaded.manifest.cluster.ssh.private_key
+    if key is not None:
+        path = Path(key).expanduser()
+        if not path.is_file() or not os.access(path, os.R_OK):
+            problems.append(f"cluster.ssh.private_key {path} is not a readable file")
+    return problems
+
+
+def probe_installs(loaded: Loaded, plan: Plan, opts: ApplyOptions,
+                   probe: Callable[[str, int], Reach] | None = None) -> Installs:
+    """The nodes a run installs over PXE: the plan's installs, less new nodes marked for
+    install that already run an SSH server (a hand-installed machine is never wiped on an
+    inference; ``--reinstall`` is the way to wipe a running one). Probing changes nothing."""
+    m = loaded.manifest
+    port = m.cluster.ssh.port
+
+    def default_probe(address: str, p: int) -> Reach:
+        return probe_ssh(address, p, timeout=INSTALL_PROBE_TIMEOUT, banner_timeout=INSTALL_PROBE_TIMEOUT)
+
+    check = probe or default_probe
+    fresh = [n for n in plan.installs if n not in opts.reinstall]
+    spared: dict[str, str] = {}
+    if fresh:
+        with ThreadPoolExecutor(max_workers=min(32, len(fresh))) as pool:
+            reaches = list(pool.map(lambda n: check(str(m.node(n).ip), port), fresh))
+        for name, reach in zip(fresh, reaches, strict=True):
+            if reach.ok:
+                spared[name] = (f"{name}: marked install: pxe and new, but an SSH server answers at "
+                                f"{m.node(name).ip}:{port} ({reach.banner}): not wiped; apply configures it as "
+                                f"it is (--reinstall {name} wipes it)")
+    return Installs([n for n in plan.installs if n not in spared], spared)
+
+
+def confirm(console: Console, plan: Plan, installs: Installs, opts: ApplyOptions) -> None:
+    """Ask before any change, after showing what is destructive. ``--yes`` skips it; without
+    a terminal it is refused."""
+    for why in installs.spared.values():
+        console.print(why, style="yellow", markup=False, highlight=False)
+    if installs.wipe:
+        node = {n.name: n for n in plan.nodes}
+        console.print("These nodes will be installed over PXE (BMC power cycle); their install disks are WIPED:",
+                      style="bold red", markup=False, highlight=False)
+        for name in installs.wipe:
+            console.print(f"  {name}: {node[name].install}", style="bold red", markup=False, highlight=False)
+    if opts.yes:
         return
     if not sys.stdin.isatty():
+        if installs.wipe:
+            raise ProvisionError(f"refusing to install over PXE (wiping {', '.join(installs.wipe)}) without "
+                                 "confirmation: stdin is not a terminal; pass --yes")
         raise ProvisionError("refusing to apply without confirmation: stdin is not a terminal; pass --yes")
-    answer = console.input("Apply these changes? [y/N] ").strip().lower()
+    if installs.wipe:
+        answer = console.input("Type 'wipe' to install these nodes and apply, anything else stops: ", markup=False)
+        if answer.strip() != "wipe":
+            raise ProvisionError("aborted: nothing was changed")
+        return
+    answer = console.input("Apply these changes? [y/N] ", markup=False).strip().lower()
     if answer not in ("y", "yes"):
         raise ProvisionError("aborted: nothing was changed")
+
+
+def unreachable_now(loaded: Loaded, names: list[str],
+                    probe: Callable[[str, int], Reach] = probe_ssh) -> dict[str, str]:
+    """Nodes that cannot be reached over SSH right now, with the reason: refused, no route
+    or no SSH answer within SSH's own connect timeout. Ansible would spend its connect
+    timeout and retries on each (about 90 s) and then report a broken pipe; this fails them
+    at once, in words."""
+    m = loaded.manifest
+    if not names:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
+        reaches = list(pool.map(lambda n: probe(str(m.node(n).ip), m.cluster.ssh.port), names))
+    return {name: reach.reason for name, reach in zip(names, reaches, strict=True) if not reach.ok}
 
 
 def record_result(
     st: State, loaded: Loaded, plan: Plan, result: RunResult, run_hosts: list[str], opts: ApplyOptions
 ) -> None:
-    """Fingerprints are recorded only for nodes that finished without failure."""
+    """Each node's result is what actually ran on it (RunResult.result_of); fingerprints,
+    lifecycle and applied_at are recorded only for nodes that finished without failure."""
     m = loaded.manifest
-    heavy_cluster = heavy_cluster_fingerprints(m)
+    cluster = registry.cluster_vars(m)
+    heavy_cluster = heavy_cluster_fingerprints(m, cluster)
+    outcomes = {name: result.result_of(name) for name in run_hosts}
     for name in run_hosts:
         ns = st.node(name)
-        progress = result.hosts.get(name)
-        failed = progress is not None and progress.status != "ok"
-        ns.last_result = "failed" if failed else "ok"
+        ns.last_result = outcomes[name]
         ns.last_run = result.artifact_dir.parent.parent.name
-        if failed:
+        if outcomes[name] != "ok":
             continue
         current = node_sections(m, m.node(name), heavy_cluster)
         if name in plan.targets or not ns.fingerprints:
@@ -130,151 +244,268 @@ def record_result(
             ns.fingerprints.update({k: v for k, v in current.items() if k in PASSIVE_SECTIONS})
         ns.lifecycle = "configured"
         ns.applied_at = now()
-    if opts.limit is None and not result.failed_hosts and result.rc == 0:
-        st.cluster_fingerprint = cluster_fingerprint(m)
-        for name in [n for n in st.nodes if n not in m.node_names()]:
+    names = set(m.node_names())
+    whole = opts.limit is None and set(run_hosts) == names
+    if whole and result.rc == 0 and all(o == "ok" for o in outcomes.values()):
+        st.cluster_fingerprint = cluster_fingerprint(m, cluster)
+        for name in [n for n in st.nodes if n not in names]:
             del st.nodes[name]
 
 
+def close_abandoned_runs(st: State) -> None:
+    """Runs still marked running when we hold the lock ended without recording a result
+    (the process was killed): say so instead of 'running' forever."""
+    for run in st.runs:
+        if run.result == "running":
+            run.result = "interrupted"
+            run.note = "the run ended without recording its result (its process was killed)"
+
+
+def finish_record(record: RunRecord, result: RunResult, run_hosts: list[str]) -> None:
+    record.finished = now()
+    record.failed = result.failed_hosts
+    record.changed = {h: p.changed for h, p in result.hosts.items()}
+    record.results = {h: result.result_of(h) for h in run_hosts}
+    if result.interrupted is not None:
+        record.result = "interrupted"
+        record.note = f"interrupted by {Interrupted(result.interrupted).signal_name}"
+        record.stopped_at = {h: f"{p.play}: {p.task}" + ("" if p.task_started is None else " (running)")
+                             for h, p in result.hosts.items() if record.results.get(h) == "interrupted"}
+
+
+def new_run_id(suffix: str = "") -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ") + suffix
+
+
+@contextlib.contextmanager
+def scratch_state(state: StateDir) -> Iterator[StateDir]:
+    """A scratch copy of the state directory for a dry run, in a private temporary folder:
+    known host keys, secrets and the fact cache are copied in (a check may record a new
+    host key or gather facts, never into the real state). On the way out the copies are
+    removed; the run's log and inventory stay for the operator to read."""
+    scratch = StateDir(Path(tempfile.mkdtemp(prefix="provision-check-")))
+    try:
+        scratch.ensure()
+        if state.known_hosts.is_file():
+            shutil.copy2(state.known_hosts, scratch.known_hosts)
+        for src, dst in ((state.secrets, scratch.secrets), (state.facts, scratch.facts)):
+            if src.is_dir():
+                shutil.copytree(src, dst, dirs_exist_ok=True)
+        yield scratch
+    finally:
+        for path in (scratch.secrets, scratch.facts):
+            shutil.rmtree(path, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            scratch.known_hosts.unlink()
+
+
 def apply(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Console) -> int:
+    if opts.check:
+        return dry_run(loaded, state, opts, console)
     m = loaded.manifest
-    root = project_root()
-    site = root / "playbooks" / "site.yml"
+    plays = load_plays(project_root() / "playbooks" / "site.yml")
     state.ensure()
-    with state.lock("apply"):
-        st = state.load()
-        if st.cluster and st.cluster != m.cluster.name:
-            raise ProvisionError(
-                f"{state.root} belongs to cluster {st.cluster!r}, not {m.cluster.name!r}; use --state-dir"
-            )
-        st.cluster = m.cluster.name
-        plan = compute(m, st, load_plays(site), limit=opts.limit, full=opts.full)
+    with state.lock("apply"), Signals() as signals:
+        st = state.load_for(m.cluster.name)
+        close_abandoned_runs(st)
+        plan = compute(m, st, plays, limit=opts.limit, full=opts.full, reinstall=opts.reinstall)
         print_plan(console, plan, m.cluster.name)
-        confirm(console, plan, opts)
+        installs = probe_installs(loaded, plan, opts)
+        problems = missing_secrets(loaded, installs.wipe)
+        if problems:
+            raise ProvisionError("nothing was changed; this run needs secrets that are not there: "
+                                 + "; ".join(problems))
+        confirm(console, plan, installs, opts)
+        st.cluster = m.cluster.name
         for hook in PREPARE_HOOKS:
             hook(loaded, state)
-
         files = inventory.build(m, source=str(loaded.path), state_dir=state.root)
         inventory.write(files, state.inventory)
-        install_failed = install_phase(loaded, state, st, opts, console)
-        if install_failed:
-            # nodes that did not install cannot be configured in this run
-            opts = ApplyOptions(**{**opts.__dict__, "limit": [n for n in (opts.limit or m.node_names())
-                                                              if n not in install_failed]})
-            plan = compute(m, st, load_plays(site), limit=opts.limit, full=opts.full)
-            if not opts.limit:
-                console.print(f"no node left to configure; failed installs: {', '.join(install_failed)}",
-                              style="red", highlight=False)
-                return 1
-        (state.inventory / "targets.yml").write_text(targets_inventory(plan.targets))
 
-        run_id = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        run_id = new_run_id()
         run_hosts = [n for n in m.node_names() if opts.limit is None or n in opts.limit]
-        record = RunRecord(id=run_id, started=now(), command="apply --check" if opts.check else "apply",
-                           limit=list(opts.limit or []), targets=list(plan.targets))
+        record = RunRecord(id=run_id, started=now(), command="apply", limit=list(opts.limit or []),
+                           targets=list(plan.targets))
         st.runs.append(record)
         state.save(st)
+        try:
+            install_failed = install_phase(loaded, state, st, installs.wipe, opts, console, signals)
+            if install_failed:  # nodes that did not install cannot be configured in this run
+                run_hosts = [n for n in run_hosts if n not in install_failed]
+                if not run_hosts:
+                    record.finished, record.result = now(), "failed"
+                    record.results = dict.fromkeys(install_failed, "install failed")
+                    state.save(st)
+                    console.print(f"no node left to configure; failed installs: {', '.join(install_failed)}",
+                                  style="red", highlight=False)
+                    return 1
+                plan = compute(m, st, plays, limit=run_hosts, full=opts.full)
+            return configure(loaded, state, st, plan, record, run_hosts, opts, console, signals, install_failed)
+        except BaseException as exc:  # whatever ended the run, it is recorded, never left "running"
+            if record.result == "running":
+                record.finished = now()
+                record.result = "interrupted" if isinstance(exc, Interrupted) else "failed"
+                record.note = str(exc) or type(exc).__name__
+                state.save(st)
+            raise
 
-        meet_new_nodes(loaded, state, run_hosts, opts)
-        with LiveProgress(console, f"apply {m.cluster.name}") as live:
-            tracker = Tracker(run_hosts, on_change=live.update)
-            result = run_playbook(
-                state=state, run_id=run_id, playbook=site, inventory=state.inventory, hosts=run_hosts,
-                extravars={TARGETS_GROUP: TARGETS_GROUP}, limit=opts.limit, check=opts.check,
-                tracker=tracker, secret_names=declared_secret_envs(loaded),
-                stall_timeout=opts.stall_timeout, strategy=opts.strategy,
-            )
-        console.print(recap_table(result, f"recap (run {run_id})"))
 
-        leaks = scan_for_secrets(state.runs / run_id, known_secret_values(loaded, state))
-        record.finished = now()
-        record.failed = result.failed_hosts
-        record.changed = {h: p.changed for h, p in result.hosts.items()}
-        ok = result.rc == 0 and not result.failed_hosts and not leaks and not install_failed
+def configure(loaded: Loaded, state: StateDir, st: State, plan: Plan, record: RunRecord, run_hosts: list[str],
+              opts: ApplyOptions, console: Console, signals: Signals, install_failed: list[str]) -> int:
+    """Run site.yml on ``run_hosts`` (after the installs) and record what ran where."""
+    m = loaded.manifest
+    result = run_site(loaded, state, plan, record.id, run_hosts, opts, console, signals)
+    leaks = scan_for_secrets(state.runs / record.id, known_secret_values(loaded, state))
+    finish_record(record, result, run_hosts)
+    record.results.update(dict.fromkeys(install_failed, "install failed"))
+    ok = (result.rc == 0 and not result.failed_hosts and not leaks and not install_failed
+          and all(result.result_of(h) == "ok" for h in run_hosts))
+    if result.interrupted is None:
         record.result = "ok" if ok else "failed"
-        if not opts.check:
-            record_result(st, loaded, plan, result, run_hosts, opts)
-        state.save(st)
-        if leaks:
+    record_result(st, loaded, plan, result, run_hosts, opts)
+    state.save(st)  # before any output: after SIGHUP the terminal may be gone
+    if result.interrupted is not None:
+        with contextlib.suppress(OSError):
+            console.print(recap_table(result, f"recap (run {record.id}, interrupted)"))
+        detail = f"recorded as run {record.id}; log: {result.log}"
+        if result.leftovers:
+            detail += f"; processes that would not stop: {', '.join(map(str, result.leftovers))}"
+        raise Interrupted(result.interrupted, detail)
+    console.print(recap_table(result, f"recap (run {record.id})"))
+    if leaks:
+        for path in leaks:
+            path.unlink()
+        raise ProvisionError(f"a secret appeared in {len(leaks)} run artifact file(s); they were deleted")
+    summarize(console, "apply", result, run_hosts, m.cluster.name)
+    return 0 if ok else 1
+
+
+def summarize(console: Console, what: str, result: RunResult, run_hosts: list[str], cluster: str) -> None:
+    outcomes = [result.result_of(h) for h in run_hosts]
+    counts = {word: outcomes.count(word) for word in ("ok", "failed", "unreachable", "not run") if word in outcomes}
+    total_changed = sum(p.changed for p in result.hosts.values())
+    log = f"log: {result.log}" if result.status != "skipped" else "Ansible did not run: no node was reachable"
+    console.print(
+        f"{what} finished: {counts.get('ok', 0)} ok, {counts.get('failed', 0) + counts.get('unreachable', 0)} failed"
+        + (f", {counts['not run']} not run" if counts.get("not run") else "")
+        + f", {total_changed} {'would change' if what == 'check' else 'changed'} ({log})",
+        highlight=False, markup=False,
+    )
+    bad = [h for h, o in zip(run_hosts, outcomes, strict=True) if o != "ok"]
+    if bad:
+        console.print(f"failed nodes: {', '.join(bad)}; re-run apply to continue them", style="red",
+                      highlight=False, markup=False)
+
+
+def run_site(loaded: Loaded, state: StateDir, plan: Plan, run_id: str, run_hosts: list[str], opts: ApplyOptions,
+             console: Console, signals: Signals) -> RunResult:
+    """site.yml on the reachable ``run_hosts``; the unreachable ones fail at once."""
+    m = loaded.manifest
+    (state.inventory / "targets.yml").write_text(targets_inventory(plan.targets))
+    down = unreachable_now(loaded, run_hosts)
+    reachable = [h for h in run_hosts if h not in down]
+    meet_new_nodes(loaded, state, reachable, opts)
+    live_title = f"{'check' if opts.check else 'apply'} {m.cluster.name}"
+    with LiveProgress(console, live_title, enabled=opts.verbosity == 0) as live, signals.deferred():
+        tracker = Tracker(run_hosts, on_change=live.update)
+        for name, reason in down.items():
+            tracker.unreachable(name, reason)
+        if not reachable:
+            artifact = state.runs / run_id / "artifacts" / "artifacts"
+            return RunResult(0, "skipped", tracker.hosts, artifact, finished=True)
+        limit = None if reachable == m.node_names() else reachable
+        return run_playbook(
+            state=state, run_id=run_id, playbook=project_root() / "playbooks" / "site.yml",
+            inventory=state.inventory, hosts=reachable, extravars={TARGETS_GROUP: TARGETS_GROUP}, limit=limit,
+            check=opts.check, tracker=tracker, secret_names=declared_secret_envs(loaded),
+            stall_timeout=opts.stall_timeout, strategy=opts.strategy, stop=lambda: signals.received,
+            verbosity=opts.verbosity,
+        )
+
+
+def dry_run(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Console) -> int:
+    """``apply --check``: Ansible's check mode with --diff against a scratch copy of the
+    state; nothing under the state directory changes, nothing is installed or powered."""
+    m = loaded.manifest
+    plays = load_plays(project_root() / "playbooks" / "site.yml")
+    with state.shared_lock(), Signals() as signals:
+        st = state.load_for(m.cluster.name)
+        plan = compute(m, st, plays, limit=opts.limit, full=opts.full, reinstall=opts.reinstall)
+        print_plan(console, plan, m.cluster.name)
+        installs = probe_installs(loaded, plan, opts)
+        for why in installs.spared.values():
+            console.print(why, style="yellow", markup=False, highlight=False)
+        if installs.wipe:
+            console.print(f"check: would install over PXE, wiping their install disks: {', '.join(installs.wipe)} "
+                          "(not checked: they have no OS to check yet)", style="bold red", markup=False,
+                          highlight=False)
+        for problem in missing_secrets(loaded, installs.wipe):
+            console.print(f"check: apply would stop here: {problem}", style="red", markup=False, highlight=False)
+        run_hosts = [n for n in m.node_names() if (opts.limit is None or n in opts.limit) and n not in installs.wipe]
+        if not run_hosts:
+            console.print(f"check: nothing to check; nothing under {state.root} changed", highlight=False)
+            return 0
+        with scratch_state(state) as scratch:
+            for hook in PREPARE_HOOKS:
+                hook(loaded, scratch)
+            inventory.write(inventory.build(m, source=str(loaded.path), state_dir=scratch.root), scratch.inventory)
+            run_id = new_run_id("-check")
+            result = run_site(loaded, scratch, plan, run_id, run_hosts, opts, console, signals)
+            leaks = scan_for_secrets(scratch.runs / run_id, known_secret_values(loaded, scratch))
             for path in leaks:
                 path.unlink()
+            if result.interrupted is not None:
+                raise Interrupted(result.interrupted, f"nothing under {state.root} changed; log: {result.log}")
+            console.print(recap_table(result, f"check recap (run {run_id})"))
+            print_diffs(console, result, secrets=known_secret_values(loaded, scratch))
+        summarize(console, "check", result, run_hosts, m.cluster.name)
+        console.print(f"dry run: nothing under {state.root} changed (the check's inventory and log are in "
+                      f"{scratch.root})", highlight=False, markup=False)
+        if leaks:
             raise ProvisionError(f"a secret appeared in {len(leaks)} run artifact file(s); they were deleted")
-        total_changed = sum(p.changed for p in result.hosts.values())
-        console.print(
-            f"{'check' if opts.check else 'apply'} finished: {len(run_hosts) - len(result.failed_hosts)} ok, "
-            f"{len(result.failed_hosts)} failed, {total_changed} changed (artifacts: {state.runs / run_id})",
-            highlight=False,
-        )
-        if result.failed_hosts:
-            console.print(f"failed nodes: {', '.join(result.failed_hosts)}; re-run apply to continue them",
-                          style="red", highlight=False)
+        ok = result.rc == 0 and all(result.result_of(h) == "ok" for h in run_hosts)
         return 0 if ok else 1
 
 
-def answers_ssh(address: str, port: int = 22, timeout: float = 3.0) -> bool:
-    try:
-        with socket.create_connection((address, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
 def install_phase(
-    loaded: Loaded, state: StateDir, st: State, opts: ApplyOptions, console: Console
+    loaded: Loaded, state: StateDir, st: State, wipe: list[str], opts: ApplyOptions, console: Console,
+    signals: Signals,
 ) -> list[str]:
-    """Install new nodes (and --reinstall ones) over BMC + PXE before configuring them.
-
-    A ``new`` node that already answers SSH is taken as installed by hand and never
-    wiped: only ``--reinstall NODE`` reinstalls a running machine. Returns failed nodes.
-    """
+    """Install ``wipe`` over BMC + PXE before configuring them (see probe_installs for who is
+    in it). A node's lifecycle becomes ``installed`` only once it was reached over SSH with
+    the host key its installer reported. Returns the nodes whose install failed."""
+    if not wipe:
+        return []
     m = loaded.manifest
-    states = {name: ns.lifecycle for name, ns in st.nodes.items()}
-    try:
-        targets, _skipped = baremetal.plan_installs(m, states, opts.reinstall)
-    except KeyError as exc:
-        raise ProvisionError(str(exc.args[0])) from None
-    if opts.limit is not None:
-        targets = [t for t in targets if t in opts.limit]
-    fresh = [t for t in targets if t not in opts.reinstall]
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        probes = pool.map(lambda n: answers_ssh(str(m.node(n).ip), m.cluster.ssh.port), fresh)
-        alive = dict(zip(fresh, probes, strict=True))
-    for name in [n for n in fresh if alive.get(n)]:
-        console.print(f"{name}: state 'new' but it answers SSH: taken as installed (--reinstall {name} wipes it)",
-                      style="yellow", highlight=False)
-        st.node(name).lifecycle = "installed"
-        targets.remove(name)
-    if not targets:
-        return []
-    if opts.check:
-        console.print(f"check: would install over PXE: {', '.join(targets)}", highlight=False)
-        return []
-    if opts.reinstall and not opts.yes:
-        if not sys.stdin.isatty():
-            raise ProvisionError("--reinstall wipes disks; confirm on a terminal or pass --yes")
-        answer = console.input(f"Reinstall (wipe) {', '.join(opts.reinstall)}? type 'reinstall' to go on: ")
-        if answer.strip() != "reinstall":
-            raise ProvisionError("aborted: nothing was reinstalled")
-    console.print(f"installing over PXE: {', '.join(targets)}", highlight=False)
-    root = project_root()
-    run_id = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ") + "-pxe"
+    console.print(f"installing over PXE: {', '.join(wipe)}", highlight=False, markup=False)
+    run_id = new_run_id("-pxe")
     head = m.head.name
     (state.inventory / "targets.yml").write_text(targets_inventory([head]))
     meet_new_nodes(loaded, state, [head], opts)
-    with LiveProgress(console, "PXE server") as live:
+    with LiveProgress(console, "PXE server", enabled=opts.verbosity == 0) as live, signals.deferred():
         tracker = Tracker([head], on_change=live.update)
         result = run_playbook(
-            state=state, run_id=run_id, playbook=root / "playbooks" / "pxe.yml", inventory=state.inventory,
-            hosts=[head], extravars={TARGETS_GROUP: TARGETS_GROUP, **baremetal.arm_extra_vars(targets)},
+            state=state, run_id=run_id, playbook=project_root() / "playbooks" / "pxe.yml",
+            inventory=state.inventory, hosts=[head],
+            extravars={TARGETS_GROUP: TARGETS_GROUP, **baremetal.arm_extra_vars(wipe)},
             limit=[head], tracker=tracker, secret_names=declared_secret_envs(loaded),
-            stall_timeout=opts.stall_timeout, strategy=opts.strategy,
+            stall_timeout=opts.stall_timeout, strategy=opts.strategy, stop=lambda: signals.received,
+            verbosity=opts.verbosity,
         )
+    if result.interrupted is not None:
+        raise Interrupted(result.interrupted, "while preparing the PXE server; no node was installed")
     if result.failed_hosts:
         console.print(recap_table(result, "PXE server"))
-        raise ProvisionError(f"the PXE server on {head} could not be prepared; no node was installed")
+        raise ProvisionError(f"the PXE server on {head} could not be prepared; no node was installed "
+                             f"(log: {result.log})")
     timeouts = baremetal.Timeouts() if opts.install_timeout is None else baremetal.Timeouts(total=opts.install_timeout)
-    results = baremetal.install_nodes(m, targets, known_hosts=state.known_hosts, timeouts=timeouts)
-    console.print(install_table(results))
+
+    def sleep(seconds: float) -> None:
+        if signals.wait(seconds):
+            raise baremetal.Stopped()
+
+    with signals.deferred():
+        results = baremetal.install_nodes(m, wipe, known_hosts=state.known_hosts, timeouts=timeouts, sleep=sleep)
     failed = []
     for r in results:
         ns = st.node(r.node)
@@ -285,4 +516,7 @@ def install_phase(
             failed.append(r.node)
             ns.last_result = f"install failed at {r.stage}: {r.reason}"
     state.save(st)
+    with contextlib.suppress(OSError):
+        console.print(install_table(results))
+    signals.raise_if_stopped("during the PXE installs; finished installs are recorded")
     return failed

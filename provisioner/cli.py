@@ -73,25 +73,36 @@ def _parser() -> argparse.ArgumentParser:
     ap = add("apply", "make the cluster match the manifest")
     ap.add_argument("--state-dir", type=Path, help="state directory (default: .provision/ beside the manifest)")
     ap.add_argument("--limit", help="only these nodes (names, ranges like gpu[01-04], @role; comma-separated)")
-    ap.add_argument("--check", action="store_true", help="dry run: Ansible check mode, state not updated")
-    ap.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    ap.add_argument("--check", action="store_true",
+                    help="dry run: Ansible check mode with diffs; changes nothing on disk (the state directory "
+                         "included) or on any machine, installs and powers nothing")
+    ap.add_argument("--yes", "-y", action="store_true",
+                    help="do not ask for confirmation (PXE installs listed in the plan included)")
     ap.add_argument("--full", action="store_true", help="run node-local plays on every node (drift repair)")
     ap.add_argument("--reinstall", metavar="NODES",
-                    help="reinstall the OS on these nodes over BMC + PXE (wipes their install disks)")
+                    help="reinstall the OS on these nodes over BMC + PXE (wipes their install disks); new nodes "
+                         "marked install: pxe in the manifest are installed without it")
     ap.add_argument("--install-timeout", type=float, metavar="SECONDS", default=None,
                     help="give up on a node's OS install after this long (default 5400)")
-    ap.add_argument("--stall-timeout", type=_positive_int, metavar="SECONDS", default=DEFAULT_STALL_TIMEOUT,
-                    help="fail a node whose current task has not finished after this long; the other nodes "
-                         f"go on (default {DEFAULT_STALL_TIMEOUT}; long package and build steps have their own)")
+    ap.add_argument("--stall-timeout", type=_positive_int, metavar="SECONDS", default=None,
+                    help="fail a node whose current task has not finished after this long (every task, also "
+                         "the long package and build steps); the other nodes go on. Default: "
+                         f"{DEFAULT_STALL_TIMEOUT} for tasks without a bound of their own, the roles' own "
+                         "bound (*_package_timeout, ...) for the rest")
     ap.add_argument("--strategy", choices=STRATEGIES, default=os.environ.get("PROVISION_STRATEGY", "linear"),
                     help="Ansible execution strategy: linear (Ansible's own) or mitogen (one persistent Python "
                          "per node: fewer round trips per task); default $PROVISION_STRATEGY or linear")
+    ap.add_argument("-v", "--verbose", action="count", default=0,
+                    help="show Ansible's own output (-vv, -vvv: more) instead of the live table; it is also in "
+                         "the run's log")
 
     bmc = add("bmc", "BMC power and boot control over the manifest's nodes")
     bmc.add_argument("action", choices=["status", "on", "off", "cycle", "pxe", "disk"],
                      help="status; power on/off/cycle; next boot (only) from pxe or disk")
     bmc.add_argument("--limit", help="only these nodes (names, ranges like gpu[01-04], @role; comma-separated)")
     bmc.add_argument("--no-wait", action="store_true", help="do not wait for the power state to settle")
+    bmc.add_argument("--yes", "-y", action="store_true",
+                     help="do not ask for confirmation of a power or boot change")
     return p
 
 

@@ -5,13 +5,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
+
+from provisioner.manifest.ranges import contract
 
 if TYPE_CHECKING:  # types only: the plan command must not import paramiko, the BMC drivers, ...
     from provisioner.areas.baremetal.install import InstallResult
@@ -22,23 +26,46 @@ if TYPE_CHECKING:  # types only: the plan command must not import paramiko, the 
 STATUS_STYLE = {"new": "green", "changed": "yellow", "unchanged": "dim", "removed": "red"}
 
 
+PlanRow = tuple[str, str, str, str, str, str]  # node(s), status, lifecycle, install, changed sections, plays
+
+
+def plan_rows(plan: Plan) -> list[PlanRow]:
+    """One row per run of consecutive nodes that share every other column, named by a range
+    (``gpu[0001-2000]``, as --limit takes it): a 2,000-node plan is a few rows to read, and
+    to render."""
+    rows: list[PlanRow] = []
+    run: list[str] = []
+    last: tuple[str, str, str, str, str] | None = None
+
+    def close() -> None:
+        if last is not None:
+            rows.extend((name, *last) for name in contract(run))
+
+    for node in plan.nodes:
+        sections = ", ".join(node.sections) if node.status == "changed" else ""
+        install = node.install or "-"
+        cells = (node.status, node.lifecycle, install, sections, ", ".join(node.plays) if node.plays else "-")
+        if cells != last:
+            close()
+            run, last = [], cells
+        run.append(node.name)
+    close()
+    return rows
+
+
 def plan_table(plan: Plan, title: str) -> Table:
     table = Table(title=title, title_justify="left")
     table.add_column("node")
     table.add_column("status")
     table.add_column("lifecycle")
+    if plan.installs:
+        table.add_column("install (destructive)")
     table.add_column("changed sections")
     table.add_column("plays that will run")
-    for node in plan.nodes:
-        style = STATUS_STYLE.get(node.status, "")
-        sections = ", ".join(node.sections) if node.status == "changed" else ""
-        table.add_row(
-            node.name,
-            f"[{style}]{node.status}[/]",
-            node.lifecycle,
-            sections,
-            ", ".join(node.plays) if node.plays else "-",
-        )
+    for nodes, status, lifecycle, install, sections, plays in plan_rows(plan):
+        style = STATUS_STYLE.get(status, "")
+        cells = [f"[bold red]{escape(install)}[/]" if install != "-" else install] if plan.installs else []
+        table.add_row(escape(nodes), f"[{style}]{status}[/]", lifecycle, *cells, sections, plays)
     return table
 
 
@@ -49,14 +76,18 @@ def print_plan(console: Console, plan: Plan, cluster: str) -> None:
     files = "cluster-wide files change" if plan.cluster_files_change else "cluster-wide files unchanged"
     heavy = ", ".join(plan.targets) if plan.targets else "none"
     console.print(f"{summary}; {files}; node-local plays on: {heavy}", highlight=False)
+    if plan.installs:
+        console.print(f"PXE installs (they wipe the install disks): {', '.join(plan.installs)}",
+                      style="bold red", markup=False, highlight=False)
 
 
 class LiveProgress:
     """A live per-host table while a playbook runs (plain lines when not a terminal)."""
 
-    def __init__(self, console: Console, title: str) -> None:
+    def __init__(self, console: Console, title: str, *, enabled: bool = True) -> None:
         self.console = console
         self.title = title
+        self.enabled = enabled  # off with -v: Ansible's own output goes to the terminal instead
         self.live: Live | None = None
         self._last = 0.0
         self._seen_errors: dict[str, int] = {}
@@ -76,16 +107,19 @@ class LiveProgress:
         return table
 
     def __enter__(self) -> LiveProgress:
-        if self.console.is_terminal:
+        if self.console.is_terminal and self.enabled:
             self.live = Live(console=self.console, refresh_per_second=4, transient=True)
             self.live.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.live is not None:
-            self.live.__exit__(None, None, None)
+            with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
+                self.live.__exit__(None, None, None)
 
     def update(self, tracker: Tracker) -> None:
+        if not self.enabled:
+            return
         if self.live is not None:
             now = time.monotonic()
             if now - self._last > 0.2:
@@ -95,7 +129,8 @@ class LiveProgress:
         for p in tracker.hosts.values():  # not a terminal: print each new failure once
             seen = self._seen_errors.get(p.host, 0)
             for err in p.errors[seen:]:
-                self.console.print(f"{p.host}: FAILED {err}", style="red", markup=False, highlight=False)
+                with contextlib.suppress(OSError):
+                    self.console.print(f"{p.host}: FAILED {err}", style="red", markup=False, highlight=False)
             self._seen_errors[p.host] = len(p.errors)
 
 
@@ -122,15 +157,34 @@ def bmc_table(rows: Sequence[BmcRow], title: str) -> Table:
     return table
 
 
+RESULT_STYLE = {"ok": "green", "not run": "yellow", "interrupted": "yellow"}
+
+
 def recap_table(result: RunResult, title: str) -> Table:
     table = Table(title=title, title_justify="left")
-    for col in ("host", "ok", "changed", "failed", "skipped", "result", "first error"):
+    for col in ("host", "ok", "changed", "failed", "skipped", "time", "result", "first error"):
         table.add_column(col)
     for name in sorted(result.hosts):
         p = result.hosts[name]
-        style = "green" if p.status == "ok" else "red"
+        outcome = result.result_of(name)
+        style = RESULT_STYLE.get(outcome, "red")
         table.add_row(
-            name, str(p.ok), str(p.changed), str(p.failed), str(p.skipped),
-            f"[{style}]{p.status}[/]", p.errors[0] if p.errors else "",
+            escape(name), str(p.ok), str(p.changed), str(p.failed), str(p.skipped), f"{p.busy:.0f}s",
+            f"[{style}]{outcome}[/]", escape(p.errors[0]) if p.errors else "",
         )
     return table
+
+
+def print_diffs(console: Console, result: RunResult, secrets: Sequence[str] = ()) -> None:
+    """What a check run would change, per node and task, as unified diffs (Ansible's
+    --diff). A diff that shows a known secret value is withheld."""
+    needles = [s for s in secrets if len(s) >= 4]
+    for name in sorted(result.hosts):
+        for task, text in result.hosts[name].diffs:
+            if not text.strip():
+                continue
+            console.print(f"--- {name}: {task}", style="bold", markup=False, highlight=False)
+            if any(n in text for n in needles):
+                console.print("(diff withheld: it shows a secret)", markup=False, highlight=False)
+                continue
+            console.print(text.rstrip("\n"), markup=False, highlight=False)

@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from provisioner import overrides, yamltext
 from provisioner.areas import registry
 from provisioner.areas.monitoring import decide as monitoring
 from provisioner.areas.slurm import rolevars as slurm_vars
@@ -92,10 +93,20 @@ def mark_unsafe(data: Any) -> Any:
     return data
 
 
+def literal(data: Any) -> Any:
+    """Copy of ``data`` with every string wrapped in :class:`Unsafe` (no Jinja)."""
+    if isinstance(data, str):
+        return Unsafe(data)
+    if isinstance(data, dict):
+        return {k: literal(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [literal(v) for v in data]
+    return data
+
+
 def _dump(data: Any, source: str) -> str:
-    body = yaml.dump(
-        mark_unsafe(data), Dumper=DUMPER, sort_keys=True, default_flow_style=False, width=100, allow_unicode=True
-    )
+    body = yamltext.libyaml_dump(mark_unsafe(data), dumper=DUMPER, sort_keys=True, width=100, allow_unicode=True,
+                                 tagged={Unsafe: ("!unsafe", "|")})
     return HEADER.format(source=source) + "---\n" + body
 
 
@@ -125,6 +136,8 @@ def build(m: Manifest, *, source: str, state_dir: Path | None = None) -> dict[st
             "provision_node_roles": list(node.roles),
             "provision_node_os": node.os,
             **registry.node_vars(m, node),
+            # the manifest's role_vars: data, never templated by Ansible
+            **{k: literal(v) for k, v in overrides.node_overrides(m, node).items()},
         }
         files[f"host_vars/{node.name}.yml"] = _dump(node_data, source)
     return files

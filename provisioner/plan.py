@@ -14,7 +14,9 @@ from typing import Any, Literal
 
 import yaml
 
+from provisioner import overrides
 from provisioner.areas import registry
+from provisioner.areas.baremetal.decide import plan_installs, wiped_disks
 from provisioner.inventory import groups
 from provisioner.manifest.model import Manifest, Node
 from provisioner.state import State
@@ -28,10 +30,17 @@ def fingerprint(data: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def heavy_cluster_fingerprints(m: Manifest) -> dict[str, str]:
-    """Per area, the fingerprint of the cluster-wide variables that heavy plays consume."""
+ClusterVars = dict[str, dict[str, Any]]
+
+
+def heavy_cluster_fingerprints(m: Manifest, cluster: ClusterVars | None = None) -> dict[str, str]:
+    """Per area, the fingerprint of the cluster-wide variables that heavy plays consume.
+    ``cluster``: :func:`provisioner.areas.registry.cluster_vars` of ``m``, when the caller has
+    it already (they include every node's install files: worth computing once)."""
+    if cluster is None:
+        cluster = registry.cluster_vars(m)
     return {
-        area.name: fingerprint({k: v for k, v in area.cluster_vars(m).items() if k not in area.light_keys})
+        area.name: fingerprint({k: v for k, v in cluster[area.name].items() if k not in area.light_keys})
         for area in registry.AREAS
     }
 
@@ -46,24 +55,35 @@ def node_sections(m: Manifest, node: Node, heavy_cluster: dict[str, str] | None 
     if heavy_cluster is None:
         heavy_cluster = heavy_cluster_fingerprints(m)
     sections: dict[str, str] = {
-        "node": fingerprint(node.model_dump(mode="json", exclude={"bmc"})),
+        # the install intent is no configuration of the node (and older states lack it)
+        "node": fingerprint(node.model_dump(mode="json", exclude={"bmc", "install"})),
         "bmc": fingerprint(node.bmc.model_dump(mode="json") if node.bmc else None),
     }
     for area in registry.AREAS:
         sections[area.name] = fingerprint({"cluster": heavy_cluster[area.name], "node": area.node_vars(m, node)})
+    extra = overrides.node_overrides(m, node)
+    if extra:  # only when set: states recorded before role_vars existed stay unchanged
+        sections[overrides.SECTION] = fingerprint(extra)
     return sections
 
 
 # Sections whose change does not need node-local plays (the BMC matters only to installs).
 PASSIVE_SECTIONS = frozenset({"bmc"})
+# Sections present only when the manifest has something for them: gone counts as changed.
+OPTIONAL_SECTIONS = frozenset({overrides.SECTION})
 
 
-def cluster_fingerprint(m: Manifest) -> str:
-    """Fingerprint of the cluster-wide files (light plays): /etc/hosts, slurm.conf, exports."""
-    light = {
-        area.name: {k: v for k, v in area.cluster_vars(m).items() if k in area.light_keys}
+def cluster_fingerprint(m: Manifest, cluster: ClusterVars | None = None) -> str:
+    """Fingerprint of the cluster-wide files (light plays): /etc/hosts, slurm.conf, exports.
+    ``cluster`` as in :func:`heavy_cluster_fingerprints`."""
+    if cluster is None:
+        cluster = registry.cluster_vars(m)
+    light: dict[str, Any] = {
+        area.name: {k: v for k, v in cluster[area.name].items() if k in area.light_keys}
         for area in registry.AREAS
     }
+    if m.role_vars:  # light plays may read them too (only when set: older states stay valid)
+        light[overrides.SECTION] = {n.name: overrides.node_overrides(m, n) for n in m.nodes}
     return fingerprint(light)
 
 
@@ -92,6 +112,8 @@ class NodePlan:
     lifecycle: str = "new"
     heavy: bool = False
     plays: list[str] = field(default_factory=list)
+    # a PXE install apply will do first (it wipes the node's install disks), in words; "" if none
+    install: str = ""
 
 
 @dataclass
@@ -99,16 +121,18 @@ class Plan:
     nodes: list[NodePlan]
     cluster_files_change: bool
     targets: list[str]
+    installs: list[str] = field(default_factory=list)  # nodes apply installs over PXE (wiping them)
 
     @property
     def has_changes(self) -> bool:
-        return self.cluster_files_change or any(n.status != "unchanged" for n in self.nodes)
+        return self.cluster_files_change or bool(self.installs) or any(n.status != "unchanged" for n in self.nodes)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "has_changes": self.has_changes,
             "cluster_files_change": self.cluster_files_change,
             "targets": self.targets,
+            "installs": self.installs,
             "nodes": [asdict(n) for n in self.nodes],
         }
 
@@ -154,19 +178,26 @@ def compute(
     *,
     limit: list[str] | None = None,
     full: bool = False,
+    reinstall: list[str] | None = None,
 ) -> Plan:
-    """The plan: per node status, heavy targets, and the plays each node will run."""
+    """The plan: per node status, heavy targets, the plays each node will run, and the PXE
+    installs (nodes marked ``install: pxe`` that are new, and ``reinstall``)."""
     names = m.node_names()
+    states = {name: ns.lifecycle for name, ns in state.nodes.items()}
+    installs, _left = plan_installs(m, states, reinstall or [])
+    installs = [n for n in installs if limit is None or n in limit]
     node_plans: list[NodePlan] = []
     targets: list[str] = []
-    heavy_cluster = heavy_cluster_fingerprints(m)
+    cluster = registry.cluster_vars(m)
+    heavy_cluster = heavy_cluster_fingerprints(m, cluster)
     for node in m.nodes:
         recorded = state.nodes.get(node.name)
         current = node_sections(m, node, heavy_cluster)
         if recorded is None or not recorded.fingerprints:
             plan = NodePlan(node.name, "new", sorted(current), recorded.lifecycle if recorded else "new")
         else:
-            changed = sorted(k for k, v in current.items() if recorded.fingerprints.get(k) != v)
+            keys = set(current) | (set(recorded.fingerprints) & OPTIONAL_SECTIONS)
+            changed = sorted(k for k in keys if recorded.fingerprints.get(k) != current.get(k))
             status: Status = "changed" if changed else "unchanged"
             plan = NodePlan(node.name, status, changed, recorded.lifecycle)
         needs_heavy = plan.status == "new" or any(s not in PASSIVE_SECTIONS for s in plan.sections)
@@ -177,6 +208,9 @@ def compute(
         plan.heavy = needs_heavy
         if needs_heavy:
             targets.append(node.name)
+        if node.name in installs:
+            again = "reinstall" if node.name in (reinstall or []) else "install"
+            plan.install = f"PXE {again}: wipes {wiped_disks(node)}"
         node_plans.append(plan)
     for name in sorted(set(state.nodes) - set(names)):
         node_plans.append(NodePlan(name, "removed", [], state.nodes[name].lifecycle))
@@ -189,8 +223,8 @@ def compute(
         for label, hosts in play_hosts:
             if plan.name in hosts and label not in plan.plays:
                 plan.plays.append(label)
-    cluster_change = state.cluster_fingerprint != cluster_fingerprint(m)
-    return Plan(node_plans, cluster_change, targets)
+    cluster_change = state.cluster_fingerprint != cluster_fingerprint(m, cluster)
+    return Plan(node_plans, cluster_change, targets, installs)
 
 
 def load_plays(site: Path) -> list[PlaySpec]:

@@ -10,9 +10,13 @@ or are declared as secrets are removed from the environment ansible-runner recor
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib.util
+import json
 import os
 import re
+import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -24,20 +28,27 @@ from typing import Any
 
 import ansible_runner
 
+from provisioner import proctree
 from provisioner.content import ansible_paths, project_root
-from provisioner.errors import ProvisionError
-from provisioner.settings import DEFAULT_STALL_TIMEOUT, STRATEGIES
+from provisioner.errors import ProvisionError, errno_text_reason, network_reason
+from provisioner.settings import DEFAULT_STALL_TIMEOUT, STRATEGIES, TASK_CAP_ENV
 from provisioner.state import StateDir
 
 SECRET_ENV_RE = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN|CREDENTIAL|PRIVATE_KEY|_PASS$)", re.IGNORECASE)
 MAX_FORKS = 50
+SSH_CONNECT_TIMEOUT = 20  # seconds: OpenSSH's ConnectTimeout for Ansible, and the reachability probe's
+# Our strategy plugin (provisioner/ansible_plugins/strategy/provision.py): a play in which every
+# host failed does not end the playbook for the others.
+STRATEGY_PLUGINS = Path(__file__).resolve().parent / "ansible_plugins" / "strategy"
 
 
 def strategy_env(strategy: str) -> dict[str, str]:
     """Ansible settings for the execution strategy: Ansible's own ``linear``, or Mitogen's
-    ``mitogen_linear`` (one persistent Python per node instead of one per task)."""
+    ``mitogen_linear`` (one persistent Python per node instead of one per task), each run
+    through our ``provision`` strategy (one node's failure never ends the others' plays)."""
     if strategy == "linear":
-        return {"ANSIBLE_STRATEGY": "linear"}
+        return {"ANSIBLE_STRATEGY_PLUGINS": str(STRATEGY_PLUGINS), "ANSIBLE_STRATEGY": "provision",
+                "PROVISION_STRATEGY_BASE": "linear"}
     if strategy != "mitogen":
         raise ProvisionError(f"unknown strategy {strategy!r}; one of {', '.join(STRATEGIES)}")
     # Mitogen's connection timeout (Ansible's `timeout`) covers SSH and starting its Python
@@ -47,7 +58,61 @@ def strategy_env(strategy: str) -> dict[str, str]:
     if spec is None or not spec.submodule_search_locations:
         raise ProvisionError("strategy 'mitogen' needs the mitogen package (pip install mitogen)")
     plugins = Path(next(iter(spec.submodule_search_locations))) / "plugins" / "strategy"
-    return {"ANSIBLE_STRATEGY_PLUGINS": str(plugins), "ANSIBLE_STRATEGY": "mitogen_linear", "ANSIBLE_TIMEOUT": "90"}
+    return {"ANSIBLE_STRATEGY_PLUGINS": f"{STRATEGY_PLUGINS}{os.pathsep}{plugins}", "ANSIBLE_STRATEGY": "provision",
+            "PROVISION_STRATEGY_BASE": "mitogen_linear", "ANSIBLE_TIMEOUT": "90"}
+
+
+def ssh_path_option(name: str, path: Path) -> str:
+    """``Name="path"`` for ``ssh -o``: ssh splits an option's value at blanks, so a path with
+    a space must be in double quotes there (ssh has no escape for a double quote itself)."""
+    text = str(path)
+    if '"' in text or "\n" in text:
+        raise ProvisionError(f"{text}: a path handed to ssh cannot contain a double quote or a line break; "
+                             "move the manifest or choose another --state-dir")
+    return f'{name}="{text}"'
+
+
+@dataclass(frozen=True)
+class Reach:
+    """What a reachability probe of a node's SSH port found."""
+
+    ok: bool
+    reason: str = ""  # words, when not ok: "connection refused", "no route to host", ...
+    banner: str = ""
+
+
+def probe_ssh(address: str, port: int = 22, timeout: float = SSH_CONNECT_TIMEOUT,
+              banner_timeout: float = 10.0) -> Reach:
+    """Is there an SSH server at ``address:port``? Only an SSH identification line
+    (``SSH-2.0-...``) counts: a firewall, a NAT or another service accepting TCP on the port
+    is not one. Never logs in, so it changes nothing anywhere."""
+    where = f"{address}:{port}"
+    try:
+        sock = socket.create_connection((address, port), timeout=timeout)
+    except TimeoutError:
+        return Reach(False, f"no answer from {where} within {timeout:.0f} s")
+    except OSError as exc:
+        return Reach(False, f"{network_reason(exc) or exc.strerror or exc} ({where})")
+    with sock:
+        sock.settimeout(banner_timeout)
+        data = b""
+        try:
+            # RFC 4253 4.2: a server may send other lines before its identification line
+            while len(data) < 4096:
+                chunk = sock.recv(1024)
+                if not chunk:
+                    break
+                data += chunk
+                lines = data.split(b"\n")
+                for line in lines[:-1]:
+                    if line.startswith(b"SSH-"):
+                        return Reach(True, banner=line.decode("ascii", "replace").strip())
+        except TimeoutError:
+            return Reach(False, f"{where} accepts connections but sent no SSH banner within "
+                                f"{banner_timeout:.0f} s: not an SSH server (a firewall, NAT or another service?)")
+        except OSError as exc:
+            return Reach(False, f"{network_reason(exc) or exc.strerror or exc} ({where})")
+    return Reach(False, f"{where} closed the connection without an SSH banner: not an SSH server")
 
 
 @dataclass(frozen=True)
@@ -74,7 +139,7 @@ def first_contact(known_hosts: Path, targets: list[SshTarget], timeout: int = 20
 
     def contact(t: SshTarget) -> str | None:
         cmd = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new",
-               "-o", f"UserKnownHostsFile={known_hosts}", "-o", "HashKnownHosts=no",
+               "-o", ssh_path_option("UserKnownHostsFile", known_hosts), "-o", "HashKnownHosts=no",
                "-o", f"ConnectTimeout={timeout}", "-o", "ControlMaster=no", "-p", str(t.port)]
         if t.private_key:
             cmd += ["-i", t.private_key, "-o", "IdentitiesOnly=yes"]
@@ -101,21 +166,26 @@ def ansible_env(
     state: StateDir,
     root: Path,
     node_count: int,
-    stall_timeout: int = DEFAULT_STALL_TIMEOUT,
+    stall_timeout: int | None = None,
     strategy: str = "linear",
 ) -> dict[str, str]:
+    """Ansible's environment for a run. ``stall_timeout``: None bounds the tasks without a
+    ``timeout:`` of their own by DEFAULT_STALL_TIMEOUT (the roles bound the rest); a number
+    bounds every task by it (the ``provision`` strategy caps the tasks' own bounds)."""
     # Ansible's own strategy reuses one SSH connection per node between tasks (ControlMaster);
     # Mitogen keeps its own connection open for the whole run, and an SSH master left from
     # an earlier run to a machine that was since replaced made its connections time out
     multiplex = ["-o ControlMaster=auto", "-o ControlPersist=120s"] if strategy == "linear" else ["-o ControlMaster=no"]
+    # Ansible splits ANSIBLE_SSH_ARGS like a shell (shlex) and ssh splits an option's value at
+    # blanks: a path is quoted for both (a manifest folder with a space broke every apply)
     ssh_args = " ".join(
         [
             *multiplex,
-            f"-o UserKnownHostsFile={state.known_hosts}",
+            "-o " + shlex.quote(ssh_path_option("UserKnownHostsFile", state.known_hosts)),
             "-o StrictHostKeyChecking=accept-new",
             "-o HashKnownHosts=no",
             "-o ServerAliveInterval=15",
-            "-o ConnectTimeout=20",
+            f"-o ConnectTimeout={SSH_CONNECT_TIMEOUT}",
         ]
     )
     bindir = str(Path(sys.executable).parent)  # ansible-playbook lives beside our python
@@ -144,7 +214,8 @@ def ansible_env(
         "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
         "ANSIBLE_NOCOLOR": "True",
         "ANSIBLE_TIMEOUT": "30",
-        "ANSIBLE_TASK_TIMEOUT": str(stall_timeout),
+        "ANSIBLE_TASK_TIMEOUT": str(stall_timeout or DEFAULT_STALL_TIMEOUT),
+        **({TASK_CAP_ENV: str(stall_timeout)} if stall_timeout else {}),
         **strategy_env(strategy),
     }
 
@@ -173,12 +244,24 @@ class HostProgress:
     unreachable: bool = False
     role: str = ""
     task: str = ""
+    play: str = ""  # the play of the host's last task
     task_started: float | None = None  # time.monotonic() when the current task began here
     attempt: int = 0  # retries of the current task (`until`), 0 before the first retry
     errors: list[str] = field(default_factory=list)
+    events: int = 0  # task results seen for this host: 0 means nothing ran on it
+    first_seen: float | None = None
+    last_seen: float | None = None
+    diffs: list[tuple[str, str]] = field(default_factory=list)  # (task, unified diff) in --check --diff
 
     def elapsed(self, now: float) -> float:
         return 0.0 if self.task_started is None else now - self.task_started
+
+    @property
+    def busy(self) -> float:
+        """Seconds from this host's first task to its last result."""
+        if self.first_seen is None or self.last_seen is None:
+            return 0.0
+        return self.last_seen - self.first_seen
 
     @property
     def status(self) -> str:
@@ -195,10 +278,30 @@ class RunResult:
     status: str
     hosts: dict[str, HostProgress]
     artifact_dir: Path
+    finished: bool = True  # the playbook reached its end (its recap); False when stopped
+    interrupted: int | None = None  # the signal that stopped the run
+    leftovers: list[int] = field(default_factory=list)  # processes that would not stop (pids)
 
     @property
     def failed_hosts(self) -> list[str]:
         return sorted(h for h, p in self.hosts.items() if p.status != "ok")
+
+    def result_of(self, host: str) -> str:
+        """What actually ran on ``host``: ok, failed, unreachable, not run (no task started
+        there), interrupted (a task had started there when the run stopped before its end)."""
+        p = self.hosts.get(host)
+        if p is not None and p.status != "ok":
+            return p.status
+        if p is None or (p.events == 0 and not p.task):
+            return "not run"
+        if not self.finished:
+            return "interrupted"
+        return "ok"
+
+    @property
+    def log(self) -> Path:
+        """ansible-playbook's own output of this run."""
+        return self.artifact_dir / "stdout"
 
 
 class Tracker:
@@ -214,35 +317,68 @@ class Tracker:
         self.play = ""
         self.on_change = on_change
         self.clock = clock
+        self.finished = False  # playbook_on_stats seen: ansible-playbook reached its recap
+        self.pid: int | None = None  # ansible-playbook's process id (from the events)
 
     def _host(self, name: str) -> HostProgress:
         return self.hosts.setdefault(name, HostProgress(name))
+
+    def _result(self, name: str) -> HostProgress:
+        p = self._host(name)
+        p.events += 1
+        p.last_seen = self.clock()
+        if p.first_seen is None:
+            p.first_seen = p.last_seen
+        return p
+
+    def unreachable(self, name: str, reason: str) -> None:
+        """Record a host found unreachable before Ansible ran (the reachability probe)."""
+        p = self._host(name)
+        p.unreachable = True
+        p.errors.append(f"unreachable: {reason}")
+        if self.on_change is not None:
+            self.on_change(self)
 
     def handle(self, event: dict[str, Any]) -> bool:
         kind = event.get("event", "")
         data = event.get("event_data", {}) or {}
         host = data.get("host") or data.get("remote_addr")
+        if self.pid is None and isinstance(event.get("pid"), int):
+            self.pid = event["pid"]
         if kind == "playbook_on_play_start":
             self.play = str(data.get("play", ""))
+        elif kind == "playbook_on_stats":
+            self.finished = True
         elif host and kind == "runner_on_start":
             p = self._host(host)
             p.role = str(data.get("role", "") or "")
             p.task = str(data.get("task", "") or "")
+            p.play = str(data.get("play", "") or self.play)
             p.task_started = self.clock()
             p.attempt = 0
+            if p.first_seen is None:
+                p.first_seen = p.task_started
         elif host and kind == "runner_retry":
             self._host(host).attempt = int((data.get("res") or {}).get("attempts", 0) or 0)
+        elif host and kind == "runner_item_on_ok":
+            res = data.get("res") or {}
+            if res.get("changed") and res.get("diff"):
+                self._host(host).diffs.append((str(data.get("task", "")), render_diff(res["diff"])))
+            return True
         elif host and kind == "runner_on_ok":
-            p = self._host(host)
+            p = self._result(host)
             p.task_started = None
-            if (data.get("res") or {}).get("changed"):
+            res = data.get("res") or {}
+            if res.get("changed"):
                 p.changed += 1
+                if res.get("diff") and not res.get("results"):
+                    p.diffs.append((str(data.get("task", "")), render_diff(res["diff"])))
             else:
                 p.ok += 1
         elif host and kind == "runner_on_skipped":
-            self._host(host).skipped += 1
+            self._result(host).skipped += 1
         elif host and kind == "runner_on_failed" and not data.get("ignore_errors"):
-            p = self._host(host)
+            p = self._result(host)
             p.failed += 1
             p.task_started = None
             res = data.get("res") or {}
@@ -254,10 +390,16 @@ class Tracker:
                                 "variable for a long task)")
             else:
                 p.errors.append(f"{task}: {_failure_message(res)}")
+        elif host and kind == "runner_on_failed":  # ignore_errors: it ran, and the host goes on
+            self._result(host).ok += 1
         elif host and kind == "runner_on_unreachable":
-            p = self._host(host)
+            p = self._result(host)
+            p.task_started = None
             p.unreachable = True
-            p.errors.append(f"unreachable: {_failure_message(data.get('res') or {})}")
+            reason = unreachable_reason(data.get("res") or {})
+            if p.first_seen is not None and p.last_seen is not None and p.busy >= 1:
+                reason += f" (after {p.busy:.0f} s)"
+            p.errors.append(f"unreachable: {reason}")
         else:
             return True
         if self.on_change is not None:
@@ -273,6 +415,56 @@ def _failure_message(res: dict[str, Any]) -> str:
     return text[-1][:300] if text else "failed"
 
 
+_UNREACHABLE_PREFIXES = ("Task failed: ", "Failed to connect to the host via ssh: ")
+
+
+def unreachable_reason(res: dict[str, Any]) -> str:
+    """One short reason for an unreachable host: Ansible's message without its prefixes,
+    repeated sentences once (ssh retries repeat them: ``[Errno 32] Broken pipe. [Errno 32]
+    Broken pipe``), errno numbers in words."""
+    text = str(res.get("msg") or "").strip()
+    for prefix in _UNREACHABLE_PREFIXES:
+        if text.startswith(prefix):
+            text = text[len(prefix):].strip()
+    parts: list[str] = []
+    for part in re.split(r"(?<=[.!])\s+|\r?\n", text):
+        part = part.strip().rstrip(".")
+        if part and part not in parts:
+            parts.append(part)
+    words = [errno_text_reason(part) or part for part in parts]
+    reason = "; ".join(dict.fromkeys(words))
+    return reason[:300] if reason else "the host could not be reached over SSH"
+
+
+def _lines(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return value.splitlines(keepends=True)
+    if isinstance(value, dict):
+        return [f"{k}: {json.dumps(v, default=str)}\n" for k, v in sorted(value.items())]
+    return [] if value is None else [f"{value}\n"]
+
+
+def render_diff(diff: Any) -> str:
+    """Ansible's ``diff`` result (one entry or a list; before/after texts or a prepared
+    diff) as unified diff text."""
+    out: list[str] = []
+    for entry in diff if isinstance(diff, list) else [diff]:
+        if not isinstance(entry, dict):
+            continue
+        if entry.get("prepared"):
+            out.append(str(entry["prepared"]).rstrip("\n") + "\n")
+            continue
+        if "before" not in entry and "after" not in entry:
+            continue
+        before, after = _lines(entry.get("before")), _lines(entry.get("after"))
+        for lines in (before, after):
+            if lines and not lines[-1].endswith("\n"):
+                lines[-1] += "\n"
+        out.extend(difflib.unified_diff(before, after, fromfile=str(entry.get("before_header") or "before"),
+                                        tofile=str(entry.get("after_header") or "after")))
+    return "".join(out)
+
+
 def run_playbook(
     *,
     state: StateDir,
@@ -285,15 +477,30 @@ def run_playbook(
     check: bool = False,
     tracker: Tracker,
     secret_names: set[str] | None = None,
-    stall_timeout: int = DEFAULT_STALL_TIMEOUT,
+    stall_timeout: int | None = None,
     strategy: str = "linear",
+    stop: Callable[[], int | None] | None = None,
+    verbosity: int = 0,
 ) -> RunResult:
+    """Run ``playbook`` through ansible-runner. ``stop()`` is polled while it runs: once it
+    returns a signal number, ansible-playbook and every process under it (its workers, their
+    ssh clients) are stopped, and this returns only when they are gone (``interrupted``)."""
     root = project_root()
     env = ansible_env(state, root, len(hosts), stall_timeout, strategy)
     cmdline = "--check --diff" if check else ""
     private = state.runs / run_id
     private.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with scrubbed_environ(secret_env_names(secret_names or set())):
+    stopped: list[int] = []
+
+    def cancel() -> bool:
+        signum = stop() if stop is not None else None
+        if signum is not None and not stopped:
+            stopped.append(signum)
+        return bool(stopped)
+
+    leftovers: list[int] = []
+    earlier = set(proctree.descendants())  # not this run's: never stopped here
+    with scrubbed_environ(secret_env_names(secret_names or set())), proctree.subreaper():
         result = ansible_runner.run(
             private_data_dir=str(private),
             ident="artifacts",
@@ -305,11 +512,17 @@ def run_playbook(
             envvars=env,
             cmdline=cmdline or None,
             event_handler=tracker.handle,
-            quiet=True,
+            cancel_callback=cancel,
+            quiet=verbosity == 0,
+            verbosity=verbosity or None,
             suppress_env_files=True,
             rotate_artifacts=0,
             timeout=None,
         )
+        if stopped:
+            # ansible-runner killed ansible-playbook's process group; its workers run in
+            # sessions of their own and are ours now (subreaper): stop them and wait
+            leftovers = proctree.stop_tree(keep=lambda pid: pid in earlier)
     stats = result.stats or {}
     for host in stats.get("dark", {}) or {}:
         tracker._host(host).unreachable = True
@@ -319,11 +532,14 @@ def run_playbook(
     for host, count in (stats.get("changed", {}) or {}).items():
         tracker._host(host).changed = int(count)
     artifact = state.runs / run_id / "artifacts" / "artifacts"
-    if result.rc != 0 and not any(p.errors for p in tracker.hosts.values()):
+    interrupted = stopped[0] if stopped else None
+    if result.rc != 0 and interrupted is None and not any(p.errors for p in tracker.hosts.values()):
         output = (artifact / "stdout").read_text(errors="replace") if (artifact / "stdout").exists() else ""
         lines = [line for line in output.splitlines() if line.strip()][-5:]
-        raise ProvisionError(f"ansible-playbook failed (rc {result.rc}): " + " | ".join(lines))
-    return RunResult(int(result.rc), str(result.status), tracker.hosts, artifact)
+        raise ProvisionError(f"ansible-playbook failed (rc {result.rc}): " + " | ".join(lines)
+                             + f" (full log: {artifact / 'stdout'})")
+    return RunResult(int(result.rc), str(result.status), tracker.hosts, artifact,
+                     finished=tracker.finished and interrupted is None, interrupted=interrupted, leftovers=leftovers)
 
 
 def scan_for_secrets(folder: Path, secrets: list[str]) -> list[Path]:

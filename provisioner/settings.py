@@ -4,9 +4,13 @@
 from __future__ import annotations
 
 # The stall guard: a task that has not finished on a node after this many seconds fails
-# that node (Ansible's task timeout; the other nodes go on). Tasks that legitimately take
-# longer (package installs, DKMS builds) carry their own, larger `timeout:` in the roles.
+# that node (Ansible's task timeout; the other nodes go on). Without --stall-timeout this
+# bounds the tasks that have no bound of their own, and the roles' own `timeout:` (larger
+# for package installs, downloads and DKMS builds) bounds the rest; --stall-timeout N bounds
+# every task by N (the smaller of N and the task's own bound), through the `provision`
+# strategy, which reads the cap from TASK_CAP_ENV.
 DEFAULT_STALL_TIMEOUT = 900
+TASK_CAP_ENV = "PROVISION_TASK_CAP"
 
 # Ansible execution strategies `provision apply --strategy` offers: Ansible's own linear
 # strategy, or Mitogen's (one persistent Python per node instead of one per task).

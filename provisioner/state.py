@@ -4,6 +4,7 @@ Layout::
 
     .provision/
       state.json      node lifecycle, applied fingerprints, run history (atomic writes)
+      state.json.1    the state before the last command that changed it (.2, .3: older)
       lock            held (flock) by a running apply; holds the holder's description
       known_hosts     SSH host keys: first contact recorded, later mismatch is an error
       facts/          Ansible fact cache (stable across runs)
@@ -32,6 +33,8 @@ from provisioner.errors import ProvisionError
 Lifecycle = Literal["new", "installed", "configured"]
 STATE_VERSION = 1
 MAX_RUNS = 100
+BACKUPS = 3  # state.json.1 (newest) .. state.json.3
+STATE_DIR_HINT = "choose another state directory with --state-dir"
 
 
 @dataclass
@@ -54,6 +57,11 @@ class RunRecord:
     result: str = "running"
     failed: list[str] = field(default_factory=list)
     changed: dict[str, int] = field(default_factory=dict)
+    # per node: ok, failed, unreachable, not run, interrupted (what actually ran there)
+    results: dict[str, str] = field(default_factory=dict)
+    # per node, for an interrupted run: the play and task it was in when the run stopped
+    stopped_at: dict[str, str] = field(default_factory=dict)
+    note: str = ""  # why the run ended as it did, when not obvious (e.g. "interrupted by SIGTERM")
 
 
 @dataclass
@@ -113,9 +121,18 @@ def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
         os.close(dir_fd)
 
 
+def _reason(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__
+
+
+# A dry run (apply --check) holds the lock shared and writes no description into it.
+CHECK_HOLDER = "a dry run (apply --check), which holds the lock without naming itself"
+
+
 class StateDir:
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._backed_up = False  # the state before this command's first save is kept once
 
     @classmethod
     def beside(cls, manifest: Path, override: Path | None = None) -> StateDir:
@@ -145,43 +162,112 @@ class StateDir:
     def secrets(self) -> Path:
         return self.root / "secrets"
 
+    def backup(self, n: int = 1) -> Path:
+        """``state.json.<n>``: the state before the n-th last command that changed it."""
+        return self.root / f"state.json.{n}"
+
+    def _not_a_directory(self) -> ProvisionError | None:
+        if self.root.exists() and not self.root.is_dir():
+            return ProvisionError(f"{self.root} is not a directory: the state directory must be one; "
+                                  f"{STATE_DIR_HINT}")
+        return None
+
     def ensure(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        for sub in (self.facts, self.runs, self.inventory):
-            sub.mkdir(exist_ok=True)
-        self.secrets.mkdir(mode=0o700, exist_ok=True)
-        os.chmod(self.secrets, 0o700)
-        self.known_hosts.touch(mode=0o600, exist_ok=True)
+        problem = self._not_a_directory()
+        if problem is not None:
+            raise problem
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            for sub in (self.facts, self.runs, self.inventory):
+                sub.mkdir(exist_ok=True)
+            self.secrets.mkdir(mode=0o700, exist_ok=True)
+            os.chmod(self.secrets, 0o700)
+            self.known_hosts.touch(mode=0o600, exist_ok=True)
+        except OSError as exc:
+            where = exc.filename or self.root
+            raise ProvisionError(f"cannot set up the state directory {self.root}: {where}: {_reason(exc)}; "
+                                 f"{STATE_DIR_HINT}") from None
 
     def load(self) -> State:
+        problem = self._not_a_directory()
+        if problem is not None:
+            raise problem
         try:
             raw = self.state_file.read_bytes()
         except FileNotFoundError:
             return State()
         except OSError as exc:
-            raise ProvisionError(f"{self.state_file}: cannot read the state ({exc.strerror})") from None
+            raise ProvisionError(f"{self.state_file}: cannot read the state ({_reason(exc)})") from None
         try:
             data = json.loads(raw)
             if not isinstance(data, dict):
                 raise TypeError(f"expected a JSON object, found {type(data).__name__}")
             return State.from_json(data)
         except (ValueError, TypeError, AttributeError) as exc:  # bad JSON, bad UTF-8, wrong shapes
-            raise ProvisionError(f"{self.state_file}: unreadable state ({exc}); restore it from a backup") from None
+            raise ProvisionError(f"{self.state_file}: unreadable state ({exc}); {self._restore_hint()}") from None
+
+    def _restore_hint(self) -> str:
+        kept = [self.backup(n) for n in range(1, BACKUPS + 1) if self.backup(n).is_file()]
+        if not kept:
+            return ("no earlier state is kept beside it; move it aside to start afresh (every node is then "
+                    "new; see README, 'State, logs and backups')")
+        return (f"the state before the last change is kept in {kept[0]}: check it, then copy it over "
+                f"{self.state_file}" + (f" (older: {', '.join(p.name for p in kept[1:])})" if kept[1:] else ""))
+
+    def load_for(self, cluster: str) -> State:
+        """The state, refused when it belongs to another cluster (two manifests beside each
+        other share one default state directory)."""
+        st = self.load()
+        if st.cluster and st.cluster != cluster:
+            raise ProvisionError(
+                f"{self.root} belongs to cluster {st.cluster!r}, not {cluster!r}; give this manifest its own "
+                "state directory with --state-dir (or keep each manifest in a folder of its own)"
+            )
+        return st
+
+    def _keep_previous(self) -> None:
+        """Before this command's first change, keep the current state as state.json.1
+        (shifting older copies up to state.json.<BACKUPS>), each written atomically."""
+        if self._backed_up:
+            return
+        try:
+            current = self.state_file.read_text()
+        except FileNotFoundError:
+            self._backed_up = True
+            return
+        for n in range(BACKUPS, 1, -1):
+            older = self.backup(n - 1)
+            if older.is_file():
+                atomic_write(self.backup(n), older.read_text(), 0o600)
+        atomic_write(self.backup(1), current, 0o600)
+        self._backed_up = True
 
     def save(self, state: State) -> None:
-        atomic_write(self.state_file, json.dumps(state.to_json(), indent=2, sort_keys=True) + "\n")
+        text = json.dumps(state.to_json(), indent=2, sort_keys=True) + "\n"
+        try:
+            self._keep_previous()
+            atomic_write(self.state_file, text)
+        except OSError as exc:
+            raise ProvisionError(f"cannot write the state {self.state_file}: {_reason(exc)}; {STATE_DIR_HINT} "
+                                 "(or make this one writable)") from None
 
     @contextlib.contextmanager
     def lock(self, command: str) -> Iterator[None]:
         """Hold the apply lock; a second holder is refused with the first one's description."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        problem = self._not_a_directory()
+        if problem is not None:
+            raise problem
         path = self.root / "lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise ProvisionError(f"cannot take the lock {path}: {_reason(exc)}; {STATE_DIR_HINT}") from None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown holder"
+                holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or CHECK_HOLDER
                 raise ProvisionError(f"another provision run holds {path}: {holder}") from None
             info = f"{command} by {getpass.getuser()}@{socket.gethostname()} pid {os.getpid()} since {now()}"
             os.ftruncate(fd, 0)
@@ -190,6 +276,33 @@ class StateDir:
                 yield
             finally:
                 os.ftruncate(fd, 0)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+
+    @contextlib.contextmanager
+    def shared_lock(self) -> Iterator[None]:
+        """For a dry run, which writes nothing: share the lock with other dry runs, and be
+        refused while an apply holds it. Without a lock file (no apply ever ran here)
+        nothing is created."""
+        path = self.root / "lock"
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            yield
+            return
+        except OSError as exc:
+            raise ProvisionError(f"cannot read the lock {path}: {_reason(exc)}") from None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or CHECK_HOLDER
+                raise ProvisionError(f"another provision run holds {path}: {holder}") from None
+            try:
+                yield
+            finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from provisioner import overrides
 from provisioner.areas import registry
+from provisioner.content import project_root
 from provisioner.errors import ManifestError
 from provisioner.manifest import load as manifest_load
 from provisioner.manifest.checks import sort_diagnostics
@@ -23,6 +25,8 @@ __all__ = ["Loaded", "load_manifest", "load_source", "load_text"]
 def load_source(source: Source) -> Loaded:
     loaded = manifest_load.load_source(source)
     diags = [d for check in registry.checks() for d in check(loaded.manifest, source)]
+    if loaded.manifest.role_vars:  # the roles' argument specs are read only when there is something to check
+        diags += overrides.check(loaded.manifest, source, overrides.load_specs(project_root() / "roles"))
     errors, warnings = sort_diagnostics(diags)
     if errors:
         raise ManifestError(errors)

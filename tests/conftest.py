@@ -106,7 +106,7 @@ def storage_sections() -> dict[str, Any]:
 SOFTWARE_FOR_OS = {
     "debian-12": {"nvidia_driver": {"branch": "535", "source": "debian"},
                   "cuda": {"versions": ["11.8"], "source": "debian"}},
-    "ubuntu-24.04": {"nvidia_driver": {"branch": "570"}, "cuda": {"versions": ["12.8"]}},
+    "ubuntu-24.04": {"nvidia_driver": {"branch": "580"}, "cuda": {"versions": ["12.8"]}},
 }
 
 

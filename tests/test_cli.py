@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -14,12 +15,15 @@ import pytest
 import yaml
 
 from provisioner import apply as apply_mod
+from provisioner.areas import registry
+from provisioner.bmc import BmcRow
 from provisioner.cli import main
+from provisioner.commands import bmc as bmc_cmd
 from provisioner.commands import common
 from provisioner.commands import validate as validate_cmd
 from provisioner.plan import cluster_fingerprint, node_sections
 from provisioner.runner import RunResult, Tracker
-from provisioner.state import NodeState, State, StateDir
+from provisioner.state import NodeState, RunRecord, State, StateDir
 from provisioner.validate import load_manifest
 
 Capsys = pytest.CaptureFixture[str]
@@ -61,6 +65,7 @@ def no_ansible(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     """Replace the playbook run; the list collects the calls."""
     calls: list[dict[str, Any]] = []
     monkeypatch.setattr(apply_mod, "PREPARE_HOOKS", [])
+    monkeypatch.setattr(apply_mod, "unreachable_now", lambda loaded, names: {})  # no probes off loopback
 
     def fake_run_playbook(**kwargs: Any) -> RunResult:
         calls.append(kwargs)
@@ -79,7 +84,7 @@ def test_validate_ok(capsys: Capsys, kit: Any) -> None:
     code, out, err = run(capsys, "validate", str(path))
     assert code == 0
     assert out.strip() == (
-        f"{path}: OK: cluster musiclab, 6 nodes (1 head, 1 services, 2 storage, 3 compute), 6 GPUs, "
+        f"{path}: OK: cluster musiclab, 6 nodes (1 head+services, 2 storage, 3 compute), 6 GPUs, "
         "2 ZFS pools, 2 NFS exports"
     )
     assert err == ""
@@ -108,7 +113,7 @@ def test_validate_errors_exit_1_with_positions(capsys: Capsys, write_manifest: A
     lines = err.splitlines()
     assert lines == [
         f"{path}:{kit.line_of(text, 'colour: blue')}:3: cluster.colour: unknown field; allowed: "
-        "admin_users, allow_reboot, domain, mirrors, name, ntp_servers, ssh, timezone",
+        "admin_users, allow_reboot, domain, install_media, mirrors, name, ntp_servers, ssh, timezone",
         f"{path}:{kit.line_of(text, 'memory_gb: lots')}:5: nodes[0].hardware.memory_gb: "
         "Input should be a valid integer, unable to parse string as an integer",
     ]
@@ -354,6 +359,7 @@ def test_apply_deletes_artifacts_that_leak_a_secret(
     capsys: Capsys, example: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(apply_mod, "PREPARE_HOOKS", [])
+    monkeypatch.setattr(apply_mod, "unreachable_now", lambda loaded, names: {})
     monkeypatch.setenv("LLM_BMC_PASSWORD", "Very-Secret-BMC-pw")
     leaked: list[Path] = []
 
@@ -407,3 +413,229 @@ def test_start_up_imports_only_what_the_command_needs(kit: Any) -> None:
     validated = imported_by("validate", str(kit.examples / "llm-200k.yaml"))
     assert "provisioner.commands.validate" in validated and "pydantic" in validated
     assert not validated & (heavy | {"rich.table", "rich.live", "provisioner.apply", "provisioner.plan"})
+
+
+# --------------------------------------------------------------------------- safe under mistakes (issue 18)
+def tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_apply_check_changes_nothing_on_disk(
+    capsys: Capsys, example: Path, no_ansible: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Item 1: `apply --check` recorded nodes as installed, a run and a new munge key."""
+    monkeypatch.setattr(apply_mod, "PREPARE_HOOKS", registry.prepare_hooks())  # the munge key, for real
+    sd = StateDir.beside(example)
+    code, out, err = run(capsys, "apply", str(example), "--check")
+    assert code == 0, err
+    assert not sd.root.exists()  # not even created
+    (call,) = no_ansible
+    assert call["check"] is True
+    scratch = call["state"].root
+    assert sd.root not in scratch.parents and scratch != sd.root
+    assert not (scratch / "secrets").exists()  # the scratch copy's secrets are removed afterwards
+    assert f"dry run: nothing under {sd.root} changed" in out
+    # with a recorded state: every byte stays as it was
+    settle(example)
+    sd.ensure()
+    (sd.secrets / "munge.key").write_bytes(os.urandom(1024))
+    before = tree(sd.root)
+    code, _, err = run(capsys, "apply", str(example), "--check", "--full")
+    assert code == 0, err
+    assert tree(sd.root) == before
+
+
+def test_plan_refuses_another_clusters_state(capsys: Capsys, example: Path, kit: Any) -> None:
+    """Item 11: with two manifests in one folder, plan showed the other cluster's nodes as
+    removed (exit 2) while apply refused."""
+    settle(example)
+    other = example.with_name("music-lab.yaml")
+    other.write_text((kit.examples / "music-lab.yaml").read_text())
+    code, out, err = run(capsys, "plan", str(other), "--detailed-exitcode")
+    assert code == 1
+    assert "belongs to cluster 'llm200k', not 'musiclab'" in err and "--state-dir" in err
+    assert "removed" not in out
+
+
+def test_state_dir_that_is_a_file_is_a_clear_error(capsys: Capsys, example: Path, tmp_path: Path,
+                                                   no_ansible: list[dict[str, Any]]) -> None:
+    afile = tmp_path / "not-a-dir"
+    afile.write_text("")
+    for command in (["apply", "--yes"], ["plan"]):
+        code, _, err = run(capsys, command[0], str(example), "--state-dir", str(afile), *command[1:])
+        assert code == 1, err
+        assert f"{afile} is not a directory" in err and "--state-dir" in err and "internal error" not in err
+
+
+def pxe_example(example: Path) -> Path:
+    """The example with its GPU nodes marked for a PXE install."""
+    data = yaml.safe_load(example.read_text())
+    data["nodes"][1]["install"] = "pxe"
+    example.write_text(yaml.safe_dump(data, sort_keys=False))
+    return example
+
+
+def test_missing_bmc_password_stops_apply_before_any_change(
+    capsys: Capsys, example: Path, no_ansible: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Item 4: the PXE server was prepared first and every node failed afterwards."""
+    monkeypatch.delenv("LLM_BMC_PASSWORD", raising=False)
+    monkeypatch.setattr(apply_mod, "probe_installs",
+                        lambda loaded, plan, opts: apply_mod.Installs(list(plan.installs)))
+    code, _out, err = run(capsys, "apply", str(pxe_example(example)), "--yes")
+    assert code == 1
+    assert "nothing was changed; this run needs secrets that are not there" in err
+    assert all(f"the BMC password for gpu0{i} is not set" in err for i in range(1, 5))
+    assert no_ansible == []
+    sd = StateDir.beside(example)
+    assert not sd.state_file.exists() and not any(sd.runs.iterdir())
+
+
+def test_plan_says_which_nodes_apply_will_wipe(capsys: Capsys, example: Path) -> None:
+    """Issue 19 item 17 with issue 18 item 5: the plan shows the PXE installs per node."""
+    code, out, _ = run(capsys, "plan", str(pxe_example(example)), "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["installs"] == ["gpu01", "gpu02", "gpu03", "gpu04"]
+    gpu01 = next(n for n in data["nodes"] if n["name"] == "gpu01")
+    assert gpu01["install"] == "PXE install: wipes nvme-Samsung_SSD_990_PRO_2TB_S7HENJ0W200001"
+    code, out, _ = run(capsys, "plan", str(example))
+    assert "PXE installs (they wipe the install disks): gpu01, gpu02, gpu03, gpu04" in out
+
+
+def test_a_run_left_running_is_recorded_as_interrupted(
+    capsys: Capsys, example: Path, no_ansible: list[dict[str, Any]]
+) -> None:
+    """Item 9: a killed run stayed `result: running, finished: None` forever."""
+    sd = StateDir.beside(example)
+    sd.save(State(cluster="llm200k", runs=[RunRecord(id="old", started="2024-01-01T00:00:00+00:00")]))
+    code, _, err = run(capsys, "apply", str(example), "--yes", "--limit", "gpu01")
+    assert code == 0, err
+    old = sd.load().runs[0]
+    assert old.result == "interrupted" and "without recording its result" in old.note
+
+
+def test_apply_verbose_hands_ansible_its_verbosity(capsys: Capsys, example: Path,
+                                                   no_ansible: list[dict[str, Any]]) -> None:
+    code, _, err = run(capsys, "apply", str(example), "--yes", "-vv", "--limit", "gpu01")
+    assert code == 0, err
+    assert no_ansible[0]["verbosity"] == 2
+
+
+def test_apply_prints_where_the_log_is(capsys: Capsys, example: Path, no_ansible: list[dict[str, Any]]) -> None:
+    code, out, _ = run(capsys, "apply", str(example), "--yes", "--limit", "gpu01")
+    assert code == 0
+    run_id = StateDir.beside(example).load().runs[-1].id
+    assert f"(log: {StateDir.beside(example).runs / run_id / 'stdout'})" in out
+
+
+# --------------------------------------------------------------------------- bmc needs intent (item 3)
+@pytest.fixture
+def fake_bmc(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str]]]:
+    calls: list[tuple[str, list[str]]] = []
+
+    def power(nodes: list[Any], action: str, wait: bool = True) -> list[BmcRow]:
+        calls.append((action, [n.name for n in nodes]))
+        return [BmcRow(n.name, "ipmi", "x", True, message="done") for n in nodes]
+
+    def pxe(nodes: list[Any], target: str = "pxe") -> list[BmcRow]:
+        calls.append((target, [n.name for n in nodes]))
+        return [BmcRow(n.name, "ipmi", "x", True, message="done") for n in nodes]
+
+    monkeypatch.setattr(bmc_cmd, "bmc_power", power)
+    monkeypatch.setattr(bmc_cmd, "bmc_pxe", pxe)
+    return calls
+
+
+@pytest.mark.parametrize("action", ["off", "cycle", "pxe", "on", "disk"])
+def test_bmc_changes_are_refused_without_a_terminal(capsys: Capsys, example: Path, action: str,
+                                                    fake_bmc: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
+    code, out, err = run(capsys, "bmc", str(example), action)
+    assert code == 1
+    assert f"refusing bmc {action} without confirmation: stdin is not a terminal; pass --yes" in err
+    assert fake_bmc == []
+    assert "gpu04 (ipmi 10.10.1.24)" in out  # the nodes are listed first
+
+
+def test_bmc_change_lists_nodes_and_asks(capsys: Capsys, example: Path, fake_bmc: list[Any],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    answers = iter(["n", "y"])
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+    monkeypatch.setattr("rich.console.Console.input", lambda self, prompt="", **kw: next(answers))
+    code, _, err = run(capsys, "bmc", str(example), "off", "--limit", "gpu[01-02]")
+    assert code == 1 and "aborted: no BMC was touched" in err and fake_bmc == []
+    code, out, _ = run(capsys, "bmc", str(example), "off", "--limit", "gpu[01-02]")
+    assert code == 0 and fake_bmc == [("off", ["gpu01", "gpu02"])]
+    assert "power OFF" in out
+
+
+def test_bmc_yes_skips_the_question_and_status_needs_none(capsys: Capsys, example: Path, fake_bmc: list[Any],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    code, _, err = run(capsys, "bmc", str(example), "pxe", "--yes", "--limit", "gpu03")
+    assert code == 0, err
+    assert fake_bmc == [("pxe", ["gpu03"])]
+    monkeypatch.setattr(bmc_cmd, "bmc_status", lambda nodes: [BmcRow(n.name, "ipmi", "x", True) for n in nodes])
+    code, _, _ = run(capsys, "bmc", str(example), "status", "--limit", "gpu03")
+    assert code == 0
+
+
+def test_apply_check_shows_the_diff_per_node_and_the_log(
+    capsys: Capsys, example: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Item 14: --check passed --diff but no diff was shown (it sat in the artifacts)."""
+    monkeypatch.setattr(apply_mod, "PREPARE_HOOKS", [])
+    monkeypatch.setattr(apply_mod, "unreachable_now", lambda loaded, names: {})
+
+    def checking(**kwargs: Any) -> RunResult:
+        tracker: Tracker = kwargs["tracker"]
+        tracker.handle({"event": "runner_on_ok", "event_data": {
+            "host": "gpu02", "task": "common : Render /etc/hosts",
+            "res": {"changed": True, "diff": {"before": "a\n", "after": "a\nb\n", "before_header": "/etc/hosts",
+                                              "after_header": "/etc/hosts"}}}})
+        for host in kwargs["hosts"]:
+            tracker.handle({"event": "runner_on_ok", "event_data": {"host": host, "res": {}}})
+        return RunResult(0, "successful", tracker.hosts, kwargs["state"].runs / kwargs["run_id"] / "artifacts")
+
+    monkeypatch.setattr(apply_mod, "run_playbook", checking)
+    code, out, err = run(capsys, "apply", str(example), "--check")
+    assert code == 0, err
+    assert "--- gpu02: common : Render /etc/hosts\n--- /etc/hosts\n+++ /etc/hosts\n@@ -1 +1,2 @@\n a\n+b\n" in out
+    assert re.search(r"check finished: 5 ok, 0 failed, 1 would change \(log: /\S+/provision-check-\S+/stdout\)",
+                     out), out
+
+
+def test_a_run_that_ends_in_an_error_is_recorded_failed_not_running(
+    capsys: Capsys, example: Path, monkeypatch: pytest.MonkeyPatch, no_ansible: list[dict[str, Any]]
+) -> None:
+    def broken(**kwargs: Any) -> RunResult:
+        raise common.ProvisionError("ansible-playbook failed (rc 250): ERROR! no such role")
+
+    monkeypatch.setattr(apply_mod, "run_playbook", broken)
+    code, _, err = run(capsys, "apply", str(example), "--yes", "--limit", "gpu01")
+    assert code == 1 and "no such role" in err
+    last = StateDir.beside(example).load().runs[-1]
+    assert (last.result, last.note) == ("failed", "ansible-playbook failed (rc 250): ERROR! no such role")
+    assert last.finished
+
+
+def test_unreachable_nodes_fail_at_once_and_the_others_run(
+    capsys: Capsys, example: Path, monkeypatch: pytest.MonkeyPatch, no_ansible: list[dict[str, Any]]
+) -> None:
+    """Item 13 (and 6): a node that refuses or has no route fails before Ansible starts, in
+    words; the run goes on for the others, limited to them."""
+    monkeypatch.setattr(apply_mod, "unreachable_now",
+                        lambda loaded, names: {"gpu03": "no route to host (10.10.0.23:22)"})
+    code, out, _ = run(capsys, "apply", str(example), "--yes")
+    assert code == 1
+    (call,) = no_ansible
+    assert call["hosts"] == ["head01", "gpu01", "gpu02", "gpu04"] and call["limit"] == call["hosts"]
+    assert "unreachable: no route to host (10.10.0.23:22)" in out
+    nodes = StateDir.beside(example).load().nodes
+    assert nodes["gpu03"].last_result == "unreachable" and nodes["gpu03"].applied_at is None
+    assert nodes["gpu01"].last_result == "ok"
+    monkeypatch.setattr(apply_mod, "unreachable_now", lambda loaded, names: dict.fromkeys(names, "refused"))
+    code, out, _ = run(capsys, "apply", str(example), "--yes")
+    assert code == 1 and len(no_ansible) == 1  # nobody reachable: Ansible is not started
+    assert "Ansible did not run: no node was reachable" in out

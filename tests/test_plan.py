@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from provisioner.areas import registry as rolevars
+from provisioner.display import print_plan
 from provisioner.manifest import Manifest
 from provisioner.plan import (
     PlaySpec,
@@ -209,8 +212,9 @@ def test_full_with_limit_targets_only_the_limit(m: Manifest) -> None:
 
 def test_plan_to_json(m: Manifest) -> None:
     data = compute(m, State(), PLAYS, limit=["node01"]).to_json()
-    assert set(data) == {"has_changes", "cluster_files_change", "targets", "nodes"}
+    assert set(data) == {"has_changes", "cluster_files_change", "targets", "installs", "nodes"}
     assert data["targets"] == ["node01"]
+    assert data["installs"] == []
     assert data["nodes"][1] == {
         "name": "node01",
         "status": "new",
@@ -218,7 +222,51 @@ def test_plan_to_json(m: Manifest) -> None:
         "lifecycle": "new",
         "heavy": True,
         "plays": ["common", "common (files)", "slurm", "slurm (files)"],
+        "install": "",
     }
+
+
+# --------------------------------------------------------------------------- PXE installs
+def test_plan_shows_per_node_that_apply_will_pxe_install_and_wipe(kit: Any) -> None:
+    """Issue 19 item 17: only `apply --check` used to say it; the plan must, per node."""
+    data = kit.base()
+    data["nodes"][1].update(install="pxe", install_disks=["nvme-DISK_[1-2]"])
+    m2 = kit.load(data).manifest
+    plan = compute(m2, State(), PLAYS)
+    assert plan.installs == ["node01", "node02"] and plan.has_changes
+    nodes = by_name(plan)
+    assert nodes["node01"].install == "PXE install: wipes nvme-DISK_1"
+    assert nodes["node02"].install == "PXE install: wipes nvme-DISK_2"
+    assert nodes["head01"].install == ""
+    # installed nodes are not reinstalled unless named
+    st = settled(m2, "installed")
+    assert compute(m2, st, PLAYS).installs == []
+    again = compute(m2, st, PLAYS, reinstall=["node02"])
+    assert again.installs == ["node02"] and by_name(again)["node02"].install == "PXE reinstall: wipes nvme-DISK_2"
+    assert compute(m2, State(), PLAYS, limit=["node02"]).installs == ["node02"]
+
+
+def test_the_plan_table_lists_installs(kit: Any) -> None:
+    data = kit.base()
+    data["nodes"][1].update(install="pxe", install_disks=["nvme-DISK_[1-2]"])
+    buf = io.StringIO()
+    print_plan(Console(file=buf, width=250), compute(kit.load(data).manifest, State(), PLAYS), "testc")
+    text = buf.getvalue()
+    assert "install (destructive)" in text and "PXE install: wipes nvme-DISK_1" in text
+    assert "PXE installs (they wipe the install disks): node01, node02" in text
+
+
+def test_the_install_intent_is_no_configuration_change(kit: Any) -> None:
+    """Marking a configured node install: pxe changes nothing on it (and states recorded
+    before the field existed stay unchanged)."""
+    data = kit.base()
+    data["nodes"][1].update(install_disks=["nvme-DISK_[1-2]"])
+    plain = kit.load(data).manifest
+    data["nodes"][1]["install"] = "pxe"
+    marked = kit.load(data).manifest
+    for name in plain.node_names():
+        assert node_sections(marked, marked.node(name)) == node_sections(plain, plain.node(name))
+    assert not compute(marked, settled(plain), PLAYS).has_changes
 
 
 # --------------------------------------------------------------------------- host patterns

@@ -3,40 +3,58 @@ provisioner.apply (the targets inventory, recording a run's result)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
+import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from ansible.plugins.connection.ssh import Connection
 
-from provisioner.apply import (
+TESTS = Path(__file__).resolve().parent
+if str(TESTS) not in sys.path:  # tests/emulators is imported as "emulators"
+    sys.path.insert(0, str(TESTS))
+
+from emulators.ssh import FakeSshServer, new_host_key, public_line  # noqa: E402
+
+from provisioner.apply import (  # noqa: E402
     TARGETS_GROUP,
     ApplyOptions,
     declared_secret_envs,
     known_secret_values,
     record_result,
     targets_inventory,
+    unreachable_now,
 )
-from provisioner.errors import ProvisionError
-from provisioner.plan import PlaySpec, cluster_fingerprint, compute, node_sections
-from provisioner.runner import (
+from provisioner.errors import ProvisionError  # noqa: E402
+from provisioner.plan import PlaySpec, cluster_fingerprint, compute, node_sections  # noqa: E402
+from provisioner.runner import (  # noqa: E402
     DEFAULT_STALL_TIMEOUT,
     MAX_FORKS,
     HostProgress,
+    Reach,
     RunResult,
     SshTarget,
     Tracker,
     ansible_env,
     first_contact,
     forks_for,
+    probe_ssh,
+    render_diff,
     scan_for_secrets,
     scrubbed_environ,
     secret_env_names,
     strategy_env,
+    unreachable_reason,
 )
-from provisioner.state import NodeState, State, StateDir
+from provisioner.settings import TASK_CAP_ENV  # noqa: E402
+from provisioner.state import NodeState, State, StateDir  # noqa: E402
 
 PLAYS = [
     PlaySpec("common - base", "all:&{{ provision_targets | default('all') }}", "base.yml"),
@@ -190,7 +208,7 @@ def test_ansible_env(tmp_path: Path) -> None:
     assert env["ANSIBLE_CACHE_PLUGIN_CONNECTION"] == str(sd.facts)
     assert env["ANSIBLE_PIPELINING"] == "True"
     assert env["ANSIBLE_HOST_KEY_CHECKING"] == "True"
-    assert f"UserKnownHostsFile={sd.known_hosts}" in env["ANSIBLE_SSH_ARGS"]
+    assert f"UserKnownHostsFile=\"{sd.known_hosts}\"" in env["ANSIBLE_SSH_ARGS"]
     assert "StrictHostKeyChecking=accept-new" in env["ANSIBLE_SSH_ARGS"]
     assert "ControlPersist" in env["ANSIBLE_SSH_ARGS"]
     if "PATH" in env:
@@ -223,7 +241,7 @@ def test_declared_and_known_secrets(kit: Any, tmp_path: Path, monkeypatch: pytes
 
 
 def _result(hosts: list[str], failed: tuple[str, ...] = (), rc: int | None = None) -> RunResult:
-    progress = {h: HostProgress(h, failed=1 if h in failed else 0, changed=2) for h in hosts}
+    progress = {h: HostProgress(h, failed=1 if h in failed else 0, changed=2, events=3) for h in hosts}
     return RunResult(
         rc if rc is not None else (2 if failed else 0), "failed" if failed else "successful", progress, Path("/x")
     )
@@ -320,9 +338,11 @@ def test_record_result_does_not_settle_heavy_changes_of_non_targets(kit: Any) ->
 def test_stall_guard_is_ansibles_task_timeout() -> None:
     env = ansible_env(StateDir(Path("/tmp/x")), Path("/tmp/root"), 3, stall_timeout=45)
     assert env["ANSIBLE_TASK_TIMEOUT"] == "45"
-    assert ansible_env(StateDir(Path("/tmp/x")), Path("/tmp/root"), 3)["ANSIBLE_TASK_TIMEOUT"] == str(
-        DEFAULT_STALL_TIMEOUT
-    )
+    assert env[TASK_CAP_ENV] == "45"  # given: it caps the roles' own bounds too
+    default = ansible_env(StateDir(Path("/tmp/x")), Path("/tmp/root"), 3)
+    assert default["ANSIBLE_TASK_TIMEOUT"] == str(DEFAULT_STALL_TIMEOUT)
+    assert TASK_CAP_ENV not in default  # not given: the roles' own bounds stand
+
 
 
 def test_tracker_names_the_stalled_task_and_its_bound() -> None:
@@ -356,10 +376,14 @@ def test_tracker_elapsed_time_and_retries_per_host() -> None:
 
 
 def test_strategy_env_linear_and_mitogen() -> None:
-    assert strategy_env("linear") == {"ANSIBLE_STRATEGY": "linear"}
+    linear = strategy_env("linear")
+    assert linear["ANSIBLE_STRATEGY"] == "provision" and linear["PROVISION_STRATEGY_BASE"] == "linear"
+    assert (Path(linear["ANSIBLE_STRATEGY_PLUGINS"]) / "provision.py").is_file()
     env = strategy_env("mitogen")
-    assert env["ANSIBLE_STRATEGY"] == "mitogen_linear" and env["ANSIBLE_TIMEOUT"] == "90"
-    assert (Path(env["ANSIBLE_STRATEGY_PLUGINS"]) / "mitogen_linear.py").is_file()
+    assert env["ANSIBLE_STRATEGY"] == "provision" and env["PROVISION_STRATEGY_BASE"] == "mitogen_linear"
+    assert env["ANSIBLE_TIMEOUT"] == "90"
+    ours, mitogen = env["ANSIBLE_STRATEGY_PLUGINS"].split(os.pathsep)
+    assert (Path(ours) / "provision.py").is_file() and (Path(mitogen) / "mitogen_linear.py").is_file()
     with pytest.raises(ProvisionError, match="unknown strategy 'fast'"):
         strategy_env("fast")
 
@@ -375,7 +399,7 @@ dest = args[-2]
 if "10.0.0.9" in dest:
     print("ssh: connect to host 10.0.0.9 port 22: No route to host", file=sys.stderr)
     sys.exit(255)
-known = pathlib.Path(opts["UserKnownHostsFile"])
+known = pathlib.Path(opts["UserKnownHostsFile"].strip('"'))
 host = dest.split("@")[1]
 port = args[args.index("-p") + 1]
 entry = host if port == "22" else f"[{host}]:{port}"
@@ -412,4 +436,163 @@ def test_mitogen_runs_without_ssh_multiplexing(tmp_path: Path) -> None:
     mitogen = ansible_env(sd, tmp_path, 3, strategy="mitogen")["ANSIBLE_SSH_ARGS"]
     assert "ControlMaster=auto" in linear and "ControlPersist=120s" in linear
     assert "ControlMaster=no" in mitogen and "ControlPersist" not in mitogen
-    assert f"UserKnownHostsFile={sd.known_hosts}" in mitogen
+    assert f"UserKnownHostsFile=\"{sd.known_hosts}\"" in mitogen
+
+
+# --------------------------------------------------------------------------- reachability probe
+class OneShotServer:
+    """A TCP server on 127.0.0.1 that answers each connection with ``greeting`` (or
+    nothing, holding it open) and closes."""
+
+    def __init__(self, greeting: bytes | None) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.greeting = greeting
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self) -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = self.sock.accept()
+            with conn:
+                if self.greeting is None:
+                    time.sleep(3)
+                else:
+                    conn.sendall(self.greeting)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_probe_needs_an_ssh_banner_not_just_a_tcp_answer() -> None:
+    """Issue 18 item 2: anything accepting TCP on port 22 (a firewall, NAT, another
+    machine) counted as 'answers SSH' and marked a new node installed for good."""
+    sshd = OneShotServer(b"Welcome banner of a chatty server\r\nSSH-2.0-OpenSSH_9.2p1 Debian\r\n")
+    web = OneShotServer(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+    silent = OneShotServer(None)
+    try:
+        reach = probe_ssh("127.0.0.1", sshd.port, timeout=5)
+        assert reach.ok and reach.banner == "SSH-2.0-OpenSSH_9.2p1 Debian"
+        closed = probe_ssh("127.0.0.1", web.port, timeout=5)
+        assert not closed.ok and "without an SSH banner" in closed.reason
+        quiet = probe_ssh("127.0.0.1", silent.port, timeout=5, banner_timeout=0.5)
+        assert not quiet.ok and "sent no SSH banner" in quiet.reason
+    finally:
+        for server in (sshd, web, silent):
+            server.close()
+    port = socket.create_server(("127.0.0.1", 0))
+    free = port.getsockname()[1]
+    port.close()
+    refused = probe_ssh("127.0.0.1", free, timeout=5)
+    assert not refused.ok and refused.reason == f"connection refused (127.0.0.1:{free})"
+
+
+def test_unreachable_nodes_fail_at_once_in_words(kit: Any) -> None:
+    """Issue 18 item 13: a refused or unroutable node fails before Ansible spends its
+    connect timeout and retries on it; the others are left to Ansible."""
+    loaded = kit.load(kit.base())
+    head = str(loaded.manifest.node("head01").ip)
+
+    def probe(address: str, port: int) -> Reach:
+        return Reach(True, banner="SSH-2.0-x") if address == head else Reach(False, "no route to host (x:22)")
+
+    assert unreachable_now(loaded, ["head01", "node01"], probe=probe) == {"node01": "no route to host (x:22)"}
+    assert unreachable_now(loaded, [], probe=probe) == {}
+
+
+def test_unreachable_reason_says_it_once_in_words() -> None:
+    res = {"msg": "Task failed: Failed to connect to the host via ssh: [Errno 32] Broken pipe. [Errno 32] Broken pipe"}
+    assert unreachable_reason(res) == "broken pipe (the other end closed the connection)"
+    res = {"msg": "Failed to connect to the host via ssh: ssh: connect to host 10.0.0.5 port 22: No route to host"}
+    assert unreachable_reason(res) == "ssh: connect to host 10.0.0.5 port 22: No route to host"
+    assert unreachable_reason({}) == "the host could not be reached over SSH"
+    t = Tracker(["a"])
+    t.handle(ev("runner_on_unreachable", host="a", res=res))
+    assert t.hosts["a"].errors == [f"unreachable: {unreachable_reason(res)}"]
+    assert RunResult(4, "failed", t.hosts, Path("/x")).result_of("a") == "unreachable"
+
+
+# --------------------------------------------------------------------------- what ran where
+def test_a_node_gets_a_result_only_from_what_ran_on_it() -> None:
+    t = Tracker(["ran", "idle", "bad"])
+    t.handle(ev("runner_on_start", host="ran", task="T"))
+    t.handle(ev("runner_on_ok", host="ran", res={}))
+    t.handle(ev("runner_on_failed", host="bad", task="T", res={"msg": "no"}))
+    t.handle(ev("playbook_on_stats"))
+    done = RunResult(2, "failed", t.hosts, Path("/x"), finished=t.finished)
+    assert {h: done.result_of(h) for h in t.hosts} == {"ran": "ok", "idle": "not run", "bad": "failed"}
+    stopped = RunResult(254, "canceled", t.hosts, Path("/x"), finished=False, interrupted=15)
+    assert stopped.result_of("ran") == "interrupted" and stopped.result_of("idle") == "not run"
+
+
+def test_record_result_gives_nodes_that_did_not_run_no_result(kit: Any) -> None:
+    """Issue 18 item 6: nodes never contacted were recorded `ok` with a new applied_at."""
+    loaded = kit.load(kit.base())
+    m = loaded.manifest
+    st = State()
+    plan = compute(m, st, PLAYS)
+    hosts = {"head01": HostProgress("head01", ok=3, events=3), "node01": HostProgress("node01"),
+             "node02": HostProgress("node02", unreachable=True, errors=["unreachable: no route to host"])}
+    record_result(st, loaded, plan, RunResult(4, "failed", hosts, Path("/r/x/artifacts/artifacts")),
+                  m.node_names(), ApplyOptions())
+    assert st.nodes["head01"].last_result == "ok" and st.nodes["head01"].applied_at
+    for name, word in (("node01", "not run"), ("node02", "unreachable")):
+        ns = st.nodes[name]
+        assert (ns.last_result, ns.applied_at, ns.fingerprints, ns.lifecycle) == (word, None, {}, "new")
+    assert st.cluster_fingerprint is None
+
+
+# --------------------------------------------------------------------------- --check --diff
+def test_check_mode_diffs_are_collected_per_node() -> None:
+    t = Tracker(["a"])
+    t.handle(ev("runner_on_ok", host="a", task="Render /etc/hosts",
+                res={"changed": True, "diff": [{"before": "10.0.0.1 a\n", "after": "10.0.0.1 a\n10.0.0.2 b\n",
+                                                "before_header": "/etc/hosts", "after_header": "/etc/hosts"}]}))
+    t.handle(ev("runner_item_on_ok", host="a", task="Users", res={"changed": True, "diff": {"prepared": "+ops"}}))
+    t.handle(ev("runner_on_ok", host="a", task="Users", res={"changed": True, "results": [{}], "diff": {}}))
+    t.handle(ev("runner_on_ok", host="a", task="Unchanged", res={"changed": False, "diff": {"before": "x"}}))
+    diffs = t.hosts["a"].diffs
+    assert [task for task, _ in diffs] == ["Render /etc/hosts", "Users"]
+    assert "--- /etc/hosts\n+++ /etc/hosts\n" in diffs[0][1] and "+10.0.0.2 b\n" in diffs[0][1]
+    assert diffs[1][1] == "+ops\n"
+    assert render_diff({"before": {"state": "absent"}, "after": {"state": "directory"}}) == (
+        '--- before\n+++ after\n@@ -1 +1 @@\n-state: "absent"\n+state: "directory"\n')
+
+
+# --------------------------------------------------------------------------- paths with spaces
+def spaced_known_hosts(tmp_path: Path, key_line: str, port: int) -> Path:
+    folder = tmp_path / "cluster dir ä" / ".provision"
+    folder.mkdir(parents=True)
+    known = folder / "known_hosts"
+    known.write_text(f"[127.0.0.1]:{port} {key_line}\n")
+    return known
+
+
+def test_ansibles_ssh_arguments_survive_a_path_with_spaces(tmp_path: Path) -> None:
+    """Issue 18 item 10: `Could not resolve hostname cluster/.provision/known_hosts`. Split
+    the arguments as Ansible does and let a real ssh check a real host key against the
+    known_hosts file in a folder with a space and a non-ASCII letter."""
+    key = new_host_key()
+    with FakeSshServer(key) as sshd:
+        known = spaced_known_hosts(tmp_path, public_line(key), sshd.port)
+        sd = StateDir(known.parent)
+        args = Connection._split_ssh_args(ansible_env(sd, tmp_path, 1, strategy="mitogen")["ANSIBLE_SSH_ARGS"])
+        r = subprocess.run(["ssh", "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", *args,
+                            "-p", str(sshd.port), "nobody@127.0.0.1", "true"],
+                           capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert "Host key verification failed" not in r.stderr, r.stderr  # the right file was read
+    assert "Could not resolve hostname" not in r.stderr
+    assert "Permission denied" in r.stderr or "closed" in r.stderr.lower(), r.stderr  # it got as far as logging in
+
+
+def test_first_contact_records_into_a_path_with_spaces(tmp_path: Path) -> None:
+    key = new_host_key()
+    with FakeSshServer(key) as sshd:
+        known = spaced_known_hosts(tmp_path, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOld", 1)
+        first_contact(known, [SshTarget("n1", "127.0.0.1", sshd.port, "nobody")], timeout=10)
+    assert f"[127.0.0.1]:{sshd.port} {public_line(key)}" in known.read_text()
+
+
+def test_a_path_ssh_cannot_take_is_refused_with_a_message(tmp_path: Path) -> None:
+    with pytest.raises(ProvisionError, match="double quote"):
+        ansible_env(StateDir(tmp_path / 'say "hi"'), tmp_path, 1)

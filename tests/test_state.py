@@ -287,3 +287,99 @@ def test_second_lock_in_the_same_process_is_refused(tmp_path: Path) -> None:
     sd = StateDir(tmp_path)
     with sd.lock("apply"), pytest.raises(ProvisionError, match="another provision run"), sd.lock("plan"):
         pass
+
+
+# --------------------------------------------------------------------------- backups and errors
+def test_the_state_before_each_command_is_kept(tmp_path: Path) -> None:
+    """Issue 18 item 12: a corrupt state.json said "restore it from a backup" but none was
+    kept. Each command that changes the state keeps the one before it (state.json.1, older
+    ones shifted up to .3); saves within one command keep only the first."""
+    versions = []
+    for n in range(5):
+        sd = StateDir(tmp_path)  # one StateDir per command
+        for m in range(2):
+            sd.save(State(cluster=f"c{n}-{m}"))
+        versions.append(f"c{n}-1")
+    assert StateDir(tmp_path).load().cluster == "c4-1"
+    kept = [json.loads(StateDir(tmp_path).backup(n).read_text())["cluster"] for n in (1, 2, 3)]
+    assert kept == ["c3-1", "c2-1", "c1-1"]
+    assert not (tmp_path / "state.json.4").exists()
+    assert stat.S_IMODE(StateDir(tmp_path).backup(1).stat().st_mode) == 0o600
+
+
+def test_a_corrupt_state_names_the_backup_to_restore(tmp_path: Path) -> None:
+    sd = StateDir(tmp_path)
+    sd.save(sample_state())
+    StateDir(tmp_path).save(State(cluster="testc"))
+    sd.state_file.write_text("{ half a file")
+    with pytest.raises(ProvisionError) as info:
+        StateDir(tmp_path).load()
+    message = str(info.value)
+    assert f"the state before the last change is kept in {sd.backup(1)}" in message
+    assert f"copy it over {sd.state_file}" in message
+    StateDir(tmp_path).backup(1).unlink()
+    with pytest.raises(ProvisionError, match="no earlier state is kept"):
+        StateDir(tmp_path).load()
+
+
+def test_a_state_dir_that_is_a_file_is_a_clear_error(tmp_path: Path) -> None:
+    """`--state-dir <a file>` gave `internal error: FileExistsError`."""
+    path = tmp_path / "afile"
+    path.write_text("x")
+    sd = StateDir(path)
+    for action in (sd.ensure, sd.load):
+        with pytest.raises(ProvisionError, match=rf"{path} is not a directory.*--state-dir"):
+            action()
+    with pytest.raises(ProvisionError, match="--state-dir"), sd.lock("apply"):
+        pass
+
+
+def test_a_read_only_state_dir_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`internal error: OSError: [Errno 30] Read-only file system` before. (The tests may run
+    as root, which ignores permission bits: the file system's answer is simulated.)"""
+    sd = StateDir(tmp_path / "state")
+    sd.ensure()
+
+    def read_only(*args: object, **kwargs: object) -> None:
+        raise OSError(30, "Read-only file system", str(sd.root))
+
+    monkeypatch.setattr(state_mod, "atomic_write", read_only)
+    with pytest.raises(ProvisionError) as info:
+        sd.save(State())
+    assert str(info.value) == (f"cannot write the state {sd.state_file}: Read-only file system; choose another "
+                               "state directory with --state-dir (or make this one writable)")
+    monkeypatch.setattr(state_mod.os, "open", read_only)
+    with pytest.raises(ProvisionError, match=r"cannot take the lock .*Read-only file system; choose another"), \
+            sd.lock("apply"):
+        pass
+    monkeypatch.undo()
+    monkeypatch.setattr(Path, "touch", read_only)
+    with pytest.raises(ProvisionError, match=r"cannot set up the state directory .*Read-only file system"):
+        sd.ensure()
+
+
+def test_load_for_refuses_another_clusters_state(tmp_path: Path) -> None:
+    sd = StateDir(tmp_path)
+    sd.save(State(cluster="llm200k"))
+    assert sd.load_for("llm200k").cluster == "llm200k"
+    with pytest.raises(ProvisionError, match=r"belongs to cluster 'llm200k', not 'musiclab'; .*--state-dir"):
+        sd.load_for("musiclab")
+    assert StateDir(tmp_path / "fresh").load_for("anything").cluster == ""
+
+
+def test_a_dry_run_shares_the_lock_and_writes_nothing(tmp_path: Path) -> None:
+    sd = StateDir(tmp_path / "state")
+    with sd.shared_lock():  # no lock file yet: nothing is created
+        pass
+    assert not sd.root.exists()
+    with sd.lock("apply"):
+        pass
+    before = (sd.root / "lock").stat().st_mtime_ns
+    with sd.shared_lock(), sd.shared_lock():  # dry runs share it ...
+        other = subprocess.run([sys.executable, "-c", TRY_LOCK, str(sd.root)], capture_output=True, text=True,
+                               env=_env(), check=True)
+        assert other.stdout.startswith("refused: another provision run holds")  # ... an apply waits
+        assert "dry run" in other.stdout
+    assert (sd.root / "lock").stat().st_mtime_ns == before
+    with sd.lock("apply"), pytest.raises(ProvisionError, match="another provision run holds"), sd.shared_lock():
+        pass

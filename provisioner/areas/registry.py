@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from provisioner.areas.baremetal import checks as baremetal_checks
 from provisioner.areas.baremetal import rolevars as baremetal
 from provisioner.areas.common import rolevars as common
 from provisioner.areas.gpu import checks as gpu_checks
@@ -52,7 +53,8 @@ AREAS: tuple[Area, ...] = (
     Area("gpu", gpu.cluster_vars, gpu.node_vars, checks=gpu_checks.CHECKS),
     Area("slurm", slurm.cluster_vars, slurm.node_vars, slurm.LIGHT_KEYS, checks=slurm_checks.CHECKS,
          prepare=slurm_decide.prepare_munge_key),
-    Area("baremetal", baremetal.cluster_vars, baremetal.node_vars, baremetal.LIGHT_KEYS),
+    Area("baremetal", baremetal.cluster_vars, baremetal.node_vars, baremetal.LIGHT_KEYS,
+         checks=baremetal_checks.CHECKS),
     Area("monitoring", monitoring.cluster_vars, monitoring.node_vars, monitoring.LIGHT_KEYS,
          checks=monitoring_checks.CHECKS, prepare=monitoring_decide.prepare_secrets),
 )

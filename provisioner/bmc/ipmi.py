@@ -28,6 +28,7 @@ from provisioner.bmc.base import (
     retry,
 )
 from provisioner.bmc.credentials import Secret
+from provisioner.errors import NETWORK_ERRNO_WORDS, errno_text_reason, network_reason
 
 T = TypeVar("T")
 
@@ -57,8 +58,23 @@ class _Transient(Exception):
     pass
 
 
+def error_text(exc: BaseException) -> str:
+    """What a pyghmi error says, in words: a network errno (pyghmi lets ``OSError(101, ...)``
+    through, whose first argument is the bare number) becomes "network is unreachable";
+    an error without a message becomes "" (never "None")."""
+    reason = network_reason(exc)
+    if reason is not None:
+        return reason
+    first = exc.args[0] if exc.args else None
+    if first is None:
+        return ""
+    return str(first).strip()
+
+
 def classify(message: str) -> str:
-    """'credentials', 'unreachable' or 'rejected' for a pyghmi error text."""
+    """'credentials', 'unreachable' or 'rejected' for a pyghmi error text (see error_text)."""
+    if errno_text_reason(message or "") is not None or (message or "").strip() in NETWORK_ERRNO_WORDS.values():
+        return "unreachable"
     text = (message or "").lower()
     if any(marker in text for marker in _CREDENTIAL_ERRORS):
         return "credentials"
@@ -149,9 +165,9 @@ class IpmiBmc:
             return exc
         if isinstance(exc, _Timeout):
             return UnreachableError(self.node, self.address, f"no answer within {self._timeout:.0f} s while {doing}")
-        text = str(exc.args[0]) if getattr(exc, "args", None) else str(exc)
+        text = error_text(exc)
         if isinstance(exc, _Transient):
-            return UnreachableError(self.node, self.address, f"{text} while {doing}")
+            return UnreachableError(self.node, self.address, f"{text or 'no answer'} while {doing}")
         kind = classify(text)
         if kind == "credentials":
             return CredentialsError(self.node, self.address, text)
@@ -170,9 +186,10 @@ class IpmiBmc:
             except BmcError:
                 raise
             except Exception as exc:
-                if classify(str(exc.args[0]) if exc.args else "") == "unreachable":
+                text = error_text(exc)
+                if classify(text) == "unreachable":
                     self._cmd = None
-                    raise _Transient(str(exc.args[0]) if exc.args else "no answer") from None
+                    raise _Transient(text or "no answer") from None
                 raise
 
         with self._lock:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from pathlib import Path
 from rich.console import Console
 
 from provisioner.errors import Diagnostic, ManifestError, ProvisionError
+from provisioner.interrupts import Interrupted
 from provisioner.manifest.load import Loaded
 from provisioner.manifest.select import SelectorError, select_nodes
 from provisioner.validate import load_manifest
@@ -40,6 +42,10 @@ def guarded(command: Command, args: argparse.Namespace) -> int:
     except ManifestError as exc:
         print_diagnostics(err, exc.diagnostics)
         return 1
+    except Interrupted as exc:  # after SIGHUP the terminal may be gone: the exit code still says it
+        with contextlib.suppress(OSError):
+            err.print(str(exc), style="red", markup=False, highlight=False)
+        return exc.exit_code
     except ProvisionError as exc:
         err.print(f"error: {exc}", style="red", markup=False, highlight=False)
         return 1

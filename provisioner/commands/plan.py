@@ -18,7 +18,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     loaded = load(err, args.manifest)
     state_dir = StateDir.beside(args.manifest, args.state_dir)
     plays = load_plays(project_root() / "playbooks" / "site.yml")
-    plan = compute(loaded.manifest, state_dir.load(), plays, limit=limit(loaded, args.limit), full=args.full)
+    state = state_dir.load_for(loaded.manifest.cluster.name)  # refused when it is another cluster's
+    plan = compute(loaded.manifest, state, plays, limit=limit(loaded, args.limit), full=args.full)
     if args.json:
         print(json.dumps(plan.to_json(), indent=2))
     else:

@@ -124,8 +124,12 @@ def check_roles(m: Manifest, src: Source) -> list[Diagnostic]:
             continue  # reported by check_addresses
         if len(node.install_disks) == 2 and node.install_disks[0] == node.install_disks[1]:
             out.append(src.diag(node_path(node, "install_disks"), f"{node.name}: the two install disks are the same"))
-        disk_ids = [d.id for d in node.hardware.disks]
-        for did in {d for d in disk_ids if disk_ids.count(d) > 1}:
+        try:  # count disks, not entries: "ata-X[1-4]" and "ata-X2" name ata-X2 twice
+            disk_ids = [name for d in node.hardware.disks for name in expand(d.id)]
+        except RangeError as exc:
+            out.append(src.diag(node_path(node, "hardware", "disks"), f"{node.name}: {exc}"))
+            continue
+        for did in sorted({d for d in disk_ids if disk_ids.count(d) > 1}):
             out.append(src.diag(node_path(node, "hardware", "disks"), f"{node.name}: disk {did!r} is listed twice"))
     return out
 
@@ -185,7 +189,11 @@ def check_zfs(m: Manifest, src: Source) -> tuple[list[Diagnostic], list[Diagnost
                 if d in used:
                     errors.append(src.diag((*base, key), f"disk {d!r} is used twice (also in {used[d]})"))
                 used[d] = f"pool {pool.name!r} {key}"
-        if len(pool.log) == 1:
+        try:
+            log_devices = [d for item in pool.log for d in expand(item)]  # count devices, not entries
+        except RangeError:
+            log_devices = []  # reported above
+        if len(log_devices) == 1:
             warnings.append(src.diag((*base, "log"), f"pool {pool.name!r}: a single SLOG device is not mirrored",
                                      "warning"))
         ds_names = [d.name for d in pool.datasets]

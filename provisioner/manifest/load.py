@@ -70,8 +70,31 @@ def _unwrap(tp: Any, container: bool) -> Any:
     return tp
 
 
+# What a list section looks like, for a manifest that gives it as a mapping.
+LIST_SECTION_EXAMPLES: dict[tuple[str, ...], str] = {
+    ("mergerfs",): "mergerfs: [{path: /corpus, branches: [/mnt/corpus1, /mnt/corpus2], nodes: ['@compute']}]",
+    ("nodes",): "nodes: [{name: gpu[01-04], roles: [compute], interfaces: {...}, hardware: {...}}]",
+    ("zfs", "pools"): "pools: [{name: tank, node: store1, vdevs: {type: mirror, disks: [...]}}]",
+    ("nfs", "exports"): "exports: [{name: data, node: store1, dataset: tank/data, clients: [data]}]",
+    ("nfs", "mounts"): "mounts: [{export: data, path: /data, nodes: ['@compute']}]",
+    ("slurm", "partitions"): "partitions: [{name: gpu, nodes: ['@compute'], default: true}]",
+    ("cluster", "admin_users"): "admin_users: [{name: alice, ssh_keys: [ssh-ed25519 AAAA... alice@host]}]",
+}
+
+
+def _list_hint(loc: tuple[Any, ...], given: Any) -> str:
+    """For a mapping where a list belongs: say so, and what the section looks like."""
+    example = LIST_SECTION_EXAMPLES.get(tuple(str(p) for p in loc))
+    text = "expected a list, one '- ' item per entry, but got a mapping"
+    if isinstance(given, dict) and ("path" in given or "name" in given or "export" in given):
+        text += " that looks like a single entry: put '- ' before its first key"
+    return text + (f"; the section looks like: {example}" if example else "")
+
+
 def _message(err: Any, loc: tuple[Any, ...]) -> str:
     kind = err["type"]
+    if kind == "list_type" and isinstance(err.get("input"), dict):
+        return _list_hint(loc, err["input"])
     if kind == "extra_forbidden":
         key = str(loc[-1])
         parent = _model_at(Manifest, loc[:-1])
@@ -125,18 +148,19 @@ class NodeRangeError(RangeError):
         self.path = path
 
 
-def _nth_disk(disk: str, offset: int, count: int, where: PathKey) -> str:
+def _disk_per_node(disk: str, count: int, where: PathKey) -> list[str]:
     """Install disks of a ranged node may be a range too (by-id names carry serials):
-    ``nvme-SSD_S7H[01-04]`` gives the first node S7H01, the second S7H02, ..."""
+    ``nvme-SSD_S7H[01-04]`` gives the first node S7H01, the second S7H02, ... A plain name
+    is every node's. Expanded once per node entry: the list has one disk per node."""
     try:
         items = expand(disk)
     except RangeError as exc:
         raise NodeRangeError(where, str(exc)) from None
     if len(items) == 1:
-        return items[0]
+        return items * count
     if len(items) != count:
         raise NodeRangeError(where, f"install disk range {disk!r} has {len(items)} items for {count} nodes")
-    return items[offset]
+    return items
 
 
 def expand_nodes(nodes: list[Node]) -> list[Node]:
@@ -144,6 +168,8 @@ def expand_nodes(nodes: list[Node]) -> list[Node]:
     out: list[Node] = []
     for index, node in enumerate(nodes):
         names = expand(node.name)
+        per_node = [_disk_per_node(d, len(names), ("nodes", index, "install_disks", i))
+                    for i, d in enumerate(node.install_disks)]
         for offset, name in enumerate(names):
             interfaces: dict[Any, Interface] = {}
             for net, iface in node.interfaces.items():
@@ -156,7 +182,8 @@ def expand_nodes(nodes: list[Node]) -> list[Node]:
                     mac = add_mac(iface.mac, offset) if iface.mac else None
                 except RangeError as exc:
                     raise NodeRangeError((*where, "mac"), f"{node.name}: {exc}") from None
-                interfaces[net] = Interface(ip=ip, mac=mac, interface=iface.interface)
+                # the values are validated already (the entry's, incremented): no second validation
+                interfaces[net] = Interface.model_construct(ip=ip, mac=mac, interface=iface.interface)
             bmc: Bmc | None = node.bmc
             if bmc is not None and offset:
                 where = ("nodes", index, "bmc", "address")
@@ -166,8 +193,7 @@ def expand_nodes(nodes: list[Node]) -> list[Node]:
                     bmc = bmc.model_copy(update={"address": str(add_ip(bmc.ipv4, offset))})
                 except RangeError as exc:
                     raise NodeRangeError(where, f"{node.name}: BMC {exc}") from None
-            disks = [_nth_disk(d, offset, len(names), ("nodes", index, "install_disks", i))
-                     for i, d in enumerate(node.install_disks)]
+            disks = [disks_of_entry[offset] for disks_of_entry in per_node]
             copy = node.model_copy(update={"name": name, "interfaces": interfaces, "bmc": bmc, "install_disks": disks})
             copy._source_index = index
             out.append(copy)
@@ -181,6 +207,8 @@ def load_source(source: Source) -> Loaded:
     version = data.get("version")
     if version is None:
         raise ManifestError([source.diag(("version",), "required field is missing; this tool reads version: 1")])
+    if isinstance(version, str) and version.strip() == "1":
+        raise ManifestError([source.diag(("version",), 'a number, not a string: write version: 1 (without quotes)')])
     if version != 1 or isinstance(version, bool):  # True == 1 in Python; `version: yes` is not 1
         raise ManifestError(
             [source.diag(("version",), f"schema version {version!r} is not supported; this tool reads version: 1")]

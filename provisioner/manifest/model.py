@@ -125,10 +125,59 @@ class Mirrors(Strict):
         return v
 
 
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+class InstallMedia(Strict):
+    """A pinned Ubuntu live-server ISO: a URL with its SHA-256 (e.g. a site mirror), or a
+    file already on the head node."""
+
+    url: str | None = Field(default=None, description="http(s):// or file:// URL of the ISO")
+    path: AbsPath | None = Field(default=None, description="the ISO on the head node")
+    sha256: str | None = Field(default=None, description="SHA-256 of the ISO (hex); required with url")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^(https?|file)://[^\s]+$", v):
+            raise ValueError(f"{v!r} is not an http(s):// or file:// URL")
+        return v
+
+    @field_validator("sha256", mode="before")
+    @classmethod
+    def _sha256(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = v.strip().lower().removeprefix("sha256:")
+            if not SHA256_RE.match(v):
+                raise ValueError(f"{v[:20]!r}... is not a SHA-256 (64 hex digits)")
+        return v
+
+    @model_validator(mode="after")
+    def _one_source(self) -> InstallMedia:
+        if (self.url is None) == (self.path is None):
+            raise ValueError("give exactly one of url or path")
+        if self.url is not None and self.sha256 is None:
+            raise ValueError("a pinned ISO url needs its sha256 (from the release's SHA256SUMS)")
+        return self
+
+
 class SshSettings(Strict):
     user: str = "root"
     port: int = Field(default=22, ge=1, le=65535)
     private_key: str | None = Field(default=None, description="private key file for Ansible's SSH")
+    public_key: str | None = Field(
+        default=None,
+        description="OpenSSH public key Ansible logs in with (a dedicated automation key); root, or the "
+                    "account in user, gets it besides the keys of admins with sudo",
+    )
+
+    @field_validator("public_key")
+    @classmethod
+    def _public_key(cls, v: str | None) -> str | None:
+        if v is not None and not SSH_KEY_RE.match(v):
+            shown = v[:30] + ("..." if len(v) > 30 else "")
+            raise ValueError(f"{shown!r} is not an OpenSSH public key (ssh-ed25519 AAAA... comment)")
+        return v
 
 
 class Cluster(Strict):
@@ -140,6 +189,11 @@ class Cluster(Strict):
     mirrors: Mirrors = Field(default_factory=Mirrors)
     ssh: SshSettings = Field(default_factory=SshSettings)
     allow_reboot: bool = False
+    install_media: dict[Literal["ubuntu-22.04", "ubuntu-24.04"], InstallMedia] = Field(
+        default_factory=dict,
+        description="pinned live-server ISO per Ubuntu release; default: the release's current point "
+                    "release from releases.ubuntu.com, checked against its SHA256SUMS",
+    )
 
     @field_validator("name")
     @classmethod
@@ -188,13 +242,37 @@ class Network(Strict):
         return self
 
 
+IPOIB_DATAGRAM_MAX_MTU = 4092  # a 4096-byte InfiniBand MTU less the 4-byte IPoIB header
+
+
 class InfinibandNetwork(Network):
     mtu: int = Field(default=2044, ge=576, le=65520)
     mode: Literal["datagram", "connected"] = "datagram"
+    hca_supports_connected: bool = Field(
+        default=False,
+        description="the HCAs run IPoIB connected mode (ConnectX-3 and older; ConnectX-4 and newer run "
+                    "Enhanced IPoIB, which is datagram only)",
+    )
     subnet_manager: Literal["switch", "opensm"] = Field(
         default="switch", description="'opensm' runs a subnet manager on the head node"
     )
     rdma: bool = Field(default=True, description="NFS over RDMA and GPUDirect on this fabric")
+
+    @model_validator(mode="after")
+    def _ipoib_mode(self) -> InfinibandNetwork:
+        if self.mode == "connected" and not self.hca_supports_connected:
+            raise ValueError(
+                "IPoIB connected mode fails on ConnectX-4 and newer HCAs (Enhanced IPoIB is datagram only), "
+                f"and so does an MTU above {IPOIB_DATAGRAM_MAX_MTU}; use mode: datagram, or set "
+                "hca_supports_connected: true if every HCA on the fabric is a ConnectX-3 or older"
+            )
+        if self.mode == "datagram" and self.mtu > IPOIB_DATAGRAM_MAX_MTU:
+            raise ValueError(
+                f"IPoIB datagram mode carries at most {IPOIB_DATAGRAM_MAX_MTU} bytes (a 4096-byte InfiniBand "
+                f"MTU less the IPoIB header); mtu {self.mtu} needs connected mode, which only ConnectX-3 and "
+                "older HCAs run"
+            )
+        return self
 
 
 class Networks(Strict):
@@ -332,9 +410,14 @@ class Hardware(Strict):
 
     @property
     def real_memory_mb(self) -> int:
-        """Memory Slurm may hand out: the manifest's size less a reserve for the OS."""
+        """Memory Slurm may hand out: the manifest's size less a reserve for the kernel and
+        the OS. The kernel keeps a share of RAM that grows with it (struct page alone is 1/64
+        of RAM; firmware reservations, crashkernel and page tables add more: a 2 TB node
+        reports ~98 % as MemTotal), so the reserve is a share of RAM too: 5 %, at least
+        2 GiB (a quarter of a node below 8 GiB). No cap: a capped reserve falls below the
+        kernel's share on large nodes, and slurmd would report less than RealMemory."""
         total = self.memory_gb * 1024
-        reserve = min(max(total // 20, 2048), 16384)
+        reserve = max(total // 20, min(2048, total // 4))
         return total - reserve
 
 
@@ -342,6 +425,11 @@ class Node(Strict):
     name: HostPattern
     roles: list[Role] = Field(min_length=1)
     os: OsName = "ubuntu-22.04"
+    install: Literal["manual", "pxe"] = Field(
+        default="manual",
+        description="pxe: while its state is new, apply installs the OS over BMC + PXE (wiping "
+        "install_disks); manual: installed by hand, apply only configures it",
+    )
     install_disks: list[str] = Field(default_factory=list, max_length=2)
     interfaces: dict[NetworkName, Interface]
     bmc: Bmc | None = None
@@ -448,9 +536,8 @@ class NfsExport(Strict):
             raise ValueError("give exactly one of path or dataset")
         return self
 
-    @property
-    def export_path(self) -> str:
-        return self.path if self.path is not None else "/" + str(self.dataset)
+    # The path of a dataset export is the dataset's ZFS mountpoint, which the zfs section
+    # decides: provisioner.areas.storage.decide.export_path.
 
 
 class NfsMount(Strict):
@@ -544,7 +631,8 @@ class Slurm(Strict):
 
 
 class NvidiaDriver(Strict):
-    branch: str = "550"
+    # a current branch of every driver source (provisioner/areas/gpu/versions.yaml)
+    branch: str = "580"
     source: Literal["auto", "ubuntu-signed", "cuda-repo", "debian"] = "auto"
     open_kernel_modules: bool | None = Field(default=None, description="None: open on branch 560+")
 
@@ -559,7 +647,8 @@ class NvidiaDriver(Strict):
 
 
 class Cuda(Strict):
-    versions: list[str] = Field(default_factory=lambda: ["12.4"], min_length=1)
+    versions: list[str] | None = Field(
+        default=None, min_length=1, description="None: the default toolkit of the node's OS and CUDA source")
     default: str | None = None
     cudnn: bool = False
     source: Literal["auto", "cuda-repo", "debian"] = "auto"
@@ -588,13 +677,11 @@ class Cuda(Strict):
 
     @model_validator(mode="after")
     def _default_listed(self) -> Cuda:
-        if self.default is not None and self.default not in self.versions:
+        if self.default is not None and self.versions is None:
+            raise ValueError(f"default {self.default} needs versions (list the toolkits to install)")
+        if self.default is not None and self.versions is not None and self.default not in self.versions:
             raise ValueError(f"default {self.default} is not one of versions {self.versions}")
         return self
-
-    @property
-    def default_version(self) -> str:
-        return self.default or self.versions[-1]
 
 
 class Nccl(Strict):
@@ -775,6 +862,37 @@ class Monitoring(Strict):
 
 
 # --------------------------------------------------------------------------- top level
+class NodeIndex:
+    """Lookups over one expanded node list: by name, by role, and resolved node selectors
+    (filled by :mod:`provisioner.manifest.select`). Built once per list, so per-node code
+    (role variables, checks, the plan) looks a node up in constant time instead of scanning
+    the list: on a 2,000-node manifest the scans made validate and plan quadratic.
+
+    A cache, not part of the manifest's value: any two indexes compare equal, so manifests
+    compare as before whether or not theirs was built yet.
+    """
+
+    __slots__ = ("by_name", "by_role", "count", "names", "names_by_role", "nodes", "selections")
+
+    def __init__(self, nodes: list[Node]) -> None:
+        self.nodes = nodes
+        self.count = len(nodes)
+        self.names: tuple[str, ...] = tuple(n.name for n in nodes)
+        self.by_name: dict[str, Node] = {}
+        self.by_role: dict[str, list[Node]] = {}
+        for node in nodes:
+            self.by_name.setdefault(node.name, node)  # the first of duplicates, as a scan finds it
+            for role in node.roles:
+                self.by_role.setdefault(role, []).append(node)
+        self.names_by_role: dict[str, frozenset[str]] = {
+            role: frozenset(n.name for n in members) for role, members in self.by_role.items()}
+        # selector items -> (names in manifest order, the same as a set)
+        self.selections: dict[tuple[str, ...], tuple[tuple[str, ...], frozenset[str]]] = {}
+
+    def __eq__(self, other: object) -> bool:
+        return other is None or isinstance(other, NodeIndex)
+
+
 class Manifest(Strict):
     version: Literal[1]
     cluster: Cluster
@@ -787,19 +905,41 @@ class Manifest(Strict):
     slurm: Slurm = Field(default_factory=Slurm)
     software: Software = Field(default_factory=Software)
     monitoring: Monitoring | None = Field(default=None, description="absent: no monitoring")
+    role_vars: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="role variables the manifest does not generate, per cluster ('all'), role ('@compute') "
+        "or node (names, ranges); checked against each role's meta/argument_specs.yml (provisioner/overrides.py)",
+    )
+
+    _index: NodeIndex | None = PrivateAttr(default=None)
 
     # ----- helpers over the expanded node list (see provisioner.manifest.load)
+    def index(self) -> NodeIndex:
+        """The node index of the current node list, built on first use. Nodes are treated as
+        values: change a manifest's nodes by giving it a new list (``model_copy(update=...)``),
+        which builds a new index, not by editing a node in place."""
+        private = self.__pydantic_private__  # read directly: the attribute path costs more than the lookup
+        index: NodeIndex | None = private.get("_index") if private is not None else None
+        if index is None or index.nodes is not self.nodes or index.count != len(self.nodes):
+            index = NodeIndex(self.nodes)
+            self._index = index
+        return index
+
     def node(self, name: str) -> Node:
-        for node in self.nodes:
-            if node.name == name:
-                return node
-        raise KeyError(name)
+        try:
+            return self.index().by_name[name]
+        except KeyError:
+            raise KeyError(name) from None
 
     def node_names(self) -> list[str]:
-        return [n.name for n in self.nodes]
+        return list(self.index().names)
 
     def with_role(self, role: str) -> list[Node]:
-        return [n for n in self.nodes if role in n.roles]
+        return list(self.index().by_role.get(role, ()))
+
+    def role_names(self, role: str) -> frozenset[str]:
+        """The names of the nodes with ``role`` (a set: for "is this node one of them?")."""
+        return self.index().names_by_role.get(role, frozenset())
 
     @property
     def head(self) -> Node:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Sequence
 
 RANGE_RE = re.compile(r"^(?P<prefix>[^\[\]]*)\[(?P<lo>\d+)-(?P<hi>\d+)\](?P<suffix>[^\[\]]*)$")
 MAX_RANGE = 4096
@@ -35,13 +36,42 @@ def expand(text: str) -> list[str]:
     if hi - lo + 1 > MAX_RANGE:
         raise RangeError(f"range {text!r} is too large (more than {MAX_RANGE} items)")
     width = len(lo_s) if lo_s.startswith("0") and len(lo_s) > 1 else 0
-    return [f"{m.group('prefix')}{i:0{width}d}{m.group('suffix')}" for i in range(lo, hi + 1)]
+    prefix, suffix = m.group("prefix"), m.group("suffix")
+    return [f"{prefix}{i:0{width}d}{suffix}" for i in range(lo, hi + 1)]
 
 
 def expand_all(items: list[str]) -> list[str]:
     out: list[str] = []
     for item in items:
         out.extend(expand(item))
+    return out
+
+
+_NUMBERED = re.compile(r"^(?P<prefix>[^\[\]]*?)(?P<num>\d+)$")
+
+
+def contract(names: Sequence[str]) -> list[str]:
+    """The reverse of :func:`expand` for display: runs of consecutive names become one range,
+    ``gpu01 gpu02 gpu03 head`` -> ``gpu[01-03] head``. :func:`expand` of each item gives
+    back exactly the names, in their order (zero padding follows the run's first name)."""
+    out: list[str] = []
+    i = 0
+    while i < len(names):
+        first = names[i]
+        j = i + 1
+        m = _NUMBERED.match(first)
+        if m:
+            prefix, lo_s = m.group("prefix"), m.group("num")
+            width = len(lo_s) if lo_s.startswith("0") and len(lo_s) > 1 else 0
+            lo = int(lo_s)
+            while j < len(names) and j - i < MAX_RANGE and names[j] == f"{prefix}{lo + j - i:0{width}d}":
+                j += 1
+            if j - i > 1:
+                out.append(f"{prefix}[{lo_s}-{names[j - 1][len(prefix):]}]")
+                i = j
+                continue
+        out.append(first)
+        i = j
     return out
 
 

@@ -12,7 +12,7 @@ from emulators.ports import free_udp_port
 
 from provisioner.bmc import CredentialsError, UnreachableError, make_bmc, wait_for_power
 from provisioner.bmc.credentials import Secret
-from provisioner.bmc.ipmi import IpmiBmc, classify
+from provisioner.bmc.ipmi import IpmiBmc, classify, error_text
 
 
 def driver(emulator: IpmiEmulator, user: str = "admin", password: str = IPMI_PASSWORD, **kw: float) -> IpmiBmc:
@@ -115,3 +115,44 @@ def test_make_bmc_builds_the_ipmi_driver_from_the_manifest(ipmi: IpmiEmulator) -
         assert bmc.power_state() in ("on", "off")
     finally:
         bmc.close()
+
+
+class _RaisingCommand:
+    """A pyghmi Command whose power read raises ``exc`` (what pyghmi lets through)."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    def get_power(self) -> dict[str, str]:
+        raise self.exc
+
+
+@pytest.mark.parametrize(
+    ("exc", "words"),
+    [
+        (OSError(101, "Network is unreachable"), "network is unreachable"),
+        (OSError(113, "No route to host"), "no route to host"),
+        (OSError(111, "Connection refused"), "connection refused"),
+        (Exception(101), "network is unreachable"),
+        (Exception(None), "no answer"),
+    ],
+)
+def test_an_unreachable_bmc_is_reported_in_words_not_as_a_rejection(exc: BaseException, words: str) -> None:
+    """Issue 19 item 16: `BMC 10.x rejected reading the power state for node: 101`; and issue
+    18 item 4: `... is unreachable: None while reading the power state`."""
+    bmc = IpmiBmc("gpu01", "10.10.1.21", user="admin", password=Secret("x"), timeout=5, retries=2,
+                  retry_delay=0.01, command_factory=lambda **kw: _RaisingCommand(exc))
+    with pytest.raises(UnreachableError) as info:
+        bmc.power_state()
+    message = str(info.value)
+    assert message == f"BMC 10.10.1.21 of gpu01 is unreachable: {words} while reading the power state"
+    assert "None" not in message and "101" not in message and "rejected" not in message
+
+
+def test_error_text_and_classify_know_errno_values() -> None:
+    assert error_text(OSError(101, "Network is unreachable")) == "network is unreachable"
+    assert error_text(Exception(None)) == "" and error_text(Exception()) == ""
+    assert error_text(Exception("Invalid data field")) == "Invalid data field"
+    assert classify("network is unreachable") == "unreachable"
+    assert classify("[Errno 113] No route to host") == "unreachable"
+    assert classify("101") == "unreachable"

@@ -2,7 +2,8 @@
 
 Three nodes first (a head and two compute), then a fourth is added to the manifest: the plan
 shows only it as new, apply configures it and updates /etc/hosts everywhere, and nothing
-heavy re-runs on the first three. Needs podman and the test bed image
+heavy re-runs on the first three. Everything lives in a folder whose name has a space and a
+non-ASCII letter. Needs podman and the test bed image
 (tests/testbed/setup.sh); skipped with a reason otherwise.
 """
 
@@ -120,7 +121,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     reason = _have_testbed()
     if reason:
         pytest.skip(reason)
-    work = tmp_path_factory.mktemp("e2e")
+    # a space and a non-ASCII letter in every path handed to ssh and Ansible (manifest, state
+    # directory, known_hosts, the private key): a folder with a space used to break apply
+    work = tmp_path_factory.mktemp("e2e cluster ä")
     key = work / "id_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     _cleanup()

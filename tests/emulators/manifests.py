@@ -13,7 +13,8 @@ KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB2kqf7m7pIo2l8ZpZ5o0rC8m9Qf3c4C3QWv8
 
 def node_dict(name: str, index: int, *, roles: tuple[str, ...] = ("compute",), bmc: dict[str, Any] | None = None,
               os: str = "ubuntu-22.04", disks: tuple[str, ...] = ("nvme-TEST_DISK_0",),
-              mac: str | None = "auto") -> dict[str, Any]:
+              mac: str | None = "auto", install: str | None = None) -> dict[str, Any]:
+    """A node entry; ``install`` defaults to pxe for a node with a BMC, else manual."""
     iface: dict[str, Any] = {"ip": f"10.20.0.{10 + index}", "interface": "eno1"}
     if mac == "auto":
         iface["mac"] = f"52:54:00:20:00:{10 + index:02x}"
@@ -29,6 +30,7 @@ def node_dict(name: str, index: int, *, roles: tuple[str, ...] = ("compute",), b
     }
     if bmc is not None:
         data["bmc"] = bmc
+    data["install"] = install or ("pxe" if bmc is not None and "head" not in roles else "manual")
     return data
 
 

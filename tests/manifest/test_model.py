@@ -172,11 +172,19 @@ def test_version_missing() -> None:
     ]
 
 
-@pytest.mark.parametrize("value", ["2", "'1'", "yes", "true", "[1]", "0"])
+@pytest.mark.parametrize("value", ["2", "'2'", "yes", "true", "[1]", "0"])
 def test_unsupported_versions(value: str) -> None:
     (line,) = formatted(mutate("version: 1", f"version: {value}"))
     assert line.startswith("m.yaml:1:1: version: schema version ")
     assert line.endswith("is not supported; this tool reads version: 1")
+
+
+@pytest.mark.parametrize("value", ["'1'", '"1"', "' 1'"])
+def test_version_as_a_string_says_so(value: str) -> None:
+    """Issue 18: `version: "1"` was refused as "not supported", which reads as wrong."""
+    assert formatted(mutate("version: 1", f"version: {value}")) == [
+        "m.yaml:1:1: version: a number, not a string: write version: 1 (without quotes)"
+    ]
 
 
 def test_version_2_message() -> None:
@@ -376,6 +384,19 @@ def test_gres_type_and_memory_helpers() -> None:
     assert small.real_memory_mb == 8 * 1024 - 2048  # at least 2 GiB reserve
 
 
+@pytest.mark.parametrize("memory_gb", [1, 2, 4, 8, 16, 64, 256, 512, 1024, 2048, 4096, 8192, 65536])
+def test_real_memory_stays_below_what_the_kernel_reports(memory_gb: int) -> None:
+    """The kernel reports ~98 % of a large node as MemTotal (2 TB: struct page 1/64 of RAM,
+    firmware and crashkernel reservations), a small VM ~94 % (1 GiB: ~960 MiB); RealMemory
+    must stay below on every size, or the fact check stops apply and slurmctld drains the
+    node as "Low RealMemory"."""
+    hw = Hardware.model_validate({"cpu": {"cores_per_socket": 1}, "memory_gb": memory_gb})
+    total = memory_gb * 1024
+    memtotal = min(total * 98 // 100, total - 64)  # what the kernel leaves, generously
+    assert 0 < hw.real_memory_mb < memtotal
+    assert hw.real_memory_mb >= total * 90 // 100 or total < 64 * 1024  # not wasteful on real servers
+
+
 def test_manifest_helpers(kit: Any) -> None:
     m: Manifest = kit.load(kit.base()).manifest
     assert m.head.name == "head01"
@@ -417,3 +438,71 @@ def test_zfs_scrub_accepts_a_bare_off(written: str, expected: str) -> None:
 def test_zfs_scrub_rejects_true() -> None:
     lines = formatted(CRAFTED + "zfs:\n  scrub: on\n")
     assert lines == ["m.yaml:27:3: zfs.scrub: got True; expected one of 'weekly', 'monthly' or 'off'"]
+
+
+# --------------------------------------------------------------------------- node index
+def test_node_lookups(kit: Any) -> None:
+    m = kit.load(kit.base()).manifest
+    assert m.node("node02") is m.nodes[2]
+    with pytest.raises(KeyError, match="ghost"):
+        m.node("ghost")
+    assert [n.name for n in m.with_role("compute")] == ["node01", "node02"]
+    assert m.with_role("login") == []
+    assert m.role_names("compute") == frozenset({"node01", "node02"})
+    assert m.role_names("login") == frozenset()
+    m.with_role("compute").clear()  # a copy: the index keeps its own
+    assert m.node_names() == ["head01", "node01", "node02"]
+
+
+def test_the_index_follows_the_node_list(kit: Any) -> None:
+    m = kit.load(kit.base()).manifest
+    assert m.node_names() == ["head01", "node01", "node02"]
+    fewer = m.model_copy(update={"nodes": m.nodes[:2]})
+    assert fewer.node_names() == ["head01", "node01"]
+    with pytest.raises(KeyError):
+        fewer.node("node02")
+    m.nodes.append(m.nodes[1].model_copy(update={"name": "node03"}))  # in place: the length tells
+    assert m.node("node03").name == "node03"
+    assert m.role_names("compute") == frozenset({"node01", "node02", "node03"})
+
+
+def test_the_index_is_no_part_of_the_value(kit: Any) -> None:
+    a = kit.load(kit.base()).manifest
+    b = kit.load(kit.base()).manifest
+    a.node("node01")  # builds a's index only
+    assert a == b
+    assert a.model_copy() == b
+
+
+def test_ipoib_connected_mode_needs_the_operator_to_say_the_hcas_run_it(kit: Any) -> None:
+    """ConnectX-4 and newer run Enhanced IPoIB, datagram only: connected mode (and the
+    large MTU it allows) fails there (issue 19 item 9)."""
+    data = kit.example("llm-200k.yaml")
+    data["networks"]["infiniband"]["mode"] = "connected"
+    d = kit.error(data, "connected mode")
+    assert d.path == "networks.infiniband"
+    assert "hca_supports_connected: true" in d.message and "ConnectX-4" in d.message
+    data["networks"]["infiniband"]["hca_supports_connected"] = True
+    data["networks"]["infiniband"]["mtu"] = 65520
+    assert kit.load(data).manifest.networks.infiniband.mode == "connected"
+    data["networks"]["infiniband"]["mode"] = "datagram"
+    assert "at most 4092 bytes" in kit.error(data, "4092").message
+    data["networks"]["infiniband"]["mtu"] = 4092
+    assert kit.load(data).manifest.networks.infiniband.mtu == 4092
+
+
+def test_a_list_section_given_as_a_mapping_says_what_the_section_looks_like(kit: Any) -> None:
+    """Issue 19 item 18: `mergerfs:` as a mapping got pydantic's raw "Input should be a valid
+    list"."""
+    data = kit.base(storage=True)
+    data["mergerfs"] = data["mergerfs"][0]  # one union, without its '- '
+    (d,) = kit.errors(data)
+    assert d.path == "mergerfs"
+    assert "valid list" not in d.message
+    assert "expected a list" in d.message and "put '- ' before its first key" in d.message
+    assert "mergerfs: [{path: /corpus, branches: [" in d.message
+    assert "\n" not in d.format()
+    data = kit.base()
+    data["slurm"]["partitions"] = {"gpu": {"nodes": ["@compute"]}}
+    (d,) = kit.errors(data)
+    assert d.path == "slurm.partitions" and "partitions: [{name: gpu" in d.message

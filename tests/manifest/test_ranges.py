@@ -13,6 +13,7 @@ from provisioner.manifest.ranges import (
     RangeError,
     add_ip,
     add_mac,
+    contract,
     expand,
     expand_all,
     is_range,
@@ -132,3 +133,20 @@ def test_expand_properties(lo: int, count: int, pad: bool) -> None:
     assert [int(n[1:]) for n in names] == list(range(lo, hi + 1))
     if pad and lo_s.startswith("0") and len(lo_s) > 1:
         assert all(len(n) - 1 >= len(lo_s) for n in names)
+
+
+def test_contract_merges_runs_of_consecutive_names() -> None:
+    assert contract(["gpu01", "gpu02", "gpu03", "head"]) == ["gpu[01-03]", "head"]
+    assert contract(["gpu9", "gpu10", "gpu11", "gpu13"]) == ["gpu[9-11]", "gpu13"]
+    assert contract(["n1", "n02", "n3"]) == ["n1", "n02", "n3"]  # padding differs: no range expands to both
+    assert contract(["a1", "b2", "b3", "b3"]) == ["a1", "b[2-3]", "b3"]
+    assert contract([]) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["gpu", "n", "x-", ""]), st.integers(0, 120), st.booleans()),
+                max_size=40))
+def test_contract_expands_back_to_the_names(parts: list[tuple[str, int, bool]]) -> None:
+    names = [f"{prefix}{num:03d}" if pad else f"{prefix}{num}" for prefix, num, pad in parts]
+    names = [n for n in names if n]  # a manifest has no empty names
+    assert [name for item in contract(names) for name in expand(item)] == names

@@ -90,6 +90,9 @@ EOF
   cat >"$ROOTFS/etc/apt/apt.conf.d/01testbed-proxy" <<'EOF'
 // Test bed: apt traffic goes through the host's apt-cacher-ng (tests/testbed/setup.sh).
 Acquire::http::Proxy-Auto-Detect "/usr/local/sbin/testbed-apt-proxy";
+// Bounded: a connection that stays silent this long is dropped and the fetch retried.
+Acquire::http::Timeout "30";
+Acquire::Retries "3";
 EOF
 
   # Clean identity so every container boots as a new machine.

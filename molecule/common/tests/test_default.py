@@ -91,6 +91,25 @@ def test_apt_proxy(host):
     assert host.run("apt-get -q update").rc == 0
 
 
+def test_apt_timeouts(host):
+    conf = host.file("/etc/apt/apt.conf.d/80provision-timeouts")
+    assert conf.user == "root" and conf.group == "root"
+    assert conf.mode == 0o644
+    # the head keeps the defaults, the compute node sets its own (molecule.yml host_vars)
+    seconds, retries = ("30", "3") if is_head(host) else ("45", "5")
+    text = [line for line in lines(host, "/etc/apt/apt.conf.d/80provision-timeouts") if not line.startswith("//")]
+    assert text == [
+        f'Acquire::http::Timeout "{seconds}";',
+        f'Acquire::https::Timeout "{seconds}";',
+        f'Acquire::ftp::Timeout "{seconds}";',
+        f'Acquire::Retries "{retries}";',
+    ]
+    # apt reads them (apt-config prints the merged configuration)
+    dump = host.check_output("apt-config dump Acquire")
+    assert f'Acquire::http::Timeout "{seconds}";' in dump
+    assert f'Acquire::Retries "{retries}";' in dump
+
+
 def test_pip_conf(host):
     conf = host.file("/etc/pip.conf")
     assert conf.mode == 0o644

@@ -19,13 +19,19 @@ Media layout on the head node's web server (kept in sync with roles/pxe_server):
 
 from __future__ import annotations
 
+import glob
+import re
 import shlex
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
 
+from provisioner import yamltext
+from provisioner.areas.common.decide import privileged_keys
 from provisioner.manifest.model import AdminUser, Manifest, Node
 
 # The pxe_server role's default web server port (roles/pxe_server/defaults/main.yml:
@@ -117,6 +123,60 @@ def not_installable(m: Manifest, node: Node) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class InstallResult:
+    node: str
+    ok: bool
+    stage: str  # skipped, config, pxe, bmc, install, ssh, done
+    reason: str
+    host_keys: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    seconds: float = 0.0
+
+
+def plan_installs(
+    m: Manifest, states: Mapping[str, str], reinstall: Iterable[str] = ()
+) -> tuple[list[str], list[InstallResult]]:
+    """Split the manifest's nodes into those to install over PXE and those left alone.
+
+    Installing wipes a node's install disks, so it takes explicit intent per node, never an
+    inference: a node marked ``install: pxe`` whose recorded state (``states``; absent means
+    ``new``) is ``new``, or a node named in ``reinstall``. Every other node is left alone
+    with a ``skipped`` result saying why. A node named in ``reinstall`` that cannot be
+    installed over PXE (the head node, no management MAC, no install disks, no BMC) is a
+    failure (stage ``config``).
+    """
+    again = set(reinstall)
+    unknown = again - set(m.node_names())
+    if unknown:
+        raise KeyError(f"--reinstall names unknown node(s): {', '.join(sorted(unknown))}")
+    targets: list[str] = []
+    left: list[InstallResult] = []
+    for node in m.nodes:
+        state = states.get(node.name, "new")
+        if node.name in again:
+            problem = not_installable(m, node) or (
+                None if node.bmc is not None else f"{node.name} has no bmc section in the manifest")
+            if problem is None:
+                targets.append(node.name)
+            else:
+                left.append(InstallResult(node.name, False, "config", problem))
+        elif node.install == "pxe" and state == "new":
+            targets.append(node.name)  # validate made sure it can be installed
+        elif node.install == "manual":
+            left.append(InstallResult(node.name, True, "skipped",
+                                      f"{node.name} is installed by hand (install: manual); apply configures it"))
+        else:
+            left.append(InstallResult(node.name, True, "skipped",
+                                      f"{node.name} is {state}; name it with --reinstall to install it again"))
+    return targets, left
+
+
+def wiped_disks(node: Node) -> str:
+    """What a PXE install of ``node`` erases, in words."""
+    return ", ".join(node.install_disks) if node.install_disks else "its install disks"
+
+
 def require_installable(m: Manifest, node: Node) -> None:
     reason = not_installable(m, node)
     if reason:
@@ -145,16 +205,18 @@ def net_settings(m: Manifest, node: Node) -> NetSettings:
 
 
 def logins(m: Manifest) -> list[Login]:
-    """Accounts with SSH access after the install: every admin user, plus the account
-    Ansible connects as (``cluster.ssh.user``) with all admin keys."""
+    """Accounts with SSH access after the install: every admin user with their own keys,
+    plus the account Ansible connects as (``cluster.ssh.user``: root, or an account with
+    password-less sudo) with only the keys allowed root (:func:`privileged_keys`: admins with
+    sudo and ``cluster.ssh.public_key``), so an admin with ``sudo: false`` gets no root."""
     admins: list[AdminUser] = list(m.cluster.admin_users)
     out = [Login(u.name, tuple(u.ssh_keys), u.sudo, u.shell, u.uid) for u in admins]
-    every_key = tuple(dict.fromkeys(k for u in admins for k in u.ssh_keys))
+    keys = tuple(privileged_keys(m))
     ssh_user = m.cluster.ssh.user
     if ssh_user == "root":
-        out.insert(0, Login("root", every_key, True, "/bin/bash", None))
+        out.insert(0, Login("root", keys, True, "/bin/bash", None))
     elif ssh_user not in {u.name for u in admins}:
-        out.append(Login(ssh_user, every_key, True, "/bin/bash", None))
+        out.append(Login(ssh_user, keys, True, "/bin/bash", None))
     return out
 
 
@@ -166,10 +228,60 @@ def disk_path(disk_id: str) -> str:
     return f"/dev/disk/by-id/{disk_id}"
 
 
+# --------------------------------------------------------------------------- install disks
+# Subiquity (the Ubuntu installer) finds an autoinstall ``disk`` action's device by its
+# ``serial`` (equal to the udev ID_SERIAL it probed), by ``path`` (equal to the kernel name it
+# probed, /dev/nvme0n1: a /dev/disk/by-id link never matches) or by a ``match`` directive
+# whose ``serial`` is a shell pattern over ID_SERIAL. We use ``match: {serial: <escaped>}``.
+# The ID_SERIAL behind a /dev/disk/by-id name comes from udev's 60-persistent-storage.rules:
+# ``<bus>-<ID_SERIAL>`` for ata/scsi/usb disks, ``virtio-<serial>``, and ``nvme-<model>_<serial>``
+# for NVMe namespaces; from systemd 254 on (Ubuntu 24.04 ships 255, 22.04 ships 249) an NVMe
+# namespace's ID_SERIAL ends in ``_<namespace id>`` and udev adds that link too.
+NVME_NSID_SERIAL_OS = frozenset({"ubuntu-24.04"})
+_SERIAL_PREFIXES = ("nvme-", "ata-", "scsi-", "virtio-", "usb-")
+_NOT_SERIAL = (
+    ("nvme-eui.", "an NVMe EUI-64/NGUID name (udev ID_WWN)"),
+    ("nvme-nvme.", "an NVMe NGUID name (udev ID_WWN)"),
+    ("wwn-", "a World Wide Name (udev ID_WWN)"),
+    ("scsi-SATA_", "the SCSI compatibility name of an ATA disk"),
+    ("scsi-0ATA_", "the SCSI compatibility name of an ATA disk"),
+    ("scsi-1ATA_", "the SCSI compatibility name of an ATA disk"),
+)
+
+
+def installer_disk_serial(disk_id: str, os_name: str) -> str:
+    """The udev ID_SERIAL of the disk that ``/dev/disk/by-id/<disk_id>`` names, as the
+    installer of ``os_name`` sees it. Raises InstallConfigError for names that carry no
+    serial (WWN, EUI, partitions, device-mapper)."""
+    use = ("name it by the link that carries its serial: nvme-<model>_<serial>, ata-<model>_<serial>, "
+           "scsi-<id>, virtio-<serial> (ls -l /dev/disk/by-id)")
+    if re.search(r"-part\d+$", disk_id):
+        raise InstallConfigError(f"install disk {disk_id!r} is a partition; give the whole disk")
+    for prefix, what in _NOT_SERIAL:
+        if disk_id.startswith(prefix):
+            raise InstallConfigError(
+                f"install disk {disk_id!r} is {what}; the Ubuntu installer finds disks by serial, so {use}")
+    bus = next((p for p in _SERIAL_PREFIXES if disk_id.startswith(p)), None)
+    if bus is None or len(disk_id) == len(bus):
+        raise InstallConfigError(
+            f"install disk {disk_id!r} carries no disk serial the Ubuntu installer can match; {use}")
+    serial = disk_id[len(bus):]
+    if bus == "nvme-" and os_name in NVME_NSID_SERIAL_OS and not re.search(r"_\d+$", serial):
+        serial += "_1"  # the namespace id: 1 on a disk with one namespace
+    return serial
+
+
+def disk_match(disk_id: str, os_name: str) -> dict[str, str]:
+    """The autoinstall ``match`` directive for one install disk: its ID_SERIAL, with the
+    shell-pattern characters subiquity's fnmatch would interpret escaped."""
+    return {"serial": glob.escape(installer_disk_serial(disk_id, os_name))}
+
+
 # --------------------------------------------------------------------------- ubuntu
 def curtin_storage(node: Node) -> list[dict[str, Any]]:
     """curtin storage actions: one OS disk, or RAID1 over two; GPT; an ESP (UEFI) or a
-    bios_grub partition (legacy) on every disk; ext4 on /."""
+    bios_grub partition (legacy) on every disk; ext4 on /. Each disk is found by its serial
+    (:func:`disk_match`), the way subiquity matches disks."""
     uefi = boot_mode(node) == "uefi"
     disks = node.install_disks
     config: list[dict[str, Any]] = []
@@ -177,7 +289,7 @@ def curtin_storage(node: Node) -> list[dict[str, Any]]:
     for i, disk_id in enumerate(disks):
         disk = f"disk{i}"
         config.append({
-            "type": "disk", "id": disk, "path": disk_path(disk_id), "ptable": "gpt",
+            "type": "disk", "id": disk, "match": disk_match(disk_id, node.os), "ptable": "gpt",
             "wipe": "superblock-recursive", "preserve": False, "grub_device": not uefi, "name": "",
         })
         if uefi:
@@ -265,7 +377,10 @@ def ubuntu_user_data(m: Manifest, node: Node, server: InstallServer) -> str:
     if mirrors.apt or mirrors.apt_proxy:
         apt: dict[str, Any] = {}
         if mirrors.apt:
+            # subiquity fills in security.ubuntu.com for a missing security section, which an
+            # air-gapped site cannot reach: the -security pocket comes from the mirror too
             apt["primary"] = [{"arches": ["default"], "uri": mirrors.apt}]
+            apt["security"] = [{"arches": ["default"], "uri": mirrors.apt}]
             apt["geoip"] = False
         if mirrors.apt_proxy:
             apt["proxy"] = mirrors.apt_proxy
@@ -291,14 +406,12 @@ def ubuntu_user_data(m: Manifest, node: Node, server: InstallServer) -> str:
     autoinstall["shutdown"] = "reboot"
     header = (f"#cloud-config\n# {node.name}: Ubuntu {node.os.split('-', 1)[1]} autoinstall, rendered by "
               "provisioner from the cluster manifest. Do not edit.\n")
-    body = yaml.safe_dump({"autoinstall": autoinstall}, sort_keys=False, default_flow_style=False, width=1000)
+    body = yamltext.safe_dump({"autoinstall": autoinstall}, width=1000)
     return header + body
 
 
 def ubuntu_meta_data(m: Manifest, node: Node) -> str:
-    return yaml.safe_dump(
-        {"instance-id": f"provision-{m.cluster.name}-{node.name}", "local-hostname": node.name}, sort_keys=False
-    )
+    return yamltext.safe_dump({"instance-id": f"provision-{m.cluster.name}-{node.name}", "local-hostname": node.name})
 
 
 # --------------------------------------------------------------------------- debian
@@ -538,6 +651,80 @@ def install_files(m: Manifest, node: Node, server: InstallServer) -> dict[str, s
         files["preseed.cfg"] = debian_preseed(m, node, server)
         files["late.sh"] = debian_late_script(m, node, server)
     return files
+
+
+# --------------------------------------------------------------------------- installer media
+MEDIA_FILE = "media.yaml"
+UBUNTU_RELEASES: tuple[str, ...] = ("ubuntu-22.04", "ubuntu-24.04")
+
+
+@dataclass(frozen=True)
+class UbuntuMediaSource:
+    """Where a release's live-server ISO comes from by default: a directory that always holds
+    the current point release, its checksum file, and the newest ISO name known here."""
+
+    directory: str
+    sha256sums: str
+    iso: str
+
+
+def load_media(text: str | None = None) -> tuple[dict[str, UbuntuMediaSource], tuple[str, str]]:
+    """(release -> default source, (source, last checked)) from media.yaml (or ``text``)."""
+    if text is None:
+        text = resources.files(__package__ or "provisioner.areas.baremetal").joinpath(MEDIA_FILE).read_text("utf-8")
+    data = yaml.safe_load(text)
+    table = data.get("ubuntu_live_server") if isinstance(data, dict) else None
+    if not isinstance(table, dict) or not isinstance(table.get("releases"), dict):
+        raise RuntimeError(f"{MEDIA_FILE}: ubuntu_live_server.releases is missing")
+    out: dict[str, UbuntuMediaSource] = {}
+    for release in UBUNTU_RELEASES:
+        entry = table["releases"].get(release)
+        if not isinstance(entry, dict) or not str(entry.get("directory", "")).endswith("/"):
+            raise RuntimeError(f"{MEDIA_FILE}: {release} needs a directory ending in /")
+        out[release] = UbuntuMediaSource(str(entry["directory"]), str(table["sha256sums"]), str(entry["iso"]))
+    return out, (str(table["source"]), str(table["checked"]))
+
+
+UBUNTU_MEDIA, UBUNTU_MEDIA_SOURCE = load_media()
+
+
+def live_server_iso(sha256sums: str, release: str) -> tuple[str, str]:
+    """(ISO name, SHA-256) of the newest live-server ISO of ``release`` (ubuntu-24.04) listed
+    in a SHA256SUMS file (``<hex> *<name>`` lines). For the pxe_server role, which resolves
+    the current point release from the stable directory instead of a name that moves away."""
+    version = release.removeprefix("ubuntu-")
+    pattern = re.compile(rf"^([0-9a-f]{{64}}) [ *]?(ubuntu-{re.escape(version)}(?:\.(\d+))?-live-server-amd64\.iso)$")
+    found: list[tuple[int, str, str]] = []
+    for line in sha256sums.splitlines():
+        match = pattern.match(line.strip())
+        if match:
+            found.append((int(match.group(3) or 0), match.group(2), match.group(1)))
+    if not found:
+        raise InstallConfigError(f"the checksum list names no {release} live-server ISO for amd64")
+    _point, name, digest = max(found)
+    return name, digest
+
+
+def ubuntu_media(m: Manifest) -> dict[str, dict[str, str]]:
+    """The pxe_server role's ``pxe_server_ubuntu_media``: per Ubuntu release ``url``, ``path``
+    and ``checksum``, from the manifest's pinned ``cluster.install_media`` or else the release's
+    stable directory (the newest ISO name known here, verified against the directory's
+    SHA256SUMS, so a superseded name fails at once naming the checksum list), plus
+    ``directory`` and ``sha256sums`` for resolving the current point release
+    (:func:`live_server_iso`)."""
+    out: dict[str, dict[str, str]] = {}
+    for release in UBUNTU_RELEASES:
+        default = UBUNTU_MEDIA[release]
+        sums = default.directory + default.sha256sums
+        entry = {"directory": default.directory, "sha256sums": sums}
+        pinned = next((media for name, media in m.cluster.install_media.items() if name == release), None)
+        if pinned is None:
+            entry |= {"url": default.directory + default.iso, "path": "", "checksum": f"sha256:{sums}"}
+        else:
+            entry |= {"url": pinned.url or "", "path": pinned.path or "",
+                      "checksum": f"sha256:{pinned.sha256}" if pinned.sha256 else ""}
+        out[release] = entry
+    return out
 
 
 def media_for(nodes: list[Node]) -> list[str]:

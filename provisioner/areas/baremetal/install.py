@@ -12,8 +12,9 @@ For every node to install, in parallel and each under its own deadline:
    and those keys go into the caller's known_hosts.
 
 One node's failure is that node's :class:`InstallResult` (stage and reason); it never
-stops the others. Which nodes to install is :func:`plan_installs`: nodes in state
-``new`` and nodes named for reinstall; installed nodes are never touched otherwise.
+stops the others. Which nodes to install is :func:`plan_installs`: nodes the manifest
+marks ``install: pxe`` while their state is ``new``, and nodes named with ``--reinstall``;
+nothing else is ever installed.
 """
 
 from __future__ import annotations
@@ -28,14 +29,20 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import paramiko
 
-from provisioner.areas.baremetal.decide import PXE_HTTP_PORT, install_server, not_installable
+from provisioner.areas.baremetal.decide import (
+    PXE_HTTP_PORT,
+    InstallResult,
+    install_server,
+    not_installable,
+    plan_installs,
+)
 from provisioner.bmc import Bmc, BmcError, make_bmc, wait_for_power
 from provisioner.manifest.model import Manifest, Node
 from provisioner.state import atomic_write
@@ -49,6 +56,8 @@ SSH_KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "rsa-sha2-512")
 SCAN_LOG_CHANNEL = "provisioner.baremetal.sshscan"
 logging.getLogger(SCAN_LOG_CHANNEL).setLevel(logging.CRITICAL)
 logging.getLogger(SCAN_LOG_CHANNEL).propagate = False
+
+__all__ = ["InstallResult", "Stopped", "plan_installs"]  # decided in decide.py, used with the lifecycle here
 
 
 # --------------------------------------------------------------------------- reports
@@ -100,60 +109,6 @@ def http_report_probe(base_url: str, *, timeout: float = 10.0) -> ReportProbe:
 def default_report_url(m: Manifest, port: int = PXE_HTTP_PORT) -> str:
     """The head node's PXE web server, where pxe-state answers status requests."""
     return install_server(m, port).base_url
-
-
-# --------------------------------------------------------------------------- planning
-@dataclass(frozen=True)
-class InstallResult:
-    node: str
-    ok: bool
-    stage: str  # skipped, config, pxe, bmc, install, ssh, done
-    reason: str
-    host_keys: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()
-    seconds: float = 0.0
-
-
-def plan_installs(
-    m: Manifest, states: Mapping[str, str], reinstall: Iterable[str] = ()
-) -> tuple[list[str], list[InstallResult]]:
-    """Split the manifest's nodes into those to install and those left alone.
-
-    ``states`` maps node names to their recorded state (absent means ``new``). A node is
-    installed when it is ``new`` or listed in ``reinstall``; every other node is left
-    alone with a ``skipped`` result saying why. Nodes that cannot be installed over PXE
-    (the head node, no management MAC, no install disks) are skipped with the reason,
-    except that naming one in ``reinstall`` makes it a failure.
-    """
-    again = set(reinstall)
-    unknown = again - set(m.node_names())
-    if unknown:
-        raise KeyError(f"--reinstall names unknown node(s): {', '.join(sorted(unknown))}")
-    targets: list[str] = []
-    left: list[InstallResult] = []
-    for node in m.nodes:
-        state = states.get(node.name, "new")
-        wanted = state == "new" or node.name in again
-        problem = not_installable(m, node)
-        if problem is not None:
-            if node.name in again:
-                left.append(InstallResult(node.name, False, "config", problem))
-            else:
-                left.append(InstallResult(node.name, True, "skipped", problem))
-            continue
-        if node.bmc is None and wanted:
-            why = f"{node.name} has no bmc section in the manifest: it is installed by hand"
-            if node.name in again:
-                left.append(InstallResult(node.name, False, "config", why))
-            else:
-                left.append(InstallResult(node.name, True, "skipped", why))
-            continue
-        if wanted:
-            targets.append(node.name)
-        else:
-            left.append(InstallResult(node.name, True, "skipped",
-                                      f"{node.name} is {state}; name it with --reinstall to install it again"))
-    return targets, left
 
 
 # --------------------------------------------------------------------------- ssh
@@ -258,6 +213,11 @@ class Timeouts:
     ssh: float = 1800.0
     poll: float = 10.0
     ssh_handshake: float = 10.0
+
+
+class Stopped(Exception):
+    """Raised by the caller's ``sleep`` when the run is being stopped (a signal): each node
+    ends at its next wait with a ``stopped`` result."""
 
 
 class _Failed(Exception):
@@ -402,6 +362,10 @@ def install_nodes(
         except _Failed as exc:
             say(name, f"failed: {exc.reason}")
             return InstallResult(name, False, exc.stage, exc.reason, (), tuple(run.warnings), clock() - start)
+        except Stopped:
+            say(name, "stopped: the run was interrupted")
+            return InstallResult(name, False, "stopped", f"{name}: the run was interrupted before its install "
+                                 "finished", (), tuple(run.warnings), clock() - start)
         except Exception as exc:  # one node's bug must not take the others down
             reason = f"{name}: unexpected {type(exc).__name__}: {exc}"
             say(name, f"failed: {reason}")

@@ -7,8 +7,9 @@ change (a new node, a new key) is picked up by the light play of playbooks/pxe.y
 install files (iPXE script, autoinstall seed, preseed) are rendered here by
 :mod:`provisioner.areas.baremetal.decide`, so the role only publishes them.
 
-Not in the manifest (yet), so left to the role's defaults: ``pxe_server_dhcp_mode``,
-``pxe_server_ubuntu_media``, ``pxe_server_debian_netboot_*``; ``pxe_server_arm_nodes`` is
+``pxe_server_ubuntu_media`` comes from ``cluster.install_media`` or the release's stable
+directory (provisioner/areas/baremetal/media.yaml). Not in the manifest (yet), so left to the
+role's defaults: ``pxe_server_dhcp_mode``, ``pxe_server_debian_netboot_*``; ``pxe_server_arm_nodes`` is
 passed per run by the install lifecycle.
 """
 
@@ -16,7 +17,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.areas.baremetal.decide import PXE_HTTP_PORT, install_files, install_server, not_installable
+from provisioner.areas.baremetal.decide import (
+    PXE_HTTP_PORT,
+    install_files,
+    install_server,
+    not_installable,
+    ubuntu_media,
+)
 from provisioner.manifest.model import Manifest, Node
 
 
@@ -54,6 +61,7 @@ def pxe_vars(m: Manifest) -> dict[str, Any]:
         "pxe_server_interface": head.interfaces["management"].interface or "",
         "pxe_server_http_port": PXE_HTTP_PORT,
         "pxe_server_nodes": [pxe_node_entry(m, n) for n in pxe_nodes(m)],
+        "pxe_server_ubuntu_media": ubuntu_media(m),
     }
 
 
@@ -68,7 +76,7 @@ def cluster_vars(m: Manifest) -> dict[str, Any]:
 LIGHT_KEYS = frozenset({
     "pxe_server_address", "pxe_server_network", "pxe_server_network_address", "pxe_server_netmask",
     "pxe_server_gateway", "pxe_server_dns", "pxe_server_domain", "pxe_server_interface",
-    "pxe_server_http_port", "pxe_server_nodes",
+    "pxe_server_http_port", "pxe_server_nodes", "pxe_server_ubuntu_media",
 })
 
 

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.manifest.model import Manifest, NetworkName, Node
-
-# Interfaces on these networks carry bulk traffic and get the network's MTU.
-DATA_NETWORKS: tuple[NetworkName, ...] = ("data",)
+from provisioner.areas.common.decide import DATA_NETWORKS
+from provisioner.manifest.model import Manifest, Node
 
 
 def hosts_entries(m: Manifest) -> list[dict[str, Any]]:

@@ -9,15 +9,19 @@ The roles compute the same package names from ``roles/<role>/vars/*.yml`` (so ea
 on its own); ``tests/areas/gpu/test_decide.py`` renders those files and checks that they agree
 with the functions here for every OS and source.
 
-Snapshot tables (driver branches, CUDA versions per repository, NCCL builds) describe the
-vendors' repositories as of 2025; extend them when NVIDIA publishes new releases.
+The tables (driver branches, CUDA versions and NCCL builds per repository, defaults) are data
+in ``versions.yaml``, each with its source and the date it was last checked.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from importlib import resources
+from typing import Any, Literal
+
+import yaml
 
 OsName = Literal["ubuntu-22.04", "ubuntu-24.04", "debian-12"]
 OS_NAMES: tuple[OsName, ...] = ("ubuntu-22.04", "ubuntu-24.04", "debian-12")
@@ -28,23 +32,83 @@ class GpuStackError(ValueError):
 
 
 # --------------------------------------------------------------------------- tables
-#: Production driver branches this tool knows (NVIDIA data-center releases).
-KNOWN_BRANCHES: tuple[str, ...] = ("470", "535", "550", "560", "565", "570", "575", "580")
-#: Branches with Canonical's signed precompiled "-server" modules (linux-restricted-modules).
-UBUNTU_SERVER_BRANCHES: frozenset[str] = frozenset({"470", "535", "550", "565", "570", "575", "580"})
+# What the vendors' repositories hold is data: versions.yaml next to this module, each table
+# with its source and the date it was last checked (listed in docs/roles/gpu.md).
+VERSIONS_FILE = "versions.yaml"
+
+
+def _table(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = data.get(key)
+    if not isinstance(value, Mapping):
+        raise RuntimeError(f"{VERSIONS_FILE}: {key} is not a mapping")
+    return value
+
+
+def _strings(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise RuntimeError(f"{VERSIONS_FILE}: {where} is not a list of strings")
+    return tuple(value)
+
+
+def _by_os(table: Mapping[str, Any], where: str) -> dict[OsName, Any]:
+    missing = [os_ for os_ in OS_NAMES if os_ not in table]
+    if missing:
+        raise RuntimeError(f"{VERSIONS_FILE}: {where} lacks {', '.join(missing)}")
+    return {os_: table[os_] for os_ in OS_NAMES}
+
+
+def load_versions(text: str | None = None) -> dict[str, Any]:
+    """The parsed tables (``text``: another versions.yaml, for tests)."""
+    if text is None:
+        text = resources.files(__package__ or "provisioner.areas.gpu").joinpath(VERSIONS_FILE).read_text("utf-8")
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise RuntimeError(f"{VERSIONS_FILE} is not a mapping")
+    return data
+
+
+_DATA = load_versions()
+_DRIVER = _table(_DATA, "driver_branches")
+_CUDA_REPO_DRIVER = _table(_DATA, "cuda_repo_driver_branches")
+_DEBIAN = _table(_DATA, "debian")
+
+#: Table name -> (source, last checked), for the docs.
+TABLE_SOURCES: dict[str, tuple[str, str]] = {
+    name: (str(_table(_DATA, name)["source"]), str(_table(_DATA, name)["checked"]))
+    for name in _DATA
+    if isinstance(_DATA[name], Mapping) and "source" in _DATA[name]
+}
+
+#: Canonical's signed precompiled "-server" modules on Ubuntu 22.04/24.04: branch -> the
+#: module flavours published (False: proprietary, True: open).
+UBUNTU_SERVER_MODULES: dict[str, frozenset[bool]] = {
+    str(b): frozenset(bool(x) for x in spec["open"]) for b, spec in _table(_DRIVER, "ubuntu_server").items()
+}
+UBUNTU_SERVER_BRANCHES: frozenset[str] = frozenset(UBUNTU_SERVER_MODULES)
+#: Ubuntu branches whose packages are transitional: branch -> the branch they install.
+UBUNTU_TRANSITIONAL: dict[str, str] = {str(k): str(v) for k, v in _table(_DRIVER, "ubuntu_transitional").items()}
+UBUNTU_NEWER_RELEASES_ONLY: frozenset[str] = frozenset(
+    _strings(_DRIVER["ubuntu_newer_releases_only"], "ubuntu_newer_releases_only"))
+#: Branches NVIDIA's CUDA repository offers under the names the nvidia_driver role installs.
+CUDA_REPO_BRANCHES: tuple[str, ...] = _strings(_CUDA_REPO_DRIVER["branches"], "cuda_repo_driver_branches")
+CUDA_REPO_RENAMED_FROM = int(str(_CUDA_REPO_DRIVER["renamed_from"]))
+#: Debian 12 (bookworm, non-free) ships one driver branch and one CUDA toolkit.
+DEBIAN_DRIVER_BRANCH = str(_DEBIAN["driver_branch"])
+DEBIAN_CUDA_VERSION = str(_DEBIAN["cuda_version"])
+#: Every branch the tables say something about.
+KNOWN_BRANCHES: tuple[str, ...] = tuple(sorted(
+    {*UBUNTU_SERVER_BRANCHES, *UBUNTU_TRANSITIONAL, *UBUNTU_NEWER_RELEASES_ONLY, *CUDA_REPO_BRANCHES,
+     DEBIAN_DRIVER_BRANCH}, key=int))
 #: Open GPU kernel modules exist from branch 515 and are NVIDIA's default from 560.
 OPEN_MODULES_MIN_BRANCH = 515
 OPEN_MODULES_DEFAULT_FROM = 560
-#: Debian 12 (bookworm, non-free) ships one driver branch and one CUDA toolkit.
-DEBIAN_DRIVER_BRANCH = "535"
-DEBIAN_CUDA_VERSION = "11.8"
 
 DRIVER_SOURCES = ("ubuntu-signed", "cuda-repo", "debian")
 CUDA_SOURCES = ("cuda-repo", "debian")
 NCCL_SOURCES = ("apt", "pypi")
 DOCKER_SOURCES = ("docker-ce", "distro")
 
-#: What "auto" means per OS, per component.
+#: What "auto" means per OS, per component (CUDA's "auto" also follows a cuda-repo driver).
 AUTO_SOURCES: dict[OsName, dict[str, str]] = {
     "ubuntu-22.04": {"driver": "ubuntu-signed", "cuda": "cuda-repo", "nccl": "apt", "docker": "docker-ce"},
     "ubuntu-24.04": {"driver": "ubuntu-signed", "cuda": "cuda-repo", "nccl": "apt", "docker": "docker-ce"},
@@ -59,46 +123,37 @@ CUDA_REPO_DIST: dict[OsName, str] = {
 }
 CUDA_REPO_URL = "https://developer.download.nvidia.com/compute/cuda/repos/{dist}/x86_64/"
 
-#: CUDA toolkit versions (cuda-toolkit-X-Y) in NVIDIA's repository per OS. 12.7 never existed.
-_CUDA_12 = ("12.0", "12.1", "12.2", "12.3", "12.4", "12.5", "12.6", "12.8", "12.9")
+#: CUDA toolkit versions (cuda-toolkit-X-Y) in NVIDIA's repository per OS.
 CUDA_REPO_VERSIONS: dict[OsName, tuple[str, ...]] = {
-    "ubuntu-22.04": ("11.7", "11.8", *_CUDA_12, "13.0"),
-    "ubuntu-24.04": ("12.5", "12.6", "12.8", "12.9", "13.0"),
-    "debian-12": ("12.2", "12.3", "12.4", "12.5", "12.6", "12.8", "12.9", "13.0"),
+    os_: _strings(v, f"cuda_repo_versions.{os_}")
+    for os_, v in _by_os(_table(_DATA, "cuda_repo_versions"), "cuda_repo_versions").items()
+}
+#: The toolkit a manifest without cuda.versions gets, per OS and CUDA source.
+CUDA_DEFAULTS: dict[OsName, dict[str, str]] = {
+    os_: {str(k): str(v) for k, v in dict(v).items()}
+    for os_, v in _by_os(_table(_DATA, "cuda_defaults"), "cuda_defaults").items()
 }
 
 #: Oldest driver branch that runs a CUDA major (minor-version compatibility).
 CUDA_MIN_BRANCH: dict[int, int] = {11: 450, 12: 525, 13: 580}
 
-#: NCCL builds in NVIDIA's apt repository: NCCL version -> CUDA X.Y it was built for
-#: (libnccl2=<ver>-1+cuda<X.Y>). CUDA-11 builds stop at 2.21.5, like the PyPI cu11 wheels.
-NCCL_APT_BUILDS: dict[str, tuple[str, ...]] = {
-    "2.16.5": ("11.0", "11.8", "12.0"),
-    "2.17.1": ("11.0", "12.0", "12.1"),
-    "2.18.1": ("11.0", "12.0", "12.1"),
-    "2.18.3": ("11.0", "12.0", "12.2"),
-    "2.18.5": ("11.0", "12.0", "12.2"),
-    "2.19.3": ("11.0", "12.0", "12.2", "12.3"),
-    "2.20.3": ("11.0", "12.0", "12.2", "12.3"),
-    "2.20.5": ("11.0", "12.0", "12.2", "12.4"),
-    "2.21.5": ("11.0", "12.2", "12.4", "12.5"),
-    "2.22.3": ("12.2", "12.5", "12.6"),
-    "2.23.4": ("12.2", "12.6"),
-    "2.24.3": ("12.2", "12.6"),
-    "2.25.1": ("12.2", "12.8"),
-    "2.26.2": ("12.2", "12.8"),
-    "2.26.5": ("12.2", "12.9"),
-    "2.27.3": ("12.2", "12.9"),
-    "2.27.5": ("12.2", "12.9"),
-    "2.27.7": ("12.2", "12.9", "13.0"),
-    "2.28.3": ("12.2", "12.9", "13.0"),
+#: NCCL builds in NVIDIA's apt repository, per OS (repository): NCCL version -> the CUDA X.Y
+#: builds of it (libnccl2=<ver>-1+cuda<X.Y>).
+NCCL_APT_BUILDS: dict[OsName, dict[str, tuple[str, ...]]] = {
+    os_: {str(ver): _strings(builds, f"nccl_apt_builds.{os_}.{ver}") for ver, builds in dict(v).items()}
+    for os_, v in _by_os(_table(_DATA, "nccl_apt_builds"), "nccl_apt_builds").items()
 }
+
+
+def _dotted(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split("."))
+
 
 #: PyPI wheels nvidia-nccl-cu<major>: (oldest, newest or None for "still published").
 NCCL_WHEEL_RANGE: dict[int, tuple[tuple[int, ...], tuple[int, ...] | None]] = {
-    11: ((2, 13, 4), (2, 21, 5)),
-    12: ((2, 16, 2), None),
-    13: ((2, 27, 7), None),
+    int(major): (_dotted(str(span[0])), _dotted(str(span[1])) if span[1] else None)
+    for major, span in _table(_DATA, "nccl_wheels").items()
+    if major not in ("source", "checked")
 }
 NCCL_PREFIX_ROOT = "/opt/nccl"
 
@@ -135,6 +190,10 @@ class DriverPlan:
     unheld_packages: tuple[str, ...]
     """Installed with the driver but never held (kernel headers, firmware)."""
     uses_cuda_repo: bool
+    kernel_packages: tuple[str, ...] = ()
+    """Kernel meta packages that must be held together with the driver's (Canonical's
+    precompiled modules exist per kernel ABI: a new kernel without the matching module
+    package leaves the GPUs without a driver at the next boot). Empty for DKMS sources."""
 
     def install(self, kernel: bool) -> tuple[str, ...]:
         """What the role installs: full + userspace with a kernel and GPUs, else userspace;
@@ -237,6 +296,90 @@ def has_nvswitch(gpu_model: str | None, gpu_count: int, nvswitch_flag: bool) -> 
 
 
 # --------------------------------------------------------------------------- driver
+def branch_problems(os_name: OsName, branch: str, source: str, use_open: bool) -> list[str]:
+    """Why ``source`` cannot install ``branch`` (the tables), one sentence each."""
+    if branch not in KNOWN_BRANCHES:
+        current = sorted(UBUNTU_SERVER_BRANCHES | set(CUDA_REPO_BRANCHES), key=int)
+        return [f"unknown NVIDIA driver branch {branch!r}; known branches: {', '.join(current)}"]
+    out: list[str] = []
+    if source == "ubuntu-signed":
+        servers = ", ".join(sorted(UBUNTU_SERVER_BRANCHES, key=int))
+        if branch in UBUNTU_TRANSITIONAL:
+            target = UBUNTU_TRANSITIONAL[branch]
+            out.append(
+                f"Ubuntu's {branch}-server driver packages are transitional: they install branch {target}, "
+                f"so branch {branch} cannot be kept; set nvidia_driver.branch: \"{target}\" "
+                f"(current -server branches: {servers})")
+        elif branch in UBUNTU_NEWER_RELEASES_ONLY:
+            out.append(f"Ubuntu publishes the {branch}-server driver for newer releases only, not for {os_name}; "
+                       f"use one of {servers}")
+        elif branch not in UBUNTU_SERVER_BRANCHES:
+            out.append(f"Ubuntu has no signed '-server' modules for branch {branch}; use one of {servers} "
+                       "or source 'cuda-repo'")
+        elif use_open not in UBUNTU_SERVER_MODULES[branch] and not (use_open and int(branch) < OPEN_MODULES_MIN_BRANCH):
+            kind = "open" if use_open else "proprietary"
+            other = "true" if not use_open else "false"
+            out.append(f"Ubuntu publishes no {kind} kernel modules for the {branch}-server driver; "
+                       f"set open_kernel_modules: {other}")
+    elif source == "cuda-repo":
+        if int(branch) >= CUDA_REPO_RENAMED_FROM:
+            newest = max(CUDA_REPO_BRANCHES, key=int)
+            out.append(
+                f"from branch {CUDA_REPO_RENAMED_FROM} on NVIDIA's repository names its driver packages without "
+                f"the branch (pinned with nvidia-driver-pinning-<branch>), which the nvidia_driver role does not "
+                f"install yet; use branch {newest} from 'cuda-repo' or source 'ubuntu-signed'")
+        elif branch not in CUDA_REPO_BRANCHES:
+            out.append(f"NVIDIA's repository has no driver branch {branch}; use one of {', '.join(CUDA_REPO_BRANCHES)}")
+    elif source == "debian" and branch != DEBIAN_DRIVER_BRANCH:
+        out.append(f"Debian 12 ships driver branch {DEBIAN_DRIVER_BRANCH} only (asked for {branch}); "
+                   "use source 'cuda-repo' for other branches")
+    return out
+
+
+def driver_problems(
+    os_name: str,
+    branch: str,
+    source: str = "auto",
+    open_kernel_modules: bool | None = None,
+    *,
+    nvswitch: bool = False,
+    gpu_model: str | None = None,
+) -> list[str]:
+    """Every reason this driver cannot be installed, one sentence each (empty: it can)."""
+    try:
+        os_ = _check_os(os_name)
+    except GpuStackError as exc:
+        return [str(exc)]
+    if not re.fullmatch(r"\d{3}", branch):
+        return [f"{branch!r} is not a driver branch like 580"]
+    src = resolve_source(os_, "driver", source)
+    out: list[str] = []
+    if src not in DRIVER_SOURCES:
+        return [f"unknown driver source {src!r}; use auto, {', '.join(DRIVER_SOURCES)}"]
+    source_fits = True
+    if src == "ubuntu-signed" and not os_.startswith("ubuntu"):
+        source_fits = False
+        out.append(f"driver source 'ubuntu-signed' (Canonical's signed modules) exists only on Ubuntu, "
+                   f"not on {os_}; use 'debian' or 'cuda-repo'")
+    elif src == "debian" and os_ != "debian-12":
+        source_fits = False
+        out.append(f"driver source 'debian' is for Debian nodes, not {os_}; use 'ubuntu-signed' or 'cuda-repo'")
+    use_open = default_open_modules(branch) if open_kernel_modules is None else open_kernel_modules
+    if use_open and int(branch) < OPEN_MODULES_MIN_BRANCH:
+        out.append(f"open kernel modules need branch {OPEN_MODULES_MIN_BRANCH} or newer "
+                   f"(branch {branch} is proprietary only)")
+    if needs_open_modules(gpu_model):
+        if int(branch) < OPEN_ONLY_MIN_BRANCH:
+            out.append(f"{gpu_model} needs driver branch {OPEN_ONLY_MIN_BRANCH} or newer (got {branch})")
+        if not use_open:
+            out.append(f"{gpu_model} runs only with the open kernel modules; set open_kernel_modules: true")
+    if source_fits:  # the branch tables of a source that cannot serve this OS say nothing
+        out += branch_problems(os_, branch, src, use_open)
+    if src == "debian" and nvswitch:
+        out.append("Debian does not package nvidia-fabricmanager (needed on NVSwitch systems); use source 'cuda-repo'")
+    return list(dict.fromkeys(out))
+
+
 def resolve_driver(
     os_name: str,
     branch: str,
@@ -247,47 +390,12 @@ def resolve_driver(
     gpu_model: str | None = None,
     kernel_flavour: str = "generic",
 ) -> DriverPlan:
+    problems = driver_problems(os_name, branch, source, open_kernel_modules, nvswitch=nvswitch, gpu_model=gpu_model)
+    if problems:
+        raise GpuStackError("; ".join(problems))
     os_ = _check_os(os_name)
-    if branch not in KNOWN_BRANCHES:
-        raise GpuStackError(
-            f"unknown NVIDIA driver branch {branch!r}; known branches: {', '.join(KNOWN_BRANCHES)}"
-        )
     src = resolve_source(os_, "driver", source)
-    if src not in DRIVER_SOURCES:
-        raise GpuStackError(f"unknown driver source {src!r}; use auto, {', '.join(DRIVER_SOURCES)}")
-    if src == "ubuntu-signed" and not os_.startswith("ubuntu"):
-        raise GpuStackError(
-            f"driver source 'ubuntu-signed' (Canonical's signed modules) exists only on Ubuntu, "
-            f"not on {os_}; use 'debian' or 'cuda-repo'"
-        )
-    if src == "debian" and os_ != "debian-12":
-        raise GpuStackError(
-            f"driver source 'debian' is for Debian nodes, not {os_}; use 'ubuntu-signed' or 'cuda-repo'"
-        )
     use_open = default_open_modules(branch) if open_kernel_modules is None else open_kernel_modules
-    if use_open and int(branch) < OPEN_MODULES_MIN_BRANCH:
-        raise GpuStackError(
-            f"open kernel modules need branch {OPEN_MODULES_MIN_BRANCH} or newer (branch {branch} is proprietary only)"
-        )
-    if needs_open_modules(gpu_model):
-        if int(branch) < OPEN_ONLY_MIN_BRANCH:
-            raise GpuStackError(f"{gpu_model} needs driver branch {OPEN_ONLY_MIN_BRANCH} or newer (got {branch})")
-        if not use_open:
-            raise GpuStackError(f"{gpu_model} runs only with the open kernel modules; set open_kernel_modules: true")
-    if src == "ubuntu-signed" and branch not in UBUNTU_SERVER_BRANCHES:
-        raise GpuStackError(
-            f"Ubuntu has no signed '-server' modules for branch {branch}; use one of "
-            f"{', '.join(sorted(UBUNTU_SERVER_BRANCHES))} or source 'cuda-repo'"
-        )
-    if src == "debian" and branch != DEBIAN_DRIVER_BRANCH:
-        raise GpuStackError(
-            f"Debian 12 ships driver branch {DEBIAN_DRIVER_BRANCH} only (asked for {branch}); "
-            "use source 'cuda-repo' for other branches"
-        )
-    if src == "debian" and nvswitch:
-        raise GpuStackError(
-            "Debian does not package nvidia-fabricmanager (needed on NVSwitch systems); use source 'cuda-repo'"
-        )
 
     o = "-open" if use_open else ""
     b = branch
@@ -334,94 +442,169 @@ def resolve_driver(
         pin_packages=pin,
         unheld_packages=unheld,
         uses_cuda_repo=src == "cuda-repo",
+        kernel_packages=kernel_metas(src, kernel_flavour),
     )
 
 
+def kernel_metas(source: str, kernel_flavour: str = "generic") -> tuple[str, ...]:
+    """What keeps the kernel and the NVIDIA module moving together (issue 19 item 3).
+
+    ``ubuntu-signed``: ``linux-modules-nvidia-<B>-server[-open]-<flavour>`` depends on the
+    module build for one kernel ABI; holding it while ``linux-<flavour>`` moves lets
+    unattended-upgrades install a kernel with no NVIDIA module. So the kernel metas of the
+    same flavour are held with it (or neither is held, and both move together).
+    DKMS sources build the module for each new kernel from its headers: nothing to hold."""
+    if source != "ubuntu-signed":
+        return ()
+    return (f"linux-{kernel_flavour}", f"linux-image-{kernel_flavour}", f"linux-headers-{kernel_flavour}")
+
+
 # --------------------------------------------------------------------------- CUDA
-def resolve_cuda(
+def resolve_cuda_source(os_name: str, source: str = "auto", driver_source: str | None = None) -> str:
+    """``auto``: NVIDIA's repository when the driver comes from it (``cuda-repo``), else the
+    per-OS default (Debian 12: Debian's own toolkit)."""
+    os_ = _check_os(os_name)
+    if source != "auto":
+        return source
+    if driver_source == "cuda-repo":
+        return "cuda-repo"
+    return AUTO_SOURCES[os_]["cuda"]
+
+
+def default_cuda_versions(os_name: str, source: str = "auto", driver_source: str | None = None) -> tuple[str, ...]:
+    """The toolkit a manifest without ``cuda.versions`` gets on this OS from this source."""
+    os_ = _check_os(os_name)
+    src = resolve_cuda_source(os_, source, driver_source)
+    default = CUDA_DEFAULTS[os_].get(src)
+    if default is None:
+        raise GpuStackError(f"no default CUDA version for source {src!r} on {os_}; give cuda.versions")
+    return (default,)
+
+
+def cuda_problems(
     os_name: str,
-    versions: list[str] | tuple[str, ...],
+    versions: list[str] | tuple[str, ...] | None,
     default: str | None = None,
     source: str = "auto",
     cudnn: bool = False,
     *,
     driver_branch: str | None = None,
-) -> CudaPlan:
-    os_ = _check_os(os_name)
+    driver_source: str | None = None,
+) -> list[str]:
+    """Every reason these toolkits cannot be installed, one sentence each (empty: they can)."""
+    try:
+        os_ = _check_os(os_name)
+    except GpuStackError as exc:
+        return [str(exc)]
+    src = resolve_cuda_source(os_, source, driver_source)
+    if src not in CUDA_SOURCES:
+        return [f"unknown CUDA source {src!r}; use auto, {', '.join(CUDA_SOURCES)}"]
+    if versions is None:
+        try:
+            versions = default_cuda_versions(os_, src)
+        except GpuStackError as exc:
+            return [str(exc)]
     if not versions:
-        raise GpuStackError("cuda.versions is empty")
-    for v in versions:
-        if not re.fullmatch(r"\d+\.\d+", v):
-            raise GpuStackError(f"{v!r} is not a CUDA version like 12.4")
+        return ["cuda.versions is empty"]
+    bad = [v for v in versions if not re.fullmatch(r"\d+\.\d+", v)]
+    if bad:
+        return [f"{v!r} is not a CUDA version like 12.8" for v in bad]
+    out: list[str] = []
     if len(set(versions)) != len(versions):
-        raise GpuStackError(f"a CUDA version is listed twice in {list(versions)}")
+        out.append(f"a CUDA version is listed twice in {list(versions)}")
     chosen = default if default is not None else versions[-1]
     if chosen not in versions:
-        raise GpuStackError(f"default CUDA {chosen} is not one of {list(versions)}")
-    src = resolve_source(os_, "cuda", source)
-    if src not in CUDA_SOURCES:
-        raise GpuStackError(f"unknown CUDA source {src!r}; use auto, {', '.join(CUDA_SOURCES)}")
+        out.append(f"default CUDA {chosen} is not one of {list(versions)}")
     if src == "debian":
         if os_ != "debian-12":
-            raise GpuStackError(f"CUDA source 'debian' is for Debian nodes, not {os_}; use 'cuda-repo'")
-        wrong = [v for v in versions if v != DEBIAN_CUDA_VERSION]
-        if wrong:
-            raise GpuStackError(
-                f"CUDA {', '.join(wrong)} from Debian: Debian 12 ships CUDA {DEBIAN_CUDA_VERSION} only; "
-                f"use versions: [\"{DEBIAN_CUDA_VERSION}\"] or source 'cuda-repo'"
-            )
+            out.append(f"CUDA source 'debian' is for Debian nodes, not {os_}; use 'cuda-repo'")
+        else:
+            wrong = [v for v in versions if v != DEBIAN_CUDA_VERSION]
+            if wrong:
+                via = " (cuda.source auto follows nvidia_driver.source: cuda-repo only)" if source == "auto" else ""
+                out.append(
+                    f"CUDA {', '.join(wrong)} from Debian: Debian 12 ships CUDA {DEBIAN_CUDA_VERSION} only{via}; "
+                    f"use versions: [\"{DEBIAN_CUDA_VERSION}\"] or cuda.source: cuda-repo"
+                )
         if cudnn:
-            raise GpuStackError(
+            out.append(
                 "cuDNN with CUDA source 'debian': Debian's nvidia-cudnn only downloads cuDNN from NVIDIA "
                 "at install time; use source 'cuda-repo' for cuDNN"
             )
-        packages: tuple[str, ...] = ("nvidia-cuda-toolkit", "gcc", "g++")
-        cudnn_pkgs: tuple[str, ...] = ()
     else:
         available = CUDA_REPO_VERSIONS[os_]
         missing = [v for v in versions if v not in available]
         if missing:
-            raise GpuStackError(
+            out.append(
                 f"CUDA {', '.join(missing)} is not in NVIDIA's {CUDA_REPO_DIST[os_]} repository "
                 f"(it has {', '.join(available)})"
             )
-        packages = tuple(f"cuda-toolkit-{v.replace('.', '-')}" for v in versions)
-        majors = sorted({cuda_major(v) for v in versions})
-        cudnn_pkgs = tuple(f"cudnn9-cuda-{m}" for m in majors) if cudnn else ()
-    if driver_branch is not None:
+    if driver_branch is not None and re.fullmatch(r"\d+", driver_branch):
         for v in versions:
             minimum = CUDA_MIN_BRANCH.get(cuda_major(v))
             if minimum is None:
-                raise GpuStackError(f"CUDA {v}: unknown CUDA major version")
-            if int(driver_branch) < minimum:
-                raise GpuStackError(
-                    f"CUDA {v} needs driver branch {minimum} or newer (nvidia_driver.branch is {driver_branch})"
-                )
+                out.append(f"CUDA {v}: unknown CUDA major version")
+            elif int(driver_branch) < minimum:
+                out.append(f"CUDA {v} needs driver branch {minimum} or newer (nvidia_driver.branch is {driver_branch})")
+    return out
+
+
+def resolve_cuda(
+    os_name: str,
+    versions: list[str] | tuple[str, ...] | None,
+    default: str | None = None,
+    source: str = "auto",
+    cudnn: bool = False,
+    *,
+    driver_branch: str | None = None,
+    driver_source: str | None = None,
+) -> CudaPlan:
+    """The toolkits to install. ``versions`` None: the OS's default for the source; ``auto``
+    source follows a ``cuda-repo`` driver (``driver_source``)."""
+    problems = cuda_problems(os_name, versions, default, source, cudnn,
+                             driver_branch=driver_branch, driver_source=driver_source)
+    if problems:
+        raise GpuStackError("; ".join(problems))
+    os_ = _check_os(os_name)
+    src = resolve_cuda_source(os_, source, driver_source)
+    chosen_versions = tuple(versions) if versions is not None else default_cuda_versions(os_, src)
+    chosen = default if default is not None else chosen_versions[-1]
+    packages: tuple[str, ...]
+    cudnn_pkgs: tuple[str, ...] = ()
+    if src == "debian":
+        packages = ("nvidia-cuda-toolkit", "gcc", "g++")
+    else:
+        packages = tuple(f"cuda-toolkit-{v.replace('.', '-')}" for v in chosen_versions)
+        majors = sorted({cuda_major(v) for v in chosen_versions})
+        cudnn_pkgs = tuple(f"cudnn9-cuda-{m}" for m in majors) if cudnn else ()
     return CudaPlan(
         os=os_,
         source=src,
-        versions=tuple(versions),
+        versions=chosen_versions,
         default=chosen,
         packages=packages,
         cudnn_packages=cudnn_pkgs,
-        prefixes={v: f"/usr/local/cuda-{v}" for v in versions},
+        prefixes={v: f"/usr/local/cuda-{v}" for v in chosen_versions},
         uses_cuda_repo=src == "cuda-repo",
     )
 
 
 # --------------------------------------------------------------------------- NCCL
-def pick_nccl_build(version: str, cuda_version: str) -> str:
-    """The CUDA X.Y build of an NCCL release to install next to CUDA ``cuda_version``.
+def pick_nccl_build(os_name: str, version: str, cuda_version: str) -> str:
+    """The CUDA X.Y build of an NCCL release to install next to CUDA ``cuda_version`` from
+    the OS's repository.
 
     Same major as the toolkit; the newest build not newer than the toolkit, else the oldest
     newer one (NCCL links the CUDA runtime statically, so any build of the major works).
     """
+    os_ = _check_os(os_name)
     base = nccl_base_version(version)
-    builds = NCCL_APT_BUILDS.get(base)
+    table = NCCL_APT_BUILDS[os_]
+    builds = table.get(base)
     if builds is None:
         raise GpuStackError(
-            f"NCCL {base} is not in the table of NVIDIA apt builds (known: {', '.join(NCCL_APT_BUILDS)}); "
-            "use nccl.source 'pypi' or add it to provisioner/areas/gpu/decide.py"
+            f"NCCL {base} is not in the table of NVIDIA apt builds for {CUDA_REPO_DIST[os_]} "
+            f"(known: {', '.join(table)}); use nccl.source 'pypi' or add it to provisioner/areas/gpu/versions.yaml"
         )
     major = cuda_major(cuda_version)
     same = sorted((b for b in builds if cuda_major(b) == major), key=version_tuple)
@@ -460,7 +643,7 @@ def resolve_nccl(os_name: str, version: str, source: str = "auto", *, cuda_versi
         raise GpuStackError(f"unknown NCCL source {src!r}; use auto, {', '.join(NCCL_SOURCES)}")
     base = nccl_base_version(version)
     if src == "apt":
-        build = pick_nccl_build(version, cuda_version)
+        build = pick_nccl_build(os_, version, cuda_version)
         pinned = nccl_apt_version(version, build)
         return NcclPlan(
             os=os_, source=src, version=base, cuda_version=build,

@@ -9,11 +9,12 @@ before Ansible runs.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from provisioner.areas.gpu import decide as gpu
 from provisioner.manifest.model import Manifest, Node
-from provisioner.manifest.select import SelectorError, select_nodes
+from provisioner.manifest.select import SelectorError, select_nodes, selects
 
 DEFAULT_PIP_INDEX = "https://pypi.org/simple"
 
@@ -37,8 +38,6 @@ def cluster_vars(m: Manifest) -> dict[str, Any]:
         "nvidia_driver_branch": drv.branch,
         "nvidia_driver_open_kernel_modules": open_modules,
         "nvidia_driver_allow_reboot": m.cluster.allow_reboot,
-        "cuda_versions": list(sw.cuda.versions),
-        "cuda_default": sw.cuda.default_version,
         "cuda_cudnn": sw.cuda.cudnn,
         "nccl_version": sw.nccl.version,
         "nccl_pip_index_url": m.cluster.mirrors.pip or DEFAULT_PIP_INDEX,
@@ -51,32 +50,46 @@ def cluster_vars(m: Manifest) -> dict[str, Any]:
     }
 
 
+@functools.lru_cache(maxsize=256)
+def _gpu_stack(
+    os_name: str, model: str, count: int, nvswitch_flag: bool, branch: str, driver_source: str,
+    open_modules: bool | None, cuda_versions: tuple[str, ...] | None, cuda_default: str | None, cuda_source: str,
+    cudnn: bool, nccl_version: str, nccl_source: str,
+) -> tuple[tuple[str, Any], ...]:
+    """The GPU stack of one combination of OS, GPU and software (pure, so resolved once per
+    combination: the nodes of a large cluster share a few)."""
+    nvswitch = gpu.has_nvswitch(model, count, nvswitch_flag)
+    driver = gpu.resolve_driver(os_name, branch, driver_source, open_modules, nvswitch=nvswitch, gpu_model=model)
+    cuda = gpu.resolve_cuda(os_name, cuda_versions, cuda_default, cuda_source, cudnn,
+                            driver_branch=driver.branch, driver_source=driver.source)
+    nccl = gpu.resolve_nccl(os_name, nccl_version, nccl_source, cuda_version=cuda.default)
+    return (
+        ("nvidia_driver_source", driver.source),
+        ("nvidia_driver_nvswitch", nvswitch),
+        ("nvidia_driver_gpu_count", count),
+        ("cuda_versions", list(cuda.versions)),
+        ("cuda_default", cuda.default),
+        ("cuda_source", cuda.source),
+        ("nccl_source", nccl.source),
+        ("nccl_cuda_version", nccl.cuda_version),
+    )
+
+
 def _gpu_node_vars(m: Manifest, node: Node) -> dict[str, Any]:
     hw = node.hardware.gpu
     if hw is None:
         return {}
     sw = m.software
     drv = sw.nvidia_driver
-    nvswitch = gpu.has_nvswitch(hw.model, hw.count, hw.nvswitch)
-    driver = gpu.resolve_driver(
-        node.os, drv.branch, drv.source, drv.open_kernel_modules, nvswitch=nvswitch, gpu_model=hw.model
-    )
-    cuda = gpu.resolve_cuda(
-        node.os, sw.cuda.versions, sw.cuda.default, sw.cuda.source, sw.cuda.cudnn, driver_branch=driver.branch
-    )
-    nccl = gpu.resolve_nccl(node.os, sw.nccl.version, sw.nccl.source, cuda_version=cuda.default)
-    return {
-        "nvidia_driver_source": driver.source,
-        "nvidia_driver_nvswitch": nvswitch,
-        "nvidia_driver_gpu_count": hw.count,
-        "cuda_source": cuda.source,
-        "nccl_source": nccl.source,
-        "nccl_cuda_version": nccl.cuda_version,
-    }
+    return dict(_gpu_stack(
+        node.os, hw.model, hw.count, hw.nvswitch, drv.branch, drv.source, drv.open_kernel_modules,
+        None if sw.cuda.versions is None else tuple(sw.cuda.versions), sw.cuda.default, sw.cuda.source,
+        sw.cuda.cudnn, sw.nccl.version, sw.nccl.source,
+    ))
 
 
 def _docker_node_vars(m: Manifest, node: Node) -> dict[str, Any]:
-    if node.name not in docker_nodes(m):
+    if not (m.docker.enabled and selects(m, m.docker.nodes, node.name)):
         return {}
     plan = gpu.resolve_docker(node.os, m.docker.source)
     runtime = m.docker.nvidia_runtime and node.hardware.gpu is not None
@@ -87,25 +100,47 @@ def _docker_node_vars(m: Manifest, node: Node) -> dict[str, Any]:
     }
 
 
+def stack_problems(m: Manifest, node: Node, docker_node: bool) -> list[str]:
+    """Every reason the node's GPU stack (driver, CUDA, NCCL) or Docker cannot be installed,
+    one sentence each: the driver, toolkit and NCCL are checked on their own, so one
+    validate run names all of them."""
+    sw = m.software
+    drv = sw.nvidia_driver
+    out: list[str] = []
+    hw = node.hardware.gpu
+    if hw is not None:
+        nvswitch = gpu.has_nvswitch(hw.model, hw.count, hw.nvswitch)
+        out += gpu.driver_problems(node.os, drv.branch, drv.source, drv.open_kernel_modules,
+                                   nvswitch=nvswitch, gpu_model=hw.model)
+        driver_source = gpu.resolve_source(node.os, "driver", drv.source)
+        cuda_problems = gpu.cuda_problems(node.os, sw.cuda.versions, sw.cuda.default, sw.cuda.source,
+                                          sw.cuda.cudnn, driver_branch=drv.branch, driver_source=driver_source)
+        out += cuda_problems
+        try:
+            versions = sw.cuda.versions or gpu.default_cuda_versions(node.os, sw.cuda.source, driver_source)
+            gpu.resolve_nccl(node.os, sw.nccl.version, sw.nccl.source, cuda_version=sw.cuda.default or versions[-1])
+        except gpu.GpuStackError as exc:
+            if str(exc) not in cuda_problems:
+                out.append(str(exc))
+    if docker_node:
+        try:
+            gpu.resolve_docker(node.os, m.docker.source)
+        except gpu.GpuStackError as exc:
+            out.append(str(exc))
+    return out
+
+
 def stack_errors(m: Manifest) -> list[tuple[str, str]]:
-    """(node, message) for every node whose GPU stack or Docker combination is unsupported.
+    """(node, message) for every problem of every node's GPU stack or Docker combination.
 
     For `provision validate` (a manifest check can position these at ``software``); the
-    inventory generator raises the first one as a GpuStackError through :func:`node_vars`.
+    inventory generator raises them as a GpuStackError through :func:`node_vars`.
     """
     try:
         selected = set(docker_nodes(m))
     except SelectorError:
         selected = set()  # a bad docker.nodes selector is check_docker's to report
-    problems: list[tuple[str, str]] = []
-    for node in m.nodes:
-        try:
-            _gpu_node_vars(m, node)
-            if node.name in selected:
-                gpu.resolve_docker(node.os, m.docker.source)
-        except gpu.GpuStackError as exc:
-            problems.append((node.name, str(exc)))
-    return problems
+    return [(node.name, problem) for node in m.nodes for problem in stack_problems(m, node, node.name in selected)]
 
 
 def node_vars(m: Manifest, node: Node) -> dict[str, Any]:

@@ -135,7 +135,7 @@ def expand_hostlist(expr: str) -> list[str]:
 # --------------------------------------------------------------------------- cluster shape
 def slurm_nodes(m: Manifest) -> list[Node]:
     """Nodes that run slurmd: the compute nodes (a head node that is also compute included)."""
-    return [n for n in m.nodes if n.has_role("compute")]
+    return m.with_role("compute")
 
 
 def controller(m: Manifest) -> Node:

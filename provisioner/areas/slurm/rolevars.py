@@ -54,9 +54,9 @@ def is_slurm_node(m: Manifest, node: Node) -> bool:
     """Members of the inventory group slurm_node: controller, slurmd nodes, login clients."""
     if not m.slurm.enabled:
         return False
-    names = {slurm.controller(m).name, *(n.name for n in slurm.slurm_nodes(m)),
-             *(n.name for n in slurm.client_nodes(m))}
-    return node.name in names
+    # the controller, the slurmd (compute) nodes and the clients (login nodes that are neither)
+    return (node.name == slurm.controller(m).name or node.name in m.role_names("compute")
+            or node.name in m.role_names("login"))
 
 
 def expected_hardware(node: Node) -> dict[str, Any]:

@@ -4,7 +4,7 @@ RDMA mount without an InfiniBand interface), found by computing its role variabl
 
 from __future__ import annotations
 
-from provisioner.areas.storage.decide import StorageError
+from provisioner.areas.storage.decide import StorageError, export_network_problems, nconnect_ignored
 from provisioner.areas.storage.rolevars import node_vars
 from provisioner.errors import Diagnostic
 from provisioner.manifest.checks import Check, node_path
@@ -22,8 +22,27 @@ def check_storage_vars(m: Manifest, src: Source) -> list[Diagnostic]:
         except StorageError as exc:
             if str(exc) not in seen:
                 seen.add(str(exc))
-                out.append(src.diag(node_path(node), f"{node.name}: {exc}"))
+                culprit = m.node(exc.node) if exc.node in m.node_names() else node
+                out.append(src.diag(node_path(culprit), f"{culprit.name}: {exc}"))
     return out
 
 
-CHECKS: tuple[Check, ...] = (check_storage_vars,)
+def check_nconnect_over_rdma(m: Manifest, src: Source) -> list[Diagnostic]:
+    """Warn where a manifest's nconnect is dropped because the mount runs over RDMA."""
+    out: list[Diagnostic] = []
+    for i, mount in enumerate(m.nfs.mounts):
+        message = nconnect_ignored(m, mount)
+        if message is not None:
+            key = "nconnect" if "nconnect" in mount.model_fields_set else "options"
+            out.append(src.diag(("nfs", "mounts", i, key), message, "warning"))
+    return out
+
+
+def check_export_networks(m: Manifest, src: Source) -> list[Diagnostic]:
+    """An export limited to a network its server is not on cannot be mounted over it."""
+    return [src.diag(("nfs", "exports", i, "clients", j), message)
+            for i, export in enumerate(m.nfs.exports)
+            for j, message in export_network_problems(m, export)]
+
+
+CHECKS: tuple[Check, ...] = (check_export_networks, check_storage_vars, check_nconnect_over_rdma)

@@ -15,6 +15,7 @@ filter plugin, so the same code decides in unit tests and on real machines.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import re
@@ -33,7 +34,7 @@ from provisioner.manifest.model import (
     ZfsPool,
 )
 from provisioner.manifest.ranges import expand_all
-from provisioner.manifest.select import select_nodes
+from provisioner.manifest.select import select_nodes, selects
 
 BY_ID_DIR = "/dev/disk/by-id"
 NETWORK_NAMES: tuple[NetworkName, ...] = ("management", "bmc", "data", "infiniband")
@@ -41,7 +42,13 @@ NFS_RDMA_PORT = 20049
 
 
 class StorageError(ValueError):
-    """The manifest asks for something the storage logic cannot build."""
+    """The manifest asks for something the storage logic cannot build. ``node`` names the
+    node that has to change, when it is not the one whose variables were being computed
+    (an RDMA mount on a client without InfiniBand, found while rendering the server)."""
+
+    def __init__(self, message: str, node: str | None = None) -> None:
+        super().__init__(message)
+        self.node = node
 
 
 # =========================================================================== ZFS layout
@@ -562,6 +569,42 @@ def nfsd_threads(cores: int, override: int | None = None) -> int:
     return max(8, min(256, 4 * cores))
 
 
+def dataset_mountpoint(m: Manifest, node_name: str, dataset: str) -> str:
+    """Where ZFS mounts ``pool/dataset`` on ``node_name``: the ``mountpoint`` property the
+    manifest sets on it, else on its nearest listed ancestor (the pool's own properties
+    included) with the rest of the name appended, else ZFS's default ``/<pool>/<dataset>``."""
+    parts = dataset.split("/")
+    pool = next((p for p in m.zfs.pools if p.name == parts[0] and p.node == node_name), None)
+    props: dict[str, Mapping[str, Any]] = {}
+    if pool is not None:
+        props[pool.name] = pool.properties
+        props.update({f"{pool.name}/{ds.name}": ds.properties for ds in pool.datasets})
+    for i in range(len(parts), 0, -1):
+        owner = "/".join(parts[:i])
+        value = props.get(owner, {}).get("mountpoint")
+        if value is None:
+            continue
+        text = property_text(value)
+        inherited = "" if owner == dataset else f" (inherited from {owner})"
+        if text in ("none", "legacy"):
+            raise StorageError(
+                f"dataset {dataset} has mountpoint={text}{inherited}: ZFS does not mount it, so it cannot be "
+                "exported; give it a mountpoint or export a path")
+        if not text.startswith("/"):
+            raise StorageError(f"dataset {dataset}: mountpoint {text!r}{inherited} is not an absolute path")
+        rest = "/".join(parts[i:])
+        base = text.rstrip("/")
+        return (f"{base}/{rest}" if rest else base) or "/"
+    return "/" + dataset
+
+
+def export_path(m: Manifest, export: NfsExport) -> str:
+    """The exported directory: the export's ``path``, or its dataset's ZFS mountpoint."""
+    if export.path is not None:
+        return export.path
+    return dataset_mountpoint(m, export.node, str(export.dataset))
+
+
 def exports_for(m: Manifest, node: Node) -> list[NfsExport]:
     return [e for e in m.nfs.exports if e.node == node.name]
 
@@ -574,7 +617,7 @@ def export_by_name(m: Manifest, name: str) -> NfsExport:
 
 
 def mounts_for(m: Manifest, node: Node) -> list[NfsMount]:
-    return [mnt for mnt in m.nfs.mounts if node.name in select_nodes(m, mnt.nodes)]
+    return [mnt for mnt in m.nfs.mounts if selects(m, mnt.nodes, node.name)]
 
 
 def mounts_of_export(m: Manifest, export: NfsExport) -> list[NfsMount]:
@@ -608,7 +651,8 @@ def mount_proto(m: Manifest, mount: NfsMount, client: Node) -> str:
             raise StorageError(f"mount {mount.path}: proto rdma needs an infiniband network with rdma: true")
         if not both_ib:
             missing = client.name if "infiniband" not in client.interfaces else server.name
-            raise StorageError(f"mount {mount.path}: proto rdma but {missing} has no infiniband interface")
+            raise StorageError(f"mount {mount.path}: proto rdma but {missing} has no infiniband interface",
+                               node=missing)
         return "rdma"
     if mount.proto == "tcp":
         return "tcp"
@@ -618,19 +662,46 @@ def mount_proto(m: Manifest, mount: NfsMount, client: Node) -> str:
 
 
 def server_address(m: Manifest, export: NfsExport, client: Node, proto: str) -> str:
-    """The server IP a client mounts from: on the network the export serves (InfiniBand for
-    rdma), where both ends have an interface; else the server's management address."""
+    """The server IP a client mounts from: on a network where both ends have an interface
+    and the export allows the client's address there (the server checks the source address
+    of the mount, which is the client's address on that network). The networks the export
+    names come first, in its order (InfiniBand for rdma); a CIDR that spans several networks
+    (10.0.0.0/16) is matched by address. No such network: StorageError (the server would
+    refuse the mount)."""
     server = m.node(export.node)
     if proto == "rdma":
         ip = node_network_ip(server, "infiniband")
         if ip is None:
-            raise StorageError(f"export {export.name!r}: {server.name} has no infiniband interface")
+            raise StorageError(f"export {export.name!r}: {server.name} has no infiniband interface", node=server.name)
         return ip
-    for net in export_networks(m, export):
-        ip = node_network_ip(server, net)
-        if ip is not None and net in client.interfaces:
-            return ip
-    return str(server.ip)
+    allowed = [ipaddress.IPv4Network(c) for c in export_clients(m, export)]
+    named = export_networks(m, export)
+    for net in [*named, *(n for n in NETWORK_NAMES if n not in named)]:
+        server_ip = node_network_ip(server, net)
+        client_ip = node_network_ip(client, net)
+        if server_ip is None or client_ip is None:
+            continue
+        if any(ipaddress.IPv4Address(client_ip) in cidr for cidr in allowed):
+            return server_ip
+    raise StorageError(
+        f"{client.name} cannot mount export {export.name!r}: {server.name} allows only "
+        f"{', '.join(str(c) for c in allowed)}, and {client.name} has no address there on a network "
+        f"{server.name} is on; add the network to the export's clients or the interface to {client.name}"
+    )
+
+
+def export_network_problems(m: Manifest, export: NfsExport) -> list[tuple[int, str]]:
+    """(index in clients, message) for every client network of an export its server has
+    no interface on: clients there would mount an address the export does not allow."""
+    server = m.node(export.node)
+    out: list[tuple[int, str]] = []
+    for i, client in enumerate(export.clients):
+        net = network_of(m, client)
+        if net is not None and net not in server.interfaces:
+            out.append((i, f"export {export.name!r} is limited to the {net} network ({client}), but its server "
+                           f"{server.name} has no {net} interface, so no client can mount it over that network; "
+                           f"give {server.name} an interfaces.{net} entry or serve a network it is on"))
+    return out
 
 
 def check_one_path_per_server(m: Manifest, client: Node) -> None:
@@ -656,24 +727,50 @@ def check_one_path_per_server(m: Manifest, client: Node) -> None:
             )
 
 
+def _nconnect_option(opt: str) -> bool:
+    return opt.split("=", 1)[0] == "nconnect"
+
+
 def mount_options(mount: NfsMount, proto: str) -> list[str]:
+    """Mount options. Over RDMA there is no ``nconnect``: the NFS/RDMA transport of the
+    Ubuntu 22.04/24.04 and Debian 12 kernels ignores it (validate warns when a manifest
+    sets it there, :func:`nconnect_ignored`)."""
     generated = [f"vers={mount.vers}", f"proto={proto}"]
     if proto == "rdma":
         generated.append(f"port={NFS_RDMA_PORT}")
+    else:
+        generated.append(f"nconnect={mount.nconnect}")
     generated += [
-        f"nconnect={mount.nconnect}",
         f"rsize={mount.rsize}",
         f"wsize={mount.wsize}",
         "hard" if mount.hard else "soft",
         "_netdev",
     ]
-    return merge_options(generated, mount.options)
+    extra = [o for o in mount.options if not (proto == "rdma" and _nconnect_option(o))]
+    return merge_options(generated, extra)
+
+
+def nconnect_ignored(m: Manifest, mount: NfsMount) -> str | None:
+    """Why the manifest's nconnect for this mount has no effect (None: it has, or it is
+    not set): clients that mount it over RDMA do not render it."""
+    explicit = "nconnect" in mount.model_fields_set or any(_nconnect_option(o) for o in mount.options)
+    if not explicit:
+        return None
+    try:
+        rdma = sorted(n for n in select_nodes(m, mount.nodes) if mount_proto(m, mount, m.node(n)) == "rdma")
+    except (StorageError, KeyError, ValueError):
+        return None  # the mount's own problem is reported elsewhere
+    if not rdma:
+        return None
+    return (f"mount {mount.path}: nconnect has no effect with proto=rdma (the NFS/RDMA transport of these "
+            f"kernels ignores it) and is left out for {', '.join(rdma)}; remove it")
 
 
 # =========================================================================== systemd units
 _UNIT_SAFE = re.compile(r"[A-Za-z0-9:_.]")
 
 
+@functools.lru_cache(maxsize=1024)  # pure; every node's mount units escape the same few paths
 def systemd_escape_path(path: str) -> str:
     """``systemd-escape --path``: /mnt/corpus1 -> mnt-corpus1, / -> -."""
     parts = [p for p in path.split("/") if p]
@@ -704,7 +801,23 @@ def _under(path: str, parent: str) -> bool:
 
 
 # =========================================================================== MergerFS
-MERGERFS_BASE_OPTIONS = ("allow_other", "cache.files=off", "dropcacheonclose=true")
+# cache.files=off (direct I/O) breaks a read-only shared mmap through the union (ENODEV with
+# mergerfs 2.33.5 on Debian 12), which numpy memmap, Arrow / HF datasets and LMDB use; with
+# the page cache on (partial: cached while open, dropped on close) mmap works.
+MERGERFS_CACHE_FILES_SINCE = (2, 28)  # cache.files replaced direct_io in mergerfs 2.28.0
+MERGERFS_BASE_OPTIONS = ("allow_other", "cache.files=partial", "dropcacheonclose=true")
+
+
+def mergerfs_cache_option(version: str) -> str:
+    """The page-cache option of a mergerfs version that keeps shared mmap working (for the
+    mergerfs role to check the version it installed: every supported OS ships 2.33)."""
+    numbers = tuple(int(x) for x in re.findall(r"\d+", version)[:3])
+    if len(numbers) < 2:
+        raise StorageError(f"{version!r} is not a mergerfs version")
+    if numbers[:2] < MERGERFS_CACHE_FILES_SINCE:
+        raise StorageError(f"mergerfs {version} predates cache.files (2.28); shared mmap through the union "
+                           "needs a newer mergerfs")
+    return "cache.files=partial"
 
 
 def mergerfs_options(union: MergerfsUnion, network: bool) -> list[str]:
@@ -722,7 +835,7 @@ def mergerfs_options(union: MergerfsUnion, network: bool) -> list[str]:
 
 
 def unions_for(m: Manifest, node: Node) -> list[MergerfsUnion]:
-    return [u for u in m.mergerfs if node.name in select_nodes(m, u.nodes)]
+    return [u for u in m.mergerfs if selects(m, u.nodes, node.name)]
 
 
 def union_mount_units(m: Manifest, union: MergerfsUnion, node: Node) -> list[str]:
@@ -744,10 +857,9 @@ def opensm_node(m: Manifest) -> str | None:
     ib = m.networks.infiniband
     if ib is None or ib.subnet_manager != "opensm":
         return None
-    on_fabric = [n for n in m.nodes if "infiniband" in n.interfaces]
-    heads = [n for n in on_fabric if n.has_role("head")]
-    chosen = heads or on_fabric
-    return chosen[0].name if chosen else None
+    heads = [n for n in m.with_role("head") if "infiniband" in n.interfaces]
+    chosen = heads[0] if heads else next((n for n in m.nodes if "infiniband" in n.interfaces), None)
+    return chosen.name if chosen is not None else None
 
 
 def ipoib_config(m: Manifest, node: Node) -> dict[str, Any]:

@@ -65,7 +65,7 @@ def nfs_server_node_vars(m: Manifest, node: Node) -> dict[str, Any]:
         "nfs_server_exports": [
             {
                 "name": exp.name,
-                "path": exp.export_path,
+                "path": st.export_path(m, exp),
                 "clients": st.export_clients(m, exp),
                 "options": st.export_options(exp),
                 # a dataset's mountpoint comes from ZFS; only plain paths are created
@@ -88,7 +88,7 @@ def nfs_client_node_vars(m: Manifest, node: Node) -> dict[str, Any]:
         mounts.append(
             {
                 "export": export.name,
-                "what": f"{st.server_address(m, export, node, proto)}:{export.export_path}",
+                "what": f"{st.server_address(m, export, node, proto)}:{st.export_path(m, export)}",
                 "where": mnt.path,
                 "unit": st.mount_unit(mnt.path),
                 "automount": mnt.automount,

@@ -38,10 +38,93 @@ def zfs_disk_safety(
     return storage.disk_safety(probes, bool(force)).to_dict()
 
 
+# `zpool create` keywords: classes that take one keyword for all their vdevs (zpool refuses
+# a second `log`, `cache` or `spare`), classes whose keyword may repeat, and vdev types.
+_ONCE_CLASSES = ("log", "cache", "spare")
+_REPEAT_CLASSES = ("special", "dedup")
+_GROUP_TYPES = ("mirror", "raidz", "raidz1", "raidz2", "raidz3")
+_FLAG_OPTIONS = {"-f": "force", "-d": "disable_new_features"}
+_VALUE_OPTIONS = {"-m": "mountpoint", "-R": "altroot", "-t": "temp_name"}
+
+
+def zfs_zpool_module_args(create_args: Sequence[str]) -> dict[str, Any]:
+    """community.general.zpool arguments that create exactly what ``zpool create_args`` would.
+
+    ``create_args`` (provisioner.storage.create_args: ``create [-f] -o ashift=N -O k=v ...
+    NAME VDEVS``) stays the one description of a new pool; this only re-expresses it. The
+    module writes its role keyword before every vdev it is given, so the vdevs of a class
+    whose keyword zpool accepts once (log, cache, spare) go into one vdev of that role;
+    a layout the module cannot express (two log mirrors, a draid) is refused here rather
+    than turned into a different pool.
+    """
+    args = [str(a) for a in create_args]
+    if not args or args[0] != "create":
+        raise ValueError(f"zfs_zpool_module_args: expected zpool create arguments, got {args[:1]}")
+    out: dict[str, Any] = {"force": False, "disable_new_features": False,
+                           "pool_properties": {}, "filesystem_properties": {}}
+    i = 1
+    while i < len(args) and args[i].startswith("-"):
+        opt = args[i]
+        if opt in _FLAG_OPTIONS:
+            out[_FLAG_OPTIONS[opt]] = True
+            i += 1
+        elif opt in ("-o", "-O") and i + 1 < len(args) and "=" in args[i + 1]:
+            key, value = args[i + 1].split("=", 1)
+            out["pool_properties" if opt == "-o" else "filesystem_properties"][key] = value
+            i += 2
+        elif opt in _VALUE_OPTIONS and i + 1 < len(args):
+            out[_VALUE_OPTIONS[opt]] = args[i + 1]
+            i += 2
+        else:
+            raise ValueError(f"zfs_zpool_module_args: option {opt} has no zpool module equivalent")
+    if i >= len(args):
+        raise ValueError("zfs_zpool_module_args: no pool name")
+    out["name"] = args[i]
+
+    # The vdev specification, read the way zpool reads it: a class keyword switches the
+    # class, a type starts a grouped vdev whose leaves follow, anything else is a leaf.
+    groups: list[dict[str, Any]] = []
+    role: str | None = None
+    for token in args[i + 1:]:
+        if token in _ONCE_CLASSES or token in _REPEAT_CLASSES:
+            role = token
+        elif token in _GROUP_TYPES:
+            groups.append({"role": role, "type": token, "disks": []})
+        elif token.startswith("draid"):
+            raise ValueError(f"zfs_zpool_module_args: {token} vdevs are not supported by the zpool module")
+        elif groups and groups[-1]["type"] != "stripe" and groups[-1]["role"] == role:
+            groups[-1]["disks"].append(token)
+        else:
+            groups.append({"role": role, "type": "stripe", "disks": [token]})
+
+    vdevs: list[dict[str, Any]] = []
+    for group in groups:
+        last = vdevs[-1] if vdevs else None
+        merge = (group["type"] == "stripe" and last is not None and last["type"] == "stripe"
+                 and last.get("role") == group["role"] and group["role"] in _ONCE_CLASSES)
+        if merge:
+            last["disks"].extend(group["disks"])
+            continue
+        vdev = {"type": group["type"], "disks": list(group["disks"])}
+        if group["role"] is not None:
+            vdev["role"] = group["role"]
+        vdevs.append(vdev)
+    for cls in _ONCE_CLASSES:
+        count = sum(1 for v in vdevs if v.get("role") == cls)
+        if count > 1:
+            raise ValueError(f"zfs_zpool_module_args: {count} {cls} vdevs need one `{cls}` keyword, "
+                             "which the zpool module cannot write; create this pool by hand")
+    if not any("role" not in v for v in vdevs):
+        raise ValueError("zfs_zpool_module_args: no data vdev")
+    out["vdevs"] = vdevs
+    return out
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "zfs_importable_pools": zfs_importable_pools,
             "zfs_layout_drift": zfs_layout_drift,
             "zfs_disk_safety": zfs_disk_safety,
+            "zfs_zpool_module_args": zfs_zpool_module_args,
         }

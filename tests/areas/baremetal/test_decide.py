@@ -96,7 +96,8 @@ def test_ssh_server_and_keys() -> None:
     assert auto["ssh"] == {"install-server": True, "allow-pw": False}
     users = {u["name"]: u for u in auto["user-data"]["users"]}
     alice, bob = (u.ssh_keys for u in m.cluster.admin_users)
-    assert users["root"]["ssh_authorized_keys"] == alice + bob  # Ansible connects as root
+    # Ansible connects as root; root gets only the keys of admins allowed root (bob has sudo: false)
+    assert users["root"]["ssh_authorized_keys"] == alice
     assert users["alice"]["ssh_authorized_keys"] == alice
     assert users["alice"]["sudo"] == "ALL=(ALL) NOPASSWD:ALL"
     assert users["bob"]["ssh_authorized_keys"] == bob
@@ -106,21 +107,57 @@ def test_ssh_server_and_keys() -> None:
     assert auto["user-data"]["ssh_deletekeys"] is False
 
 
-def test_non_root_ansible_user_gets_every_admin_key() -> None:
-    m = example("music-lab.yaml")
-    m = m.model_copy(update={"cluster": m.cluster.model_copy(
-        update={"ssh": m.cluster.ssh.model_copy(update={"user": "ansible"})})})
+def with_ssh(m: Manifest, **update: Any) -> Manifest:
+    return m.model_copy(update={"cluster": m.cluster.model_copy(
+        update={"ssh": m.cluster.ssh.model_copy(update=update)})})
+
+
+AUTOMATION_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA1b2c3d4e5f6g7h8i9j0k1l2m3n4o5p6q7r8s9t0u1v automation"
+
+
+def test_non_root_ansible_user_gets_only_the_keys_allowed_root() -> None:
+    m = with_ssh(example("music-lab.yaml"), user="ansible")
+    alice = m.cluster.admin_users[0].ssh_keys
     users = {u["name"]: u for u in user_data(m, m.node("gpu1"))["user-data"]["users"]}
     assert "root" not in users
-    assert len(users["ansible"]["ssh_authorized_keys"]) == 2
+    assert users["ansible"]["ssh_authorized_keys"] == alice  # not bob's: sudo: false
     assert users["ansible"]["sudo"] == "ALL=(ALL) NOPASSWD:ALL"
+    m = with_ssh(m, public_key=AUTOMATION_KEY)
+    users = {u["name"]: u for u in user_data(m, m.node("gpu1"))["user-data"]["users"]}
+    assert users["ansible"]["ssh_authorized_keys"] == [*alice, AUTOMATION_KEY]
+
+
+def test_a_non_sudo_admin_gets_no_root_key_on_debian_either() -> None:
+    m, node = debian_lab()
+    late = ic.debian_late_script(m, node, ic.install_server(m))
+    bob = m.cluster.admin_users[1]
+    assert not bob.sudo
+    root_block = late.split('cat > "/root/.ssh/authorized_keys" <<\'PROVISION_KEYS\'\n', 1)[1]
+    root_keys = root_block.split("\nPROVISION_KEYS\n", 1)[0].splitlines()
+    assert root_keys == m.cluster.admin_users[0].ssh_keys  # alice's only
+    assert bob.ssh_keys[0] in late  # in bob's own authorized_keys
+
+
+def test_validate_refuses_an_ansible_account_without_keys(kit: Any) -> None:
+    data = kit.base()
+    data["cluster"]["admin_users"][0]["sudo"] = False
+    assert kit.load(data).manifest  # no node is installed over PXE: Ansible's keys are the operator's
+    data["nodes"][1]["install_disks"] = ["nvme-Disk_S[1-2]"]
+    d = kit.error(data, "admins with sudo")
+    assert d.path == "cluster.ssh"
+    data["cluster"]["ssh"] = {"public_key": AUTOMATION_KEY}
+    assert kit.load(data).manifest.cluster.ssh.public_key == AUTOMATION_KEY
+    data["cluster"]["ssh"] = {"user": "ops"}  # an admin without sudo cannot be Ansible's account
+    assert kit.error(data, "sudo: false").path == "cluster.ssh"
 
 
 def test_single_disk_uefi_layout() -> None:
     m = example("llm-200k.yaml")
     storage = user_data(m, m.node("gpu01"))["storage"]["config"]
     by_id = {a["id"]: a for a in storage}
-    assert by_id["disk0"]["path"] == "/dev/disk/by-id/nvme-Samsung_SSD_990_PRO_2TB_S7HENJ0W200001"
+    # found by its udev serial (tests/areas/baremetal/test_disk_match.py: subiquity's rules)
+    assert by_id["disk0"]["match"] == {"serial": "Samsung_SSD_990_PRO_2TB_S7HENJ0W200001"}
+    assert "path" not in by_id["disk0"]
     assert by_id["disk0"]["ptable"] == "gpt"
     assert by_id["disk0-esp"]["flag"] == "boot" and by_id["disk0-esp"]["grub_device"] is True
     assert by_id["disk0-esp-fs"]["fstype"] == "fat32"
@@ -136,8 +173,8 @@ def test_two_disks_make_a_raid1_mirror() -> None:
     assert len(node.install_disks) == 2
     storage = user_data(m, node)["storage"]["config"]
     by_id = {a["id"]: a for a in storage}
-    assert by_id["disk0"]["path"].endswith("ata-Samsung_SSD_870_EVO_500GB_A1")
-    assert by_id["disk1"]["path"].endswith("ata-Samsung_SSD_870_EVO_500GB_B1")
+    assert by_id["disk0"]["match"] == {"serial": "Samsung_SSD_870_EVO_500GB_A1"}
+    assert by_id["disk1"]["match"] == {"serial": "Samsung_SSD_870_EVO_500GB_B1"}
     raid = by_id["md0"]
     assert raid["raidlevel"] == "raid1" and raid["devices"] == ["disk0-root", "disk1-root"]
     assert by_id["disk0-root"]["flag"] == by_id["disk1-root"]["flag"] == "raid"
@@ -163,6 +200,9 @@ def test_mirror_and_timezone() -> None:
     m = example("music-lab.yaml")
     auto = user_data(m, m.node("gpu2"))
     assert auto["apt"]["primary"] == [{"arches": ["default"], "uri": "http://mirror.lab.example.org/ubuntu"}]
+    # without a security section subiquity uses security.ubuntu.com (models/mirror.py): the
+    # air-gapped install must get the -security pocket from the mirror as well
+    assert auto["apt"]["security"] == auto["apt"]["primary"]
     assert auto["timezone"] == "America/New_York"
 
 

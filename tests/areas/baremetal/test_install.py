@@ -225,7 +225,7 @@ def lab_manifest(redfish_port: int = 1, redfish_ids: dict[str, str] | None = Non
     ])
 
 
-def test_plan_installs_only_new_nodes_and_named_reinstalls() -> None:
+def test_plan_installs_only_new_nodes_marked_for_it_and_named_reinstalls() -> None:
     m = lab_manifest()
     states = {"head": "configured", "gpu03": "installed", "gpu04": "configured", "gpu05": "new"}
     targets, left = bm.plan_installs(m, states)
@@ -233,14 +233,28 @@ def test_plan_installs_only_new_nodes_and_named_reinstalls() -> None:
     by_node = {r.node: r for r in left}
     assert by_node["gpu03"].stage == "skipped" and "--reinstall" in by_node["gpu03"].reason
     assert by_node["gpu04"].ok and by_node["gpu04"].stage == "skipped"
-    assert by_node["head"].ok and "head node" in by_node["head"].reason
-    assert by_node["gpu05"].ok and "no bmc section" in by_node["gpu05"].reason
+    assert by_node["head"].ok and "install: manual" in by_node["head"].reason
+    assert by_node["gpu05"].ok and "install: manual" in by_node["gpu05"].reason
     targets, left = bm.plan_installs(m, states, reinstall=["gpu04"])
     assert targets == ["gpu01", "gpu02", "gpu04"]
     _, left = bm.plan_installs(m, states, reinstall=["head", "gpu05"])
-    assert {r.node: r.ok for r in left if r.node in ("head", "gpu05")} == {"head": False, "gpu05": False}
+    reasons = {r.node: (r.ok, r.reason) for r in left if r.node in ("head", "gpu05")}
+    assert reasons["head"][0] is False and "head node" in reasons["head"][1]
+    assert reasons["gpu05"][0] is False and "no bmc section" in reasons["gpu05"][1]
     with pytest.raises(KeyError, match="gpu99"):
         bm.plan_installs(m, states, reinstall=["gpu99"])
+
+
+def test_a_new_node_with_a_bmc_is_never_installed_without_intent() -> None:
+    """Installing wipes disks: a new node that could be installed (BMC, MAC, disks) but is
+    not marked install: pxe is configured as it is, whatever state it is in."""
+    m = manifest([node_dict("gpu01", 1, bmc=redfish_bmc(1), install="manual"),
+                  node_dict("gpu02", 2, bmc=redfish_bmc(2), install="pxe")])
+    targets, left = bm.plan_installs(m, {})
+    assert targets == ["gpu02"]
+    gpu01 = next(r for r in left if r.node == "gpu01")
+    assert gpu01.ok and gpu01.stage == "skipped" and "install: manual" in gpu01.reason
+    assert bm.plan_installs(m, {}, reinstall=["gpu01"])[0] == ["gpu01", "gpu02"]  # --reinstall is intent too
 
 
 # --------------------------------------------------------------------------- lifecycle, faked

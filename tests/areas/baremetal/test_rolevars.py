@@ -51,7 +51,7 @@ def test_emitted_variables_match_the_argument_specs(path: Path) -> None:
 def test_llm200k_head_vars() -> None:
     m = load_manifest(ROOT / "examples" / "llm-200k.yaml").manifest
     got = baremetal.cluster_vars(m)
-    assert {k: v for k, v in got.items() if k != "pxe_server_nodes"} == {
+    assert {k: v for k, v in got.items() if k not in ("pxe_server_nodes", "pxe_server_ubuntu_media")} == {
         "pxe_server_address": "10.10.0.10",
         "pxe_server_network": "10.10.0.0/24",
         "pxe_server_network_address": "10.10.0.0",

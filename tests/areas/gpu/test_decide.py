@@ -20,6 +20,7 @@ import yaml
 
 from provisioner.areas.gpu import decide as gpu
 from provisioner.areas.gpu.decide import GpuStackError
+from provisioner.manifest.model import NvidiaDriver
 
 ROOT = Path(__file__).resolve().parents[3]
 ROLES = ROOT / "roles"
@@ -28,41 +29,83 @@ OS_VARS = {"ubuntu-22.04": "Ubuntu-22.yml", "ubuntu-24.04": "Ubuntu-24.yml", "de
 
 # --------------------------------------------------------------------------- driver
 def test_ubuntu_signed_default_is_canonical_precompiled_modules() -> None:
-    plan = gpu.resolve_driver("ubuntu-22.04", "550")
+    plan = gpu.resolve_driver("ubuntu-22.04", "580", open_kernel_modules=False)
     assert plan.source == "ubuntu-signed"
     assert not plan.open_kernel_modules
     assert plan.packages == (
-        "linux-modules-nvidia-550-server-generic",
-        "nvidia-headless-no-dkms-550-server",
-        "nvidia-utils-550-server",
+        "linux-modules-nvidia-580-server-generic",
+        "nvidia-headless-no-dkms-580-server",
+        "nvidia-utils-580-server",
     )
     assert plan.userspace_packages == (
-        "nvidia-utils-550-server", "libnvidia-compute-550-server", "nvidia-compute-utils-550-server")
+        "nvidia-utils-580-server", "libnvidia-compute-580-server", "nvidia-compute-utils-580-server")
     assert plan.fabricmanager_packages == ()
     assert plan.pin_packages == ()
     assert not plan.uses_cuda_repo
-    assert plan.install(kernel=True) == (*plan.packages, "libnvidia-compute-550-server",
-                                         "nvidia-compute-utils-550-server")
+    assert plan.install(kernel=True) == (*plan.packages, "libnvidia-compute-580-server",
+                                         "nvidia-compute-utils-580-server")
     assert plan.holds(kernel=False) == plan.userspace_packages
 
 
+@pytest.mark.parametrize("flavour", ["generic", "generic-hwe-22.04"])
+def test_precompiled_modules_hold_the_kernel_of_their_flavour(flavour: str) -> None:
+    """Held alone, the module meta lets a new kernel ABI in without a module (item 3)."""
+    plan = gpu.resolve_driver("ubuntu-22.04", "580", kernel_flavour=flavour)
+    assert plan.packages[0].endswith(f"-{flavour}")
+    assert plan.kernel_packages == (f"linux-{flavour}", f"linux-image-{flavour}", f"linux-headers-{flavour}")
+    assert gpu.resolve_driver("ubuntu-22.04", "580", "cuda-repo").kernel_packages == ()  # DKMS rebuilds
+    assert gpu.resolve_driver("debian-12", "535").kernel_packages == ()
+
+
 def test_ubuntu_signed_open_modules_and_hwe_flavour() -> None:
-    plan = gpu.resolve_driver("ubuntu-24.04", "570", "ubuntu-signed", True, kernel_flavour="generic-hwe-24.04")
-    assert plan.packages[0] == "linux-modules-nvidia-570-server-open-generic-hwe-24.04"
-    assert plan.packages[1] == "nvidia-headless-no-dkms-570-server-open"
+    plan = gpu.resolve_driver("ubuntu-24.04", "595", "ubuntu-signed", True, kernel_flavour="generic-hwe-24.04")
+    assert plan.packages[0] == "linux-modules-nvidia-595-server-open-generic-hwe-24.04"
+    assert plan.packages[1] == "nvidia-headless-no-dkms-595-server-open"
 
 
 def test_open_modules_default_from_560() -> None:
-    assert not gpu.resolve_driver("ubuntu-22.04", "550").open_kernel_modules
-    assert gpu.resolve_driver("ubuntu-22.04", "570").open_kernel_modules
-    assert not gpu.resolve_driver("ubuntu-22.04", "570", open_kernel_modules=False).open_kernel_modules
+    assert not gpu.resolve_driver("ubuntu-22.04", "470").open_kernel_modules
+    assert gpu.resolve_driver("ubuntu-22.04", "580").open_kernel_modules
+    assert not gpu.resolve_driver("ubuntu-22.04", "580", open_kernel_modules=False).open_kernel_modules
 
 
 def test_nvswitch_adds_fabricmanager_of_the_same_branch() -> None:
-    plan = gpu.resolve_driver("ubuntu-22.04", "535", nvswitch=True)
-    assert plan.fabricmanager_packages == ("nvidia-fabricmanager-535", "libnvidia-nscq-535")
-    assert "nvidia-fabricmanager-535" in plan.holds(kernel=True)
-    assert plan.install(kernel=False)[-2:] == ("nvidia-fabricmanager-535", "libnvidia-nscq-535")
+    plan = gpu.resolve_driver("ubuntu-22.04", "580", nvswitch=True)
+    assert plan.fabricmanager_packages == ("nvidia-fabricmanager-580", "libnvidia-nscq-580")
+    assert "nvidia-fabricmanager-580" in plan.holds(kernel=True)
+    assert plan.install(kernel=False)[-2:] == ("nvidia-fabricmanager-580", "libnvidia-nscq-580")
+
+
+@pytest.mark.parametrize("os_name", ["ubuntu-22.04", "ubuntu-24.04"])
+@pytest.mark.parametrize(("branch", "target"), [("535", "580"), ("550", "580"), ("565", "580"), ("570", "580"),
+                                                ("575", "580"), ("590", "595")])
+def test_transitional_ubuntu_branches_are_refused_with_the_branch_to_use(os_name: str, branch: str,
+                                                                        target: str) -> None:
+    with pytest.raises(GpuStackError, match=re.escape(f'transitional: they install branch {target}')) as err:
+        gpu.resolve_driver(os_name, branch)
+    assert f'set nvidia_driver.branch: "{target}"' in str(err.value)
+    assert target in gpu.UBUNTU_SERVER_BRANCHES  # the branch named is a current one
+
+
+@pytest.mark.parametrize("os_name", ["ubuntu-22.04", "ubuntu-24.04"])
+@pytest.mark.parametrize("branch", ["470", "580", "595", "615"])
+def test_current_ubuntu_branches_resolve(os_name: str, branch: str) -> None:
+    plan = gpu.resolve_driver(os_name, branch)
+    assert plan.packages[0].startswith(f"linux-modules-nvidia-{branch}-server")
+
+
+def test_model_default_branch_is_current_for_every_driver_source() -> None:
+    branch = NvidiaDriver().branch
+    assert branch in gpu.UBUNTU_SERVER_BRANCHES and branch in gpu.CUDA_REPO_BRANCHES
+    assert branch not in gpu.UBUNTU_TRANSITIONAL
+
+
+def test_driver_problems_are_all_reported() -> None:
+    problems = gpu.driver_problems("ubuntu-22.04", "550", "ubuntu-signed", False, gpu_model="GeForce RTX 5090")
+    assert len(problems) == 3, problems
+    assert any("transitional" in p for p in problems)
+    assert any("needs driver branch 570" in p for p in problems)
+    assert any("only with the open kernel modules" in p for p in problems)
 
 
 @pytest.mark.parametrize("os_name", ["ubuntu-22.04", "ubuntu-24.04"])
@@ -107,6 +150,9 @@ def test_debian_cuda_repo_uses_debian_names_pinned_to_the_branch() -> None:
         (("debian-12", "550", "debian"), {}, "Debian 12 ships driver branch 535 only"),
         (("debian-12", "535", "debian"), {"nvswitch": True}, "does not package nvidia-fabricmanager"),
         (("ubuntu-22.04", "560", "ubuntu-signed"), {}, "no signed '-server' modules for branch 560"),
+        (("ubuntu-24.04", "610"), {}, "for newer releases only"),
+        (("ubuntu-24.04", "615", "auto", False), {}, "no proprietary kernel modules for the 615-server"),
+        (("ubuntu-24.04", "595", "cuda-repo"), {}, "names its driver packages without the branch"),
         (("ubuntu-22.04", "470", "auto", True), {}, "open kernel modules need branch 515"),
         (("ubuntu-22.04", "550"), {"gpu_model": "NVIDIA B200"}, "needs driver branch 570"),
         (("ubuntu-22.04", "570", "auto", False), {"gpu_model": "GeForce RTX 5090"}, "only with the open kernel"),
@@ -176,6 +222,26 @@ def test_cuda_errors(args: tuple[Any, ...], kwargs: dict[str, Any], message: str
         gpu.resolve_cuda(*args, **kwargs)
 
 
+@pytest.mark.parametrize("os_name", gpu.OS_NAMES)
+def test_default_toolkit_is_valid_on_every_os_and_source(os_name: str) -> None:
+    for source in gpu.CUDA_SOURCES:
+        if source not in gpu.CUDA_DEFAULTS[os_name]:
+            continue
+        plan = gpu.resolve_cuda(os_name, None, source=source, driver_branch=NvidiaDriver().branch)
+        assert plan.versions == gpu.default_cuda_versions(os_name, source)
+        nccl = gpu.resolve_nccl(os_name, "2.21.5", cuda_version=plan.default)  # the manifest's default NCCL
+        assert nccl.version == "2.21.5"
+    assert gpu.resolve_cuda(os_name, None).versions  # auto
+
+
+def test_cuda_auto_follows_a_cuda_repo_driver_on_debian() -> None:
+    assert gpu.resolve_cuda("debian-12", None).source == "debian"
+    plan = gpu.resolve_cuda("debian-12", ["12.8"], driver_source="cuda-repo")
+    assert plan.source == "cuda-repo" and plan.packages == ("cuda-toolkit-12-8",)
+    with pytest.raises(GpuStackError, match=re.escape("cuda.source auto follows nvidia_driver.source: cuda-repo only")):
+        gpu.resolve_cuda("debian-12", ["12.8"], driver_source="debian")
+
+
 def test_cuda_repo_on_debian_12() -> None:
     plan = gpu.resolve_cuda("debian-12", ["12.8"], source="cuda-repo")
     assert plan.packages == ("cuda-toolkit-12-8",)
@@ -192,17 +258,29 @@ def test_nccl_apt_pins_the_build_of_the_toolkit() -> None:
 
 
 @pytest.mark.parametrize(
-    ("version", "cuda", "build"),
+    ("os_name", "version", "cuda", "build"),
     [
-        ("2.21.5", "12.6", "12.5"),  # newest build not newer than the toolkit
-        ("2.21.5", "12.1", "12.2"),  # else the oldest newer one of the same major
-        ("2.21.5", "11.8", "11.0"),
-        ("2.26.2", "12.8", "12.8"),
-        ("2.27.7", "13.0", "13.0"),
+        ("ubuntu-22.04", "2.21.5", "12.6", "12.5"),  # newest build not newer than the toolkit
+        ("ubuntu-22.04", "2.21.5", "12.1", "12.2"),  # else the oldest newer one of the same major
+        ("ubuntu-22.04", "2.21.5", "11.8", "11.0"),
+        ("ubuntu-22.04", "2.26.2", "12.8", "12.8"),
+        ("ubuntu-22.04", "2.27.7", "13.0", "13.0"),
+        ("ubuntu-24.04", "2.21.5", "12.8", "12.5"),  # ubuntu2404 has no 12.2/12.4 builds
+        ("ubuntu-24.04", "2.26.2", "12.9", "12.8"),
+        ("debian-12", "2.21.5", "12.8", "12.5"),
     ],
 )
-def test_pick_nccl_build(version: str, cuda: str, build: str) -> None:
-    assert gpu.pick_nccl_build(version, cuda) == build
+def test_pick_nccl_build(os_name: str, version: str, cuda: str, build: str) -> None:
+    assert gpu.pick_nccl_build(os_name, version, cuda) == build
+
+
+@pytest.mark.parametrize("os_name", gpu.OS_NAMES)
+def test_nccl_builds_exist_only_for_toolkits_of_that_repository(os_name: str) -> None:
+    first = min(gpu.CUDA_REPO_VERSIONS[os_name], key=gpu.version_tuple)
+    for version, builds in gpu.NCCL_APT_BUILDS[os_name].items():
+        assert builds, version
+        if os_name != "ubuntu-22.04":  # ubuntu2204 also carries the 11.0/12.0 builds of old toolkits
+            assert all(gpu.version_tuple(b) >= gpu.version_tuple(first) for b in builds), (os_name, version)
 
 
 def test_nccl_revision_is_kept() -> None:
@@ -226,6 +304,7 @@ def test_nccl_pypi_wheel_and_prefix() -> None:
         (("ubuntu-22.04", "2.26.2"), {"cuda_version": "11.8"}, "NCCL 2.26.2 has no build for CUDA 11"),
         (("ubuntu-22.04", "2.21.5"), {"cuda_version": "13.0"}, "has no build for CUDA 13"),
         (("ubuntu-22.04", "2.99.1"), {"cuda_version": "12.4"}, "not in the table of NVIDIA apt builds"),
+        (("ubuntu-24.04", "2.20.5"), {"cuda_version": "12.5"}, "not in the table of NVIDIA apt builds for ubuntu2404"),
         (("debian-12", "2.26.2"), {"cuda_version": "11.8"}, "NCCL 2.26.2 has no PyPI wheel for CUDA 11"),
         (("debian-12", "2.16.5"), {"cuda_version": "13.0"}, "no PyPI wheel for CUDA 13"),
         (("debian-12", "2.21.5"), {"cuda_version": "10.2"}, "no nvidia-nccl wheel for CUDA 10"),
@@ -290,13 +369,24 @@ def _drop_empty(items: list[str]) -> tuple[str, ...]:
 
 def test_driver_tables_agree() -> None:
     main = yaml.safe_load((ROLES / "nvidia_driver" / "vars" / "main.yml").read_text())
-    assert tuple(main["__nvidia_driver_known_branches"]) == gpu.KNOWN_BRANCHES
-    assert frozenset(main["__nvidia_driver_server_branches"]) == gpu.UBUNTU_SERVER_BRANCHES
     assert main["__nvidia_driver_open_min_branch"] == gpu.OPEN_MODULES_MIN_BRANCH
     assert main["__nvidia_driver_open_default_from"] == gpu.OPEN_MODULES_DEFAULT_FROM
     assert main["__nvidia_driver_debian_branch"] == gpu.DEBIAN_DRIVER_BRANCH
+
+
+# The role keeps its own branch lists (it runs on its own too). Issue 19 item 2 moved the
+# tables here (versions.yaml); the roles are being changed on another branch, which must
+# bring the role's lists and its default branch in line (then this strict xfail fails:
+# remove the mark).
+@pytest.mark.xfail(strict=True, reason="roles/nvidia_driver still lists the pre-issue-19 branches (roles branch)")
+def test_role_branch_tables_agree() -> None:
+    main = yaml.safe_load((ROLES / "nvidia_driver" / "vars" / "main.yml").read_text())
+    installable = {b for b in gpu.KNOWN_BRANCHES for src in gpu.DRIVER_SOURCES for os_ in gpu.OS_NAMES
+                   if not gpu.branch_problems(os_, b, src, gpu.default_open_modules(b))}
+    assert set(main["__nvidia_driver_known_branches"]) >= installable
+    assert frozenset(main["__nvidia_driver_server_branches"]) == gpu.UBUNTU_SERVER_BRANCHES
     defaults = yaml.safe_load((ROLES / "nvidia_driver" / "defaults" / "main.yml").read_text())
-    assert defaults["nvidia_driver_branch"] in gpu.KNOWN_BRANCHES
+    assert defaults["nvidia_driver_branch"] == NvidiaDriver().branch
 
 
 @pytest.mark.parametrize("os_name", gpu.OS_NAMES)
@@ -329,11 +419,8 @@ def test_driver_packages_agree(os_name: str) -> None:
 
 
 def _driver_ok(os_name: str, source: str) -> bool:
-    try:
-        gpu.resolve_driver(os_name, "535", source, False)
-    except GpuStackError:
-        return False
-    return True
+    """Whether ``source`` can install some branch on ``os_name``."""
+    return any(not gpu.driver_problems(os_name, b, source, False) for b in gpu.KNOWN_BRANCHES)
 
 
 @pytest.mark.parametrize("os_name", gpu.OS_NAMES)
@@ -370,7 +457,7 @@ def test_nccl_names_agree(os_name: str, version: str, cuda: str) -> None:
         ctx[key] = _render(data[key], ctx)
     ctx["__nccl_apt_version"] = _render(data["__nccl_apt_version"], ctx)
     apt = _render(data["__nccl_os_packages"]["apt"], ctx)
-    build = gpu.pick_nccl_build(version, cuda)
+    build = gpu.pick_nccl_build(os_name, version, cuda)
     plan = gpu.resolve_nccl(os_name, version, "apt", cuda_version=build)
     # the role gets the build as nccl_cuda_version from the rolevars
     ctx_build = dict(ctx, nccl_cuda_version=build)

@@ -48,10 +48,10 @@ def _unchecked(data: dict[str, Any]) -> Manifest:
 def test_llm_200k(kit: Any) -> None:
     m = _load(kit, kit.example("llm-200k.yaml"))
     cluster = rv.cluster_vars(m)
-    assert cluster["nvidia_driver_branch"] == "550"
-    assert cluster["nvidia_driver_open_kernel_modules"] is False
+    assert cluster["nvidia_driver_branch"] == "580"
+    assert cluster["nvidia_driver_open_kernel_modules"] is True  # 560+ default
     assert cluster["nvidia_driver_allow_reboot"] is False
-    assert cluster["cuda_versions"] == ["12.4"] and cluster["cuda_default"] == "12.4"
+    assert "cuda_versions" not in cluster  # per node: the default toolkit depends on the OS
     assert cluster["nccl_version"] == "2.21.5"
     assert cluster["nccl_pip_index_url"] == "https://pypi.org/simple"
     assert cluster["docker_data_root"] == "/scratch/docker"
@@ -64,6 +64,8 @@ def test_llm_200k(kit: Any) -> None:
         "nvidia_driver_source": "ubuntu-signed",
         "nvidia_driver_nvswitch": False,
         "nvidia_driver_gpu_count": 2,
+        "cuda_versions": ["12.4"],
+        "cuda_default": "12.4",
         "cuda_source": "cuda-repo",
         "nccl_source": "apt",
         "nccl_cuda_version": "12.4",
@@ -78,12 +80,12 @@ def test_llm_200k(kit: Any) -> None:
 def test_music_lab(kit: Any) -> None:
     m = _load(kit, kit.example("music-lab.yaml"))
     cluster = rv.cluster_vars(m)
-    assert cluster["nvidia_driver_branch"] == "570"
+    assert cluster["nvidia_driver_branch"] == "580"
     assert cluster["nvidia_driver_open_kernel_modules"] is True  # 560+ default
-    assert cluster["cuda_versions"] == ["12.8"]
     assert cluster["nccl_pip_index_url"] == "http://mirror.lab.example.org/pypi/simple"
     assert cluster["docker_users"] == ["alice"]
     node = rv.node_vars(m, m.node("gpu2"))
+    assert node["cuda_versions"] == ["12.8"] and node["cuda_default"] == "12.8"
     assert node["nvidia_driver_source"] == "ubuntu-signed"
     assert node["nccl_cuda_version"] == "12.8"
     assert node["docker_source"] == "docker-ce"
@@ -139,8 +141,9 @@ def test_debian_gpu_node(kit: Any) -> None:
 @pytest.mark.parametrize(
     ("software", "message"),
     [
-        ({}, "Debian 12 ships driver branch 535 only"),  # the manifest's defaults (550, CUDA 12.4) suit Ubuntu
-        ({"nvidia_driver": {"branch": "535"}}, "CUDA 12.4 from Debian: Debian 12 ships CUDA 11.8 only"),
+        ({}, "Debian 12 ships driver branch 535 only"),  # the default branch (580) is Ubuntu's and NVIDIA's
+        ({"nvidia_driver": {"branch": "535"}, "cuda": {"versions": ["12.4"]}},
+         "CUDA 12.4 from Debian: Debian 12 ships CUDA 11.8 only"),
         ({"nvidia_driver": {"branch": "535"}, "cuda": {"versions": ["12.8"]}}, "Debian 12 ships CUDA 11.8"),
         ({"nvidia_driver": {"branch": "535", "source": "ubuntu-signed"}}, "exists only on Ubuntu"),
         ({"nvidia_driver": {"branch": "550"}, "cuda": {"versions": ["11.8"]}}, "ships driver branch 535 only"),
@@ -158,6 +161,43 @@ def test_debian_unsupported_combinations(kit: Any, software: dict[str, Any], mes
     assert "node01 (debian-12)" in diag.message
 
 
+@pytest.mark.parametrize("os_name", ["ubuntu-22.04", "ubuntu-24.04", "debian-12"])
+def test_defaults_are_valid_on_every_os(kit: Any, os_name: str) -> None:
+    """A manifest that names only what its OS forces (Debian: branch 535) gets a toolkit and
+    NCCL that exist there: the ubuntu2404 repository has no CUDA 12.4, Debian only 11.8."""
+    data = kit.base()
+    for node in data["nodes"]:
+        node["os"] = os_name
+    data["software"] = {"nvidia_driver": {"branch": "535"}} if os_name == "debian-12" else {}
+    m = _load(kit, data)
+    node = rv.node_vars(m, m.node("node01"))
+    assert node["cuda_versions"] == ["11.8" if os_name == "debian-12" else "12.8"]
+    assert node["nccl_cuda_version"] in ("11.8", "12.5")
+
+
+def test_cuda_auto_follows_a_cuda_repo_driver_on_debian(kit: Any) -> None:
+    software = {"nvidia_driver": {"branch": "580", "source": "cuda-repo"}, "cuda": {"versions": ["12.8"]}}
+    m = _load(kit, _debian(kit, software))
+    node = rv.node_vars(m, m.node("node01"))
+    assert node["cuda_source"] == "cuda-repo" and node["cuda_versions"] == ["12.8"]
+    assert rv.node_vars(_load(kit, _debian(kit, {"nvidia_driver": {"source": "cuda-repo"}})),
+                        m.node("node01"))["cuda_versions"] == ["12.8"]
+
+
+def test_every_gpu_stack_problem_of_a_node_is_reported(kit: Any) -> None:
+    software = {"nvidia_driver": {"branch": "550"}, "cuda": {"versions": ["12.4"]}, "nccl": {"version": "2.12.12"}}
+    data = _debian(kit, software)
+    problems = [msg for name, msg in rv.stack_errors(_unchecked(data)) if name == "node01"]
+    assert len(problems) == 3, problems
+    assert "ships driver branch 535 only" in problems[0]
+    assert "Debian 12 ships CUDA 11.8 only" in problems[1]
+    assert "NCCL 2.12.12 has no PyPI wheel" in problems[2]
+    with pytest.raises(Exception) as err:
+        kit.load(data)
+    messages = [d.message for d in err.value.diagnostics]  # type: ignore[attr-defined]
+    assert sum("node01 (debian-12)" in msg for msg in messages) == 3
+
+
 def test_debian_with_nvidia_repositories(kit: Any) -> None:
     software = {"nvidia_driver": {"branch": "570", "source": "cuda-repo"},
                 "cuda": {"versions": ["12.8"], "source": "cuda-repo"}, "nccl": {"version": "2.26.2", "source": "apt"}}
@@ -170,7 +210,7 @@ def test_debian_with_nvidia_repositories(kit: Any) -> None:
 def test_nvswitch_from_an_8_gpu_sxm_board(kit: Any) -> None:
     data = kit.base()
     data["nodes"][1]["hardware"]["gpu"] = {"model": "H100 SXM5 80GB", "count": 8}
-    data["software"] = {"nvidia_driver": {"branch": "570"}, "cuda": {"versions": ["12.8"]},
+    data["software"] = {"nvidia_driver": {"branch": "580"}, "cuda": {"versions": ["12.8"]},
                         "nccl": {"version": "2.26.2"}}
     m = _load(kit, data)
     node = rv.node_vars(m, m.node("node02"))
@@ -181,7 +221,7 @@ def test_nvswitch_from_an_8_gpu_sxm_board(kit: Any) -> None:
 def test_blackwell_needs_open_modules(kit: Any) -> None:
     data = kit.base()
     data["nodes"][1]["hardware"]["gpu"] = {"model": "NVIDIA B200", "count": 8, "nvswitch": True}
-    data["software"] = {"nvidia_driver": {"branch": "570", "open_kernel_modules": False},
+    data["software"] = {"nvidia_driver": {"branch": "580", "open_kernel_modules": False},
                         "cuda": {"versions": ["12.8"]}, "nccl": {"version": "2.26.2"}}
     m = _unchecked(data)
     with pytest.raises(GpuStackError, match="only with the open kernel modules"):
@@ -222,7 +262,7 @@ def test_docker_disabled(kit: Any) -> None:
 
 
 def test_stack_errors_lists_every_bad_node(kit: Any) -> None:
-    m = _unchecked(_debian(kit, {"nvidia_driver": {"branch": "535"}}))
+    m = _unchecked(_debian(kit, {"nvidia_driver": {"branch": "535"}, "cuda": {"versions": ["12.4"]}}))
     problems = rv.stack_errors(m)
     assert [name for name, _ in problems] == ["node01", "node02"]
     assert all("Debian 12 ships CUDA 11.8 only" in msg for _, msg in problems)

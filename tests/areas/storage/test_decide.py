@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,8 @@ from hypothesis import strategies as st
 
 from provisioner import inventory
 from provisioner.areas.storage import decide as S
+from provisioner.areas.storage.rolevars import nfs_client_node_vars as nfs_client_vars
+from provisioner.areas.storage.rolevars import nfs_server_node_vars as nfs_server_vars
 from provisioner.errors import ManifestError
 from provisioner.manifest import Manifest
 from provisioner.manifest.model import MergerfsUnion, NfsExport, NfsMount, ZfsPool
@@ -423,14 +426,20 @@ def test_probes_from_registered_ansible_loops() -> None:
     )
 
 
-def test_zfs_role_filter_plugin_uses_this_logic() -> None:
+def zfs_filters() -> dict[str, Any]:
     path = ROOT / "roles" / "zfs" / "filter_plugins" / "zfs_storage.py"
     spec = importlib.util.spec_from_file_location("zfs_storage_filters", path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    filters = mod.FilterModule().filters()
-    assert set(filters) == {"zfs_importable_pools", "zfs_layout_drift", "zfs_disk_safety"}
+    filters: dict[str, Any] = mod.FilterModule().filters()
+    return filters
+
+
+def test_zfs_role_filter_plugin_uses_this_logic() -> None:
+    filters = zfs_filters()
+    assert set(filters) == {"zfs_importable_pools", "zfs_layout_drift", "zfs_disk_safety",
+                            "zfs_zpool_module_args"}
     assert filters["zfs_importable_pools"]("   pool: tank\n") == ["tank"]
     verdict = filters["zfs_disk_safety"]([{"item": "a", "rc": 0, "stdout": lsblk(pttype="dos")}],
                                          [{"item": "a", "rc": 0, "stdout": ""}], False)
@@ -438,6 +447,64 @@ def test_zfs_role_filter_plugin_uses_this_logic() -> None:
     expected = {"data": [{"type": "mirror", "disks": ["x", "y"]}]}
     drift = filters["zfs_layout_drift"](STATUS_LLM, expected)
     assert "data: mirror(x, y) is in the manifest but not in the pool" in drift
+
+
+def zpool_module_argv(margs: dict[str, Any]) -> list[str]:
+    """The `zpool create` arguments community.general.zpool builds from its parameters."""
+    argv = ["create"] + (["-d"] if margs["disable_new_features"] else []) + (["-f"] if margs["force"] else [])
+    argv += [x for k, v in margs["pool_properties"].items() for x in ("-o", f"{k}={v}")]
+    argv += [x for k, v in margs["filesystem_properties"].items() for x in ("-O", f"{k}={v}")]
+    argv.append(margs["name"])
+    for vdev in margs["vdevs"]:
+        argv += ([vdev["role"]] if vdev.get("role") else []) + ([] if vdev["type"] == "stripe" else [vdev["type"]])
+        argv += vdev["disks"]
+    return argv
+
+
+COMPLEX_POOL = {"force": True, "ashift": 13, "properties": {"compression": "zstd", "atime": False},
+                "special": {"type": "mirror", "width": 2, "disks": ["nv[1-4]"]},
+                "log": ["l1", "l2"], "cache": ["c1", "c2"]}
+
+
+@pytest.mark.parametrize("kw", [
+    {},
+    {"vdevs": {"type": "stripe", "width": 1, "disks": ["d[1-3]"]}, "log": ["l1"], "cache": ["c1", "c2", "c3"]},
+    {"vdevs": {"type": "raidz2", "width": 6, "disks": ["d[01-12]"]}},
+    COMPLEX_POOL,
+])
+def test_zpool_module_args_create_what_create_args_say(kw: dict[str, Any]) -> None:
+    args = S.create_args(pool(**kw))
+    margs = zfs_filters()["zfs_zpool_module_args"](args)
+    assert margs["name"] == "tank"
+    assert all(d.startswith("/dev/disk/by-id/") for v in margs["vdevs"] for d in v["disks"])
+    # zpool reads the module's arguments as the same pool (and accepts them)
+    assert zpool_spec(zpool_module_argv(margs)) == zpool_spec(args)
+
+
+def test_zpool_module_args_group_the_once_only_classes() -> None:
+    margs = zfs_filters()["zfs_zpool_module_args"](S.create_args(pool(**COMPLEX_POOL)))
+    assert margs["force"] is True
+    assert margs["pool_properties"] == {"ashift": "13"}
+    assert margs["filesystem_properties"] == {"atime": "off", "compression": "zstd"}
+    by_role = [(v.get("role"), v["type"], len(v["disks"])) for v in margs["vdevs"]]
+    assert by_role == [(None, "mirror", 2), (None, "mirror", 2), ("log", "mirror", 2),
+                       ("special", "mirror", 2), ("special", "mirror", 2), ("cache", "stripe", 2)]
+    # the module writes the role before every vdev it gets: one cache vdev per disk would
+    # read `cache c1 cache c2`, which zpool refuses
+    with pytest.raises(SystemExit, match="'cache' can be specified only once"):
+        zpool_spec(["create", "tank", "mirror", "a", "b", "cache", "c1", "cache", "c2"])
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["create", "tank", "mirror", "a", "b", "log", "mirror", "l1", "l2", "mirror", "l3", "l4"], "2 log vdevs"),
+    (["create", "tank", "draid2:4d", "a", "b", "c", "d", "e", "f"], "draid2:4d vdevs are not supported"),
+    (["create", "-o", "ashift=12", "-X", "tank", "a"], "option -X has no zpool module equivalent"),
+    (["list", "tank"], "expected zpool create arguments"),
+    (["create", "tank", "log", "a"], "no data vdev"),
+])
+def test_zpool_module_args_refuse_what_the_module_cannot_create(args: list[str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        zfs_filters()["zfs_zpool_module_args"](args)
 
 
 # =========================================================================== NFS
@@ -463,9 +530,54 @@ def test_export_options(fields: dict[str, Any], expected: list[str]) -> None:
     assert S.export_options(exp) == expected
 
 
+def _with_mountpoints(m: Manifest, pool: dict[str, Any], datasets: dict[str, dict[str, Any]]) -> Manifest:
+    tank = m.zfs.pools[0]
+    new = tank.model_copy(update={
+        "properties": {**tank.properties, **pool},
+        "datasets": [d.model_copy(update={"properties": {**d.properties, **datasets.get(d.name, {})}})
+                     for d in tank.datasets],
+    })
+    return m.model_copy(update={"zfs": m.zfs.model_copy(update={"pools": [new]})})
+
+
+@pytest.mark.parametrize(
+    ("pool", "datasets", "expected"),
+    [
+        ({}, {}, "/tank/datasets"),  # ZFS's default: /<pool>/<dataset>
+        ({}, {"datasets": {"mountpoint": "/srv/datasets"}}, "/srv/datasets"),
+        ({"mountpoint": "/export"}, {}, "/export/datasets"),  # inherited from the pool
+        ({"mountpoint": "/"}, {}, "/datasets"),
+        ({"mountpoint": "/export"}, {"datasets": {"mountpoint": "/data"}}, "/data"),
+    ],
+)
+def test_dataset_exports_use_the_zfs_mountpoint(llm: Manifest, pool: dict[str, Any],
+                                                datasets: dict[str, dict[str, Any]], expected: str) -> None:
+    m = _with_mountpoints(llm, pool, datasets)
+    exp = m.nfs.exports[0]
+    assert exp.dataset == "tank/datasets"
+    assert S.export_path(m, exp) == expected
+    server = nfs_server_vars(m, m.node("head01"))["nfs_server_exports"]
+    assert server[0]["path"] == expected
+    client = nfs_client_vars(m, m.node("gpu01"))["nfs_client_mounts"]
+    assert client[0]["what"] == f"10.10.2.10:{expected}"
+
+
+def test_dataset_mountpoint_of_a_nested_dataset(llm: Manifest) -> None:
+    assert S.dataset_mountpoint(llm, "head01", "tank/a/b") == "/tank/a/b"
+    m = _with_mountpoints(llm, {"mountpoint": "/export"}, {})
+    assert S.dataset_mountpoint(m, "head01", "tank/datasets/audio") == "/export/datasets/audio"
+
+
+@pytest.mark.parametrize("value", ["none", "legacy"])
+def test_an_unmounted_dataset_cannot_be_exported(llm: Manifest, value: str) -> None:
+    m = _with_mountpoints(llm, {"mountpoint": value}, {})
+    with pytest.raises(S.StorageError, match=f"mountpoint={value} \\(inherited from tank\\)"):
+        S.export_path(m, m.nfs.exports[0])
+
+
 def test_exports_lines(llm: Manifest) -> None:
     exp = llm.nfs.exports[0]
-    line = S.exports_line(exp.export_path, S.export_clients(llm, exp), S.export_options(exp))
+    line = S.exports_line(S.export_path(llm, exp), S.export_clients(llm, exp), S.export_options(exp))
     assert line == "/tank/datasets 10.10.2.0/24(rw,sync,root_squash,no_subtree_check)"
     assert S.exports_line("/srv/my data", ["10.0.0.0/24", "10.1.0.0/24"], ["ro"]) == (
         '"/srv/my data" 10.0.0.0/24(ro) 10.1.0.0/24(ro)'
@@ -500,6 +612,34 @@ def test_auto_proto_uses_rdma_on_an_rdma_fabric(kit: Any) -> None:
     assert S.mount_proto(m, mnt, node01) == "rdma"
     assert S.server_address(m, exp, node01, "rdma") == "10.0.3.10"
     assert S.mount_options(mnt, "rdma")[:3] == ["vers=4.2", "proto=rdma", "port=20049"]
+
+
+def test_no_nconnect_over_rdma() -> None:
+    mount = NfsMount(export="x", path="/x", nodes=["n"], nconnect=8, options=["nconnect=4", "noatime"])
+    rdma = S.mount_options(mount, "rdma")
+    assert not [o for o in rdma if o.startswith("nconnect")]
+    assert "noatime" in rdma
+    assert "nconnect=4" in S.mount_options(mount, "tcp")
+
+
+def test_validate_warns_about_nconnect_over_rdma(kit: Any) -> None:
+    data = kit.base(storage=True)
+    data["networks"]["infiniband"] = {"cidr": "10.0.3.0/24"}
+    for node in data["nodes"]:
+        node["interfaces"]["infiniband"] = {"ip": "10.0.3." + node["interfaces"]["management"]["ip"].split(".")[-1],
+                                            "interface": "ib0"}
+    data["nfs"]["exports"][0]["clients"] = ["infiniband"]
+    mount = data["nfs"]["mounts"][0]
+    assert kit.load(data).warnings == []  # the default nconnect is simply left out over RDMA
+    mount["nconnect"] = 8
+    warnings = kit.load(data).warnings
+    assert [w.path for w in warnings] == ["nfs.mounts[0].nconnect"]
+    assert "no effect with proto=rdma" in warnings[0].message and "node01, node02" in warnings[0].message
+    del mount["nconnect"]
+    mount["options"] = ["nconnect=4"]
+    assert [w.path for w in kit.load(data).warnings] == ["nfs.mounts[0].options"]
+    data["nfs"]["exports"][0]["clients"] = ["data"]  # over TCP nconnect works: no warning
+    assert kit.load(data).warnings == []
 
 
 def test_auto_proto_falls_back_to_tcp(kit: Any) -> None:
@@ -537,8 +677,35 @@ def test_server_address_prefers_served_network_then_management(llm: Manifest, la
     assert S.server_address(llm, home, gpu01, "tcp") == "10.10.0.10"
     corpus2 = S.export_by_name(lab, "corpus2")
     assert S.server_address(lab, corpus2, lab.node("gpu3"), "tcp") == "192.168.60.12"
-    # a client off the served network mounts over management
+    # a client off the served network has no address the export allows: the server would
+    # refuse its mount over management (issue 19 item 21), so it is an error
+    with pytest.raises(S.StorageError, match=re.escape("labhead cannot mount export 'corpus2': store2 allows "
+                                                       "only 192.168.60.0/24")):
+        S.server_address(lab, corpus2, lab.with_role("head")[0], "tcp")
+    # a CIDR that spans networks allows the client's management address
+    lab = lab.model_copy(deep=True)
+    corpus2 = S.export_by_name(lab, "corpus2")
+    corpus2.clients = ["data", "192.168.0.0/16"]
     assert S.server_address(lab, corpus2, lab.with_role("head")[0], "tcp") == "192.168.50.12"
+    assert S.server_address(lab, corpus2, lab.node("gpu3"), "tcp") == "192.168.60.12"  # named network first
+
+
+def test_validate_rejects_an_export_on_a_network_its_server_is_not_on(kit: Any) -> None:
+    """clients: [infiniband] on a server without InfiniBand: every mount would be refused."""
+    data = kit.base(storage=True)
+    data["networks"]["infiniband"] = {"cidr": "10.0.3.0/24"}
+    data["nodes"][1]["interfaces"]["infiniband"] = {"ip": "10.0.3.21", "interface": "ib0"}
+    data["nfs"]["exports"][0]["clients"] = ["infiniband"]
+    with pytest.raises(ManifestError) as err:
+        kit.load(data)
+    paths = {d.path: d.message for d in err.value.diagnostics}
+    assert "nfs.exports[0].clients[0]" in paths
+    assert "head01 has no infiniband interface" in paths["nfs.exports[0].clients[0]"]
+    data["nfs"]["exports"][0]["clients"] = ["infiniband", "data"]  # still names a network head01 is not on
+    assert [d.path for d in kit.errors(data)] == ["nfs.exports[0].clients[0]"]
+    data["nodes"][0]["interfaces"]["infiniband"] = {"ip": "10.0.3.10", "interface": "ib0"}
+    m = kit.load(data).manifest  # head01 on the fabric too: the clients mount over it, first in the list
+    assert S.server_address(m, m.nfs.exports[0], m.node("node01"), "tcp") == "10.0.3.10"
 
 
 def test_mount_options_defaults_and_overrides() -> None:
@@ -587,15 +754,32 @@ def test_escape_matches_systemd(parts: list[str]) -> None:
 def test_mergerfs_options_and_order(lab: Manifest) -> None:
     union = lab.mergerfs[0]
     assert S.mergerfs_options(union, network=True) == [
-        "allow_other", "cache.files=off", "dropcacheonclose=true",
+        "allow_other", "cache.files=partial", "dropcacheonclose=true",
         "category.create=mfs", "minfreespace=500G", "_netdev",
     ]
     local = MergerfsUnion(path="/u", branches=["/a", "/b"], nodes=["n"], create_policy="ff",
                           options=["minfreespace=10G", "moveonenospc=true"])
     assert S.mergerfs_options(local, network=False) == [
-        "allow_other", "cache.files=off", "dropcacheonclose=true", "category.create=ff",
+        "allow_other", "cache.files=partial", "dropcacheonclose=true", "category.create=ff",
         "minfreespace=10G", "moveonenospc=true",
     ]
+
+
+@pytest.mark.parametrize(("version", "option"), [
+    ("2.33.5", "cache.files=partial"), ("2.40.2", "cache.files=partial"), ("mergerfs v2.28.0", "cache.files=partial"),
+])
+def test_mergerfs_keeps_shared_mmap_working(version: str, option: str) -> None:
+    """cache.files=off made a read-only shared mmap through the union fail (issue 19 item 14)."""
+    assert S.mergerfs_cache_option(version) == option
+    assert option in S.MERGERFS_BASE_OPTIONS
+    assert "cache.files=off" not in S.MERGERFS_BASE_OPTIONS
+
+
+def test_mergerfs_before_cache_files_is_refused() -> None:
+    with pytest.raises(S.StorageError, match=r"predates cache\.files"):
+        S.mergerfs_cache_option("2.24.2")
+    with pytest.raises(S.StorageError, match="not a mergerfs version"):
+        S.mergerfs_cache_option("unknown")
 
 
 def test_union_requires_the_nfs_mounts_holding_its_branches(lab: Manifest, kit: Any) -> None:
@@ -615,7 +799,7 @@ def test_opensm_node(llm: Manifest, kit: Any) -> None:
     data["networks"]["infiniband"]["subnet_manager"] = "opensm"
     assert S.opensm_node(kit.load(data).manifest) == "head01"
     del data["nodes"][0]["interfaces"]["infiniband"]
-    data["nfs"]["mounts"] = [m for m in data["nfs"]["mounts"] if m.get("proto") != "rdma"]
+    data["nfs"] = {}  # its exports serve the fabric, which head01 is no longer on
     assert S.opensm_node(kit.load(data).manifest) == "gpu01"
 
 
@@ -644,9 +828,74 @@ def test_storage_groups_match_the_inventory(name: str) -> None:
 # lsblk and wipefs that keep their state in a directory: every branch of the kernel path
 # (create after the safety check, refusal, force, import, drift, idempotence) runs the
 # real tasks and filter plugin, with only the binaries simulated.
+# zpool's reading of `zpool create` arguments (cmd/zpool/zpool_vdev.c, construct_spec): a
+# `log`, `cache` or `spare` keyword may appear once, `special`/`dedup` may repeat, log,
+# special and dedup vdevs are disks or mirrors. The stand-in zpool refuses what zpool
+# refuses, and tests compare pools by this reading, not by argument order.
+ZPOOL_SPEC = r'''
+def zpool_spec(args):
+    if not args or args[0] != "create":
+        raise SystemExit("usage: zpool create ...")
+    flags, pool_props, fs_props, opts, i = set(), {}, {}, {}, 1
+    while i < len(args) and args[i].startswith("-"):
+        if args[i] in ("-o", "-O"):
+            key, value = args[i + 1].split("=", 1)
+            (pool_props if args[i] == "-o" else fs_props)[key] = value
+            i += 2
+        elif args[i] in ("-m", "-R", "-t"):
+            opts[args[i]] = args[i + 1]
+            i += 2
+        else:
+            flags.add(args[i])
+            i += 1
+    name, rest = args[i], args[i + 1:]
+    types = {"mirror": ("mirror", 2), "raidz": ("raidz1", 2), "raidz1": ("raidz1", 2),
+             "raidz2": ("raidz2", 3), "raidz3": ("raidz3", 4)}
+    keywords = ("log", "special", "dedup", "cache", "spare")
+    top, aux, seen, cls, j = [], {"cache": [], "spare": []}, set(), "data", 0
+    while j < len(rest):
+        token = rest[j]
+        if token in ("log", "special", "dedup"):
+            if token == "log" and "log" in seen:
+                raise SystemExit("invalid vdev specification: 'log' can be specified only once")
+            seen.add(token)
+            cls, j = token, j + 1
+            continue
+        if token in types or token in ("cache", "spare"):
+            end = j + 1
+            while end < len(rest) and rest[end] not in types and rest[end] not in keywords:
+                end += 1
+            children = rest[j + 1:end]
+            if token in ("cache", "spare"):
+                if token in seen:
+                    raise SystemExit(f"invalid vdev specification: '{token}' can be specified only once")
+                seen.add(token)
+                aux[token], cls = sorted(children), "data"
+            else:
+                kind, least = types[token]
+                if cls != "data" and kind != "mirror":
+                    raise SystemExit(f"invalid vdev specification: unsupported '{cls}' device: {kind}")
+                if len(children) < least:
+                    raise SystemExit(f"invalid vdev specification: {token} requires at least {least} devices")
+                top.append([cls, kind, sorted(children)])
+            j = end
+            continue
+        top.append([cls, "disk", [token]])
+        j += 1
+    if not [v for v in top if v[0] == "data"]:
+        raise SystemExit("at least one general top-level vdev must be specified")
+    return {"name": name, "flags": sorted(flags - {"-n"}), "dry_run": "-n" in flags,
+            "pool_properties": pool_props, "filesystem_properties": fs_props, "options": opts,
+            "vdevs": sorted(top), "cache": aux["cache"], "spare": aux["spare"]}
+'''
+_ZPOOL_NS: dict[str, Any] = {}
+exec(ZPOOL_SPEC, _ZPOOL_NS)  # zpool_spec() for the tests below (the same text is the stand-in's)
+zpool_spec = _ZPOOL_NS["zpool_spec"]
+
 FAKE_TOOL = r'''#!/usr/bin/env python3
 import json, os, sys
 from pathlib import Path
+''' + ZPOOL_SPEC + r'''
 state = Path(os.environ["FAKE_ZFS_DIR"])
 tool, args = Path(sys.argv[0]).name, sys.argv[1:]
 with open(state / "calls.log", "a") as log:
@@ -676,10 +925,17 @@ elif tool == "zpool":
         names = lines("importable")
         print("".join(f"   pool: {n}\n     id: 1\n  state: ONLINE\n" for n in names))
         sys.exit(0 if names else 1)
-    if cmd in ("import", "create"):
-        rest = [a for i, a in enumerate(args[1:]) if not a.startswith("-")
-                and not (i > 0 and args[i] in ("-o", "-O", "-d"))]
-        (state / "pools").write_text(" ".join(lines("pools") + [rest[0]]))
+    if cmd == "import":
+        (state / "pools").write_text(" ".join(lines("pools") + [args[-1]]))
+        sys.exit(0)
+    if cmd == "create":
+        spec = zpool_spec(args)  # exits 1 with zpool's message on a bad specification
+        if spec["name"] in lines("pools"):
+            sys.exit(f"cannot create '{spec['name']}': pool already exists")
+        if spec["dry_run"]:
+            print(f"would create '{spec['name']}' with the following layout:")
+            sys.exit(0)
+        (state / "pools").write_text(" ".join(lines("pools") + [spec["name"]]))
         sys.exit(0)
     if cmd == "status":
         print((state / ("status_" + args[-1])).read_text())
@@ -706,8 +962,22 @@ elif tool == "zfs":
         d.setdefault(name, {})[key] = value
         save_props(d)
     elif cmd == "get":
-        for k, v in d.get(name, {}).items():
-            print(f"{k}\t{v}\tlocal")
+        # zfs get [-H] [-p] [-o col,...] PROPS|all NAME: the requested columns, tab-separated
+        opts, it = [], iter(args[1:-1])
+        cols = ["name", "property", "value", "source"]
+        for a in it:
+            if a == "-o":
+                cols = next(it).split(",")
+            elif not a.startswith("-"):
+                opts.append(a)
+        local = d.get(name, {})
+        wanted = list(local) if opts == ["all"] else opts[0].split(",")
+        for k in wanted:
+            if k in local:
+                row = {"name": name, "property": k, "value": local[k], "source": "local"}
+            else:  # a property ZFS knows but nobody set
+                row = {"name": name, "property": k, "value": "-", "source": "default"}
+            print("\t".join(row[c] for c in cols))
     sys.exit(0)
 '''
 
@@ -727,7 +997,7 @@ def fake_kernel(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def run_pool_tasks(tmp: Path, pool_vars: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+def run_pool_tasks(tmp: Path, pool_vars: dict[str, Any], *options: str) -> subprocess.CompletedProcess[str]:
     playbook = tmp / "play.yml"
     playbook.write_text(json.dumps([{
         "name": "Pool tasks of the zfs role against stand-in binaries",
@@ -745,7 +1015,7 @@ def run_pool_tasks(tmp: Path, pool_vars: dict[str, Any]) -> subprocess.Completed
     return subprocess.run(
         [str(venv_bin / "ansible-playbook"), "-i", "localhost,", str(playbook),
          "-e", json.dumps({"__zfs_zpool": str(tmp / "bin" / "zpool"),
-                           "ansible_python_interpreter": sys.executable})],
+                           "ansible_python_interpreter": sys.executable}), *options],
         capture_output=True, text=True, env=env, timeout=300, check=False,
     )
 
@@ -767,6 +1037,20 @@ def llm_pool_vars(llm: Manifest) -> dict[str, Any]:
     return pools[0]
 
 
+def pool_vars_of(p: ZfsPool) -> dict[str, Any]:
+    """The role's variables for one pool (as provisioner.rolevars.storage writes them)."""
+    layout = S.pool_layout(p)
+    return {"name": p.name, "purpose": p.purpose, "force": p.force, "create_args": S.create_args(p),
+            "layout": layout.to_dict(), "summary": layout.summary(), "disks": layout.disks(),
+            "properties": {k: S.property_text(v) for k, v in sorted(p.properties.items())}, "datasets": []}
+
+
+def never_reshaped(tmp: Path) -> None:
+    """No zpool subcommand that changes an existing pool's vdevs ever ran."""
+    for sub in ("add", "remove", "destroy", "attach", "detach", "replace", "labelclear"):
+        assert calls(tmp, "zpool", sub) == [], sub
+
+
 def test_role_creates_pool_on_blank_disks_then_is_idempotent(fake_kernel: Path, llm: Manifest) -> None:
     pool_vars = llm_pool_vars(llm)
     blank_disks(fake_kernel, pool_vars["disks"])
@@ -783,6 +1067,38 @@ def test_role_creates_pool_on_blank_disks_then_is_idempotent(fake_kernel: Path, 
     assert second.returncode == 0, second.stdout + second.stderr
     assert "changed=0" in second.stdout
     assert "DRIFT" not in second.stdout
+    assert len(calls(fake_kernel, "zpool", "create")) == 1
+    never_reshaped(fake_kernel)
+
+
+def test_role_creates_a_pool_with_special_log_and_cache_vdevs(fake_kernel: Path) -> None:
+    pool_vars = pool_vars_of(pool(**COMPLEX_POOL))
+    blank_disks(fake_kernel, pool_vars["disks"])
+    result = run_pool_tasks(fake_kernel, pool_vars)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (created,) = calls(fake_kernel, "zpool", "create")
+    # two special mirrors, a log mirror and two cache disks: zpool (the stand-in refuses
+    # what zpool refuses) reads the module's command as the pool create_args describes
+    assert zpool_spec(created) == zpool_spec(pool_vars["create_args"])
+    assert zpool_spec(created)["flags"] == ["-f"]
+    never_reshaped(fake_kernel)
+
+
+def test_role_in_check_mode_probes_and_dry_runs_the_creation(fake_kernel: Path, llm: Manifest) -> None:
+    pool_vars = llm_pool_vars(llm)
+    blank_disks(fake_kernel, pool_vars["disks"])
+    result = run_pool_tasks(fake_kernel, pool_vars, "--check")
+    assert result.returncode == 0, result.stdout + result.stderr
+    (dry,) = calls(fake_kernel, "zpool", "create")
+    assert zpool_spec(dry) == zpool_spec(pool_vars["create_args"]) | {"dry_run": True}
+    assert not (fake_kernel / "state" / "pools").exists()  # nothing created
+    assert calls(fake_kernel, "zfs", "create") == [] and calls(fake_kernel, "zfs", "set") == []
+    # the disk-safety check runs in check mode too
+    used = pool_vars["disks"][0]
+    (fake_kernel / "state" / "lsblk" / used).write_text(lsblk(pttype="gpt"))
+    refused = run_pool_tasks(fake_kernel, pool_vars, "--check")
+    assert refused.returncode != 0
+    assert "REFUSED: pool tank is not created" in refused.stdout
     assert len(calls(fake_kernel, "zpool", "create")) == 1
 
 
@@ -826,6 +1142,7 @@ def test_role_imports_an_exported_pool_and_reports_drift(fake_kernel: Path, llm:
     assert "DRIFT: pool tank differs from the manifest" in result.stdout
     assert f"mirror({HGST}7, {HGST}8) is in the manifest but not in the pool" in result.stdout
     assert calls(fake_kernel, "lsblk", "--json") == []  # an existing pool's disks are not probed
+    never_reshaped(fake_kernel)
 
 
 def test_one_path_per_server_for_nfs4_clients(llm: Manifest) -> None:

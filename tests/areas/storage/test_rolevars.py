@@ -155,8 +155,8 @@ def test_llm_gpu_mounts(llm: Manifest) -> None:
     unit = body(render("nfs_client", "nfs.mount.j2", variables | {"item": data}))
     assert "What=10.10.2.10:/tank/datasets" in unit
     assert "Where=/data" in unit
-    assert ("Options=vers=4.2,proto=rdma,port=20049,nconnect=8,rsize=1048576,wsize=1048576,"
-            "hard,_netdev") in unit
+    assert ("Options=vers=4.2,proto=rdma,port=20049,rsize=1048576,wsize=1048576,"
+            "hard,_netdev") in unit  # no nconnect over RDMA
     assert "WantedBy=remote-fs.target" in unit
     home = by_path["/home/shared"]
     # served over the fabric like the other exports of head01 (one path per server)
@@ -188,6 +188,7 @@ def test_opensm_when_no_managed_switch(kit: Any) -> None:
     data["networks"]["infiniband"]["subnet_manager"] = "opensm"
     data["networks"]["infiniband"]["mode"] = "connected"
     data["networks"]["infiniband"]["mtu"] = 65520
+    data["networks"]["infiniband"]["hca_supports_connected"] = True  # ConnectX-3 and older only
     m = kit.load(data).manifest
     assert [n.name for n in m.nodes if storage.node_vars(m, n).get("ofed_opensm")] == ["head01"]
     assert storage.node_vars(m, m.node("gpu01"))["ofed_ipoib"]["mode"] == "connected"
@@ -237,7 +238,7 @@ def test_lab_union_after_both_nfs_mounts(lab: Manifest) -> None:
         "What=/mnt/corpus1:/mnt/corpus2",
         "Where=/corpus",
         "Type=fuse.mergerfs",
-        "Options=allow_other,cache.files=off,dropcacheonclose=true,category.create=mfs,"
+        "Options=allow_other,cache.files=partial,dropcacheonclose=true,category.create=mfs,"
         "minfreespace=500G,_netdev",
         "[Install]",
         "WantedBy=remote-fs.target",

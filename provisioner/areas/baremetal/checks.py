@@ -1,0 +1,78 @@
+"""Whole-manifest checks of the bare-metal area: a node marked ``install: pxe`` must be one
+the PXE server can install, and what the OS installers cannot do with a node's settings
+(e.g. an install disk the Ubuntu installer cannot find). Run by ``provisioner.validate`` on a
+structurally clean manifest."""
+
+from __future__ import annotations
+
+import re
+
+from provisioner.areas.baremetal.decide import (
+    NVME_NSID_SERIAL_OS,
+    InstallConfigError,
+    installer_disk_serial,
+    not_installable,
+)
+from provisioner.areas.common.decide import ansible_account_problem
+from provisioner.errors import Diagnostic
+from provisioner.manifest.checks import Check, node_path
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.source import Source
+
+
+def check_pxe_installs(m: Manifest, src: Source) -> list[Diagnostic]:
+    """``install: pxe`` needs a BMC, a management MAC and install disks, and not the head
+    node (it serves PXE); reported once per manifest entry (a range is one entry)."""
+    out: list[Diagnostic] = []
+    seen: set[int] = set()
+    for node in m.nodes:
+        if node.install != "pxe" or node.source_index in seen:
+            continue
+        problem = not_installable(m, node)
+        if problem is None and node.bmc is None:
+            problem = f"{node.name} has no bmc section: apply powers a node on for its install through its BMC"
+        if problem is not None:
+            seen.add(node.source_index)
+            out.append(src.diag(node_path(node, "install"), f"install: pxe: {problem}"))
+    return out
+
+
+def check_install_disks(m: Manifest, src: Source) -> list[Diagnostic]:
+    """Install disks of PXE-installed Ubuntu nodes must be names the installer can match
+    by serial; an NVMe name with a namespace suffix does not exist before systemd 254."""
+    out: list[Diagnostic] = []
+    seen: set[tuple[int, int]] = set()
+    for node in m.nodes:
+        if not_installable(m, node) is not None:
+            continue
+        for i, disk in enumerate(node.install_disks):
+            where = node_path(node, "install_disks", i)
+            key = (node.source_index, i)  # a ranged entry is reported once
+            if node.os.startswith("ubuntu-"):
+                try:
+                    installer_disk_serial(disk, node.os)
+                except InstallConfigError as exc:
+                    if key not in seen:
+                        out.append(src.diag(where, f"{node.name}: {exc}"))
+                    seen.add(key)
+                    continue
+            if (disk.startswith("nvme-") and node.os not in NVME_NSID_SERIAL_OS
+                    and re.search(r"_\d+$", disk) and key not in seen):
+                seen.add(key)
+                out.append(src.diag(where, (
+                    f"{node.name}: install disk {disk!r} ends like a namespace-suffixed NVMe link "
+                    f"(_<namespace id>), which udev on {node.os} (systemd before 254) does not create; "
+                    "give the name without it (nvme-<model>_<serial>)"), "warning"))
+    return out
+
+
+def check_ansible_account(m: Manifest, src: Source) -> list[Diagnostic]:
+    """On nodes the installers set up, the account Ansible connects as must get a key it can
+    log in with and root through sudo."""
+    if not any(not_installable(m, node) is None for node in m.nodes):
+        return []
+    problem = ansible_account_problem(m)
+    return [src.diag(("cluster", "ssh"), problem)] if problem else []
+
+
+CHECKS: tuple[Check, ...] = (check_pxe_installs, check_install_disks, check_ansible_account)

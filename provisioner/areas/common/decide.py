@@ -1,0 +1,90 @@
+"""Decisions of the common area, pure: who may log in as root; the data network's
+interfaces.
+
+root, and a non-root account Ansible connects as (``cluster.ssh.user``, which gets
+password-less sudo), are root on every node. So they carry only the SSH keys of admins
+allowed root (``sudo: true``) plus the dedicated automation key ``cluster.ssh.public_key``;
+an admin with ``sudo: false`` must not reach root through them. The installer
+configurations (provisioner.areas.baremetal.decide) use this; the common role is to enforce
+the same list on every apply (role variable to come: ``common_root_authorized_keys``).
+
+The data network (issue 19 item 11) is configured by the common role from
+``common_data_interfaces``; :func:`data_interfaces` and the two renderers are what that
+variable and the role's files are to carry (address, MTU, no route), per OS.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from provisioner.manifest.model import Manifest, NetworkName, Node
+
+# Interfaces on these networks carry bulk traffic: address and MTU from the manifest.
+DATA_NETWORKS: tuple[NetworkName, ...] = ("data",)
+
+
+def privileged_keys(m: Manifest) -> list[str]:
+    """Keys of root (and of a non-root Ansible account): the keys of admins with sudo, then
+    ``cluster.ssh.public_key``; each once, in manifest order."""
+    keys = [k for u in m.cluster.admin_users if u.sudo for k in u.ssh_keys]
+    if m.cluster.ssh.public_key:
+        keys.append(m.cluster.ssh.public_key)
+    return list(dict.fromkeys(keys))
+
+
+def root_authorized_keys(m: Manifest) -> list[str]:
+    """root's authorized_keys: the privileged keys when Ansible connects as root, else none
+    (root logs in with no key)."""
+    return privileged_keys(m) if m.cluster.ssh.user == "root" else []
+
+
+def ansible_account_problem(m: Manifest) -> str | None:
+    """Why Ansible could not log in after an install (None: it can)."""
+    user = m.cluster.ssh.user
+    admins = {u.name: u for u in m.cluster.admin_users}
+    if user in admins:
+        if not admins[user].sudo:
+            return (f"cluster.ssh.user {user!r} is an admin with sudo: false; Ansible needs root on every node: "
+                    "give that admin sudo or connect as another account")
+        return None
+    if not privileged_keys(m):
+        return (f"Ansible connects as {user!r}, which gets only the keys of admins with sudo: true and "
+                "cluster.ssh.public_key, and there are none; give an admin sudo or set cluster.ssh.public_key")
+    return None
+
+
+# --------------------------------------------------------------------------- data network
+def data_interfaces(m: Manifest, node: Node) -> list[dict[str, Any]]:
+    """The node's data-network interfaces as the OS is to configure them (issue 19 item 11:
+    /etc/hosts lists ``<node>-data`` and NFS may use that network, so its address must be
+    set): interface, address/prefix and MTU; never a gateway (the default route stays on
+    the management network). Interfaces without a name cannot be configured and are left
+    out."""
+    out: list[dict[str, Any]] = []
+    for net_name in DATA_NETWORKS:
+        iface = node.interfaces.get(net_name)
+        net = getattr(m.networks, net_name)
+        if iface is None or net is None or not iface.interface:
+            continue
+        out.append({"interface": iface.interface, "address": f"{iface.ip}/{net.cidr.prefixlen}", "mtu": net.mtu})
+    return out
+
+
+def netplan_data_config(interfaces: list[dict[str, Any]]) -> dict[str, Any]:
+    """Ubuntu: a netplan file for the data interfaces (static, no DHCP, no routes)."""
+    ethernets = {
+        i["interface"]: {"dhcp4": False, "dhcp6": False, "accept-ra": False, "addresses": [i["address"]],
+                         "mtu": i["mtu"]}
+        for i in interfaces
+    }
+    return {"network": {"version": 2, "ethernets": ethernets}}
+
+
+def networkd_data_unit(interface: dict[str, Any]) -> str:
+    """Debian 12: a systemd-networkd .network file for one data interface."""
+    return "\n".join([
+        "[Match]", f"Name={interface['interface']}", "",
+        "[Link]", f"MTUBytes={interface['mtu']}", "",
+        "[Network]", f"Address={interface['address']}", "LinkLocalAddressing=no", "IPv6AcceptRA=no",
+        "ConfigureWithoutCarrier=yes", "",
+    ])

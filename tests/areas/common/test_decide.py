@@ -1,0 +1,68 @@
+"""provisioner.areas.common.decide: the keys that reach root."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from provisioner.areas.common import decide as common
+
+AUTOMATION_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA1b2c3d4e5f6g7h8i9j0k1l2m3n4o5p6q7r8s9t0u1v automation"
+
+
+def _admins(kit: Any) -> dict[str, Any]:
+    data: dict[str, Any] = kit.base()
+    data["cluster"]["admin_users"] = [
+        {"name": "alice", "ssh_keys": [kit.ssh_key.replace("ops@test", "alice")]},
+        {"name": "bob", "sudo": False, "ssh_keys": [kit.ssh_key.replace("ops@test", "bob")]},
+        {"name": "carol", "ssh_keys": [kit.ssh_key.replace("ops@test", "alice")]},  # alice's key again
+    ]
+    return data
+
+
+def test_root_gets_the_keys_of_sudo_admins_and_the_automation_key(kit: Any) -> None:
+    data = _admins(kit)
+    m = kit.load(data).manifest
+    assert common.root_authorized_keys(m) == [kit.ssh_key.replace("ops@test", "alice")]  # once, no bob
+    data["cluster"]["ssh"] = {"public_key": AUTOMATION_KEY}
+    m = kit.load(data).manifest
+    assert common.root_authorized_keys(m) == [kit.ssh_key.replace("ops@test", "alice"), AUTOMATION_KEY]
+    data["cluster"]["ssh"] = {"user": "ansible", "public_key": AUTOMATION_KEY}
+    m = kit.load(data).manifest
+    assert common.root_authorized_keys(m) == []  # root logs in with no key
+    assert common.privileged_keys(m)[-1] == AUTOMATION_KEY  # the ansible account's
+
+
+def test_ansible_account_problems(kit: Any) -> None:
+    data = _admins(kit)
+    assert common.ansible_account_problem(kit.load(data).manifest) is None
+    data["cluster"]["ssh"] = {"user": "bob"}
+    assert "sudo: false" in str(common.ansible_account_problem(kit.load(data).manifest))
+    data["cluster"]["admin_users"] = [data["cluster"]["admin_users"][1]]
+    data["cluster"]["ssh"] = {}
+    assert "there are none" in str(common.ansible_account_problem(kit.load(data).manifest))
+
+
+def test_public_key_must_be_an_openssh_key(kit: Any) -> None:
+    data = kit.base()
+    data["cluster"]["ssh"] = {"public_key": "not a key"}
+    assert kit.error(data, "not an OpenSSH public key").path == "cluster.ssh.public_key"
+
+
+def test_data_interfaces_get_their_address_and_mtu_without_a_route(kit: Any) -> None:
+    m = kit.load(kit.base()).manifest
+    ifaces = common.data_interfaces(m, m.node("node02"))
+    assert ifaces == [{"interface": "ens1", "address": "10.0.2.22/24", "mtu": 9000}]
+    netplan = common.netplan_data_config(ifaces)["network"]
+    assert netplan["ethernets"]["ens1"]["addresses"] == ["10.0.2.22/24"]
+    assert netplan["ethernets"]["ens1"]["mtu"] == 9000
+    assert "routes" not in netplan["ethernets"]["ens1"] and "gateway4" not in netplan["ethernets"]["ens1"]
+    unit = common.networkd_data_unit(ifaces[0])
+    assert "Name=ens1\n" in unit and "Address=10.0.2.22/24\n" in unit and "MTUBytes=9000\n" in unit
+    assert "Gateway=" not in unit
+
+
+def test_a_data_interface_without_a_name_is_left_out(kit: Any) -> None:
+    data = kit.base()
+    del data["nodes"][1]["interfaces"]["data"]["interface"]
+    m = kit.load(data).manifest
+    assert common.data_interfaces(m, m.node("node01")) == []
