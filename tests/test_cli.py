@@ -425,6 +425,7 @@ def test_apply_check_changes_nothing_on_disk(
 ) -> None:
     """Item 1: `apply --check` recorded nodes as installed, a run and a new munge key."""
     monkeypatch.setattr(apply_mod, "PREPARE_HOOKS", registry.prepare_hooks())  # the munge key, for real
+    monkeypatch.setenv("LLM_SMTP_PASSWORD", "smtp-pw")  # the receivers' secrets are prepared too
     sd = StateDir.beside(example)
     code, out, err = run(capsys, "apply", str(example), "--check")
     assert code == 0, err
