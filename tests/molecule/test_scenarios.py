@@ -18,7 +18,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 # Longest first (measured on a 2-core machine), so that scenarios run two at a time
 # (pytest -n 2, scripts/test.sh) end together; a new scenario goes last until measured.
-_SLOW_FIRST = ["pxe", "slurm", "cuda", "common", "monitoring", "docker", "nfs", "nccl", "zfs", "nvidia_driver", "ofed", "mergerfs"]
+_SLOW_FIRST = [
+    "pxe", "slurm", "cuda", "common", "monitoring", "docker", "nfs", "nccl", "zfs", "nvidia_driver", "ofed", "mergerfs",
+]
 SCENARIOS = sorted(
     (p.parent.name for p in (ROOT / "molecule").glob("*/molecule.yml")),
     key=lambda s: (_SLOW_FIRST.index(s) if s in _SLOW_FIRST else len(_SLOW_FIRST), s),
