@@ -123,7 +123,7 @@ def test_slurm_conf_identical_and_from_manifest(host: Any) -> None:
         assert hashlib.sha256(other.encode()).hexdigest() == digest, name
     lines = text.splitlines()
     assert (
-        "NodeName=slurm-gpu[01-03] Sockets=1 CoresPerSocket=1 ThreadsPerCore=1 RealMemory=2048 "
+        "NodeName=slurm-gpu[01-03] Sockets=1 CoresPerSocket=1 ThreadsPerCore=1 RealMemory=3072 "
         f"Gres={GRES} State=UNKNOWN"
     ) in lines
     assert "PartitionName=gpu Nodes=slurm-gpu[01-03] Default=YES MaxTime=02:00:00 State=UP" in lines
@@ -230,5 +230,5 @@ def test_long_job_survived_the_node_add(host: Any) -> None:
 
 def test_new_node_joined_the_cluster(host: Any) -> None:
     info = host.check_output("scontrol show node slurm-gpu03")
-    assert f"Gres={GRES}" in info and "RealMemory=2048" in info
+    assert f"Gres={GRES}" in info and "RealMemory=3072" in info
     assert "State=IDLE" in info or "State=MIXED" in info or "State=ALLOCATED" in info
