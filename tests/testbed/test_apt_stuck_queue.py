@@ -1,6 +1,7 @@
-"""apt's update cannot stall for good in the test bed: the apt.conf snippet that
-tests/testbed/setup.sh bakes into the base image is run against a fake mirror that makes
-apt 2.3.7-3.0.2 stop for ever (a retried item delayed behind a new one; LP: #2003851).
+"""apt's update cannot stall for good in the test bed or on a node: the apt.conf snippet
+that tests/testbed/setup.sh bakes into the base image, and the one the common role writes
+to every node, are run against a fake mirror that makes apt 2.3.7-3.0.2 stop for ever (a
+retried item delayed behind a new one; LP: #2003851).
 
 The host's apt runs in a private root (no container, no root needed): the test bed host is
 Debian 12, whose apt 2.6.1 is the image's. tests/testbed/README.md has the analysis;
@@ -13,11 +14,16 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import jinja2
 import pytest
+import yaml
 
 HERE = Path(__file__).resolve().parent
+COMMON = HERE.parents[1] / "roles" / "common"
 SCRIPT = HERE / "apt_stuck_queue.py"
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 
@@ -51,6 +57,18 @@ def image_apt_conf() -> str:
     return m.group(1)
 
 
+def common_role_apt_conf(**overrides: Any) -> str:
+    """roles/common's 80provision-timeouts as the role renders it from its defaults."""
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env.filters["bool"] = lambda v: v if isinstance(v, bool) else str(v).lower() in ("1", "true", "yes", "on")
+    variables = {**yaml.safe_load((COMMON / "defaults" / "main.yml").read_text()), **overrides}
+    template = env.from_string((COMMON / "templates" / "apt-timeouts.conf.j2").read_text())
+    return template.render(ansible_managed="Ansible managed", **variables)
+
+
+CONFIGS: dict[str, Callable[[], str]] = {"image": image_apt_conf, "common role": common_role_apt_conf}
+
+
 def probe(tmp_path: Path, conf: str, *, bound: float = 30, fail: int = 1,
           client: str = "apt-get") -> tuple[int, str]:
     path = tmp_path / "under-test.conf"
@@ -80,8 +98,9 @@ def test_apt_defaults_stall_for_good(tmp_path: Path) -> None:
     assert requests(out) == ["/debian/dists/s1/InRelease 503", "/debian/dists/s2/InRelease 404"]
 
 
-def test_testbed_apt_survives_a_transient_failure(tmp_path: Path) -> None:
-    rc, out = probe(tmp_path, image_apt_conf())
+@pytest.mark.parametrize("config", CONFIGS)
+def test_apt_survives_a_transient_failure(tmp_path: Path, config: str) -> None:
+    rc, out = probe(tmp_path, CONFIGS[config]())
     assert rc == 0, out
     log = requests(out)
     assert log[:2] == ["/debian/dists/s1/InRelease 503", "/debian/dists/s2/InRelease 404"], out
@@ -90,9 +109,10 @@ def test_testbed_apt_survives_a_transient_failure(tmp_path: Path) -> None:
         assert f"/debian/dists/{suite}/main/binary-amd64/Packages 200" in log, out
 
 
-def test_testbed_apt_gives_up_on_a_lasting_failure(tmp_path: Path) -> None:
+@pytest.mark.parametrize("config", CONFIGS)
+def test_apt_gives_up_on_a_lasting_failure(tmp_path: Path, config: str) -> None:
     """Still bounded retries: 1 + Acquire::Retries (3) tries, then a warning, no stall."""
-    rc, out = probe(tmp_path, image_apt_conf(), fail=10)
+    rc, out = probe(tmp_path, CONFIGS[config](), fail=10)
     assert rc == 0, out  # apt-get update warns about a failed index; python-apt raises
     assert requests(out).count("/debian/dists/s1/InRelease 503") == 4, out
     assert "W: Failed to fetch http://mirror.test/debian/dists/s1/InRelease  503" in out
@@ -103,8 +123,15 @@ def test_testbed_apt_gives_up_on_a_lasting_failure(tmp_path: Path) -> None:
     if SYSTEM_PYTHON.exists() else True,
     reason="needs the system python3 with python3-apt",
 )
-def test_testbed_python_apt_survives_a_transient_failure(tmp_path: Path) -> None:
+@pytest.mark.parametrize("config", CONFIGS)
+def test_python_apt_survives_a_transient_failure(tmp_path: Path, config: str) -> None:
     """Ansible's apt module updates through python-apt's acquire loop: the same queue."""
-    rc, out = probe(tmp_path, image_apt_conf(), client="python-apt")
+    rc, out = probe(tmp_path, CONFIGS[config](), client="python-apt")
     assert rc == 0, out
     assert "python-apt finished" in out
+
+
+def test_common_role_backoff_is_the_variable() -> None:
+    assert 'Acquire::Retries::Delay "false";' in common_role_apt_conf()
+    assert 'Acquire::Retries::Delay "true";' in common_role_apt_conf(common_apt_retry_backoff=True)
+    assert 'Acquire::Retries "3";' in common_role_apt_conf()

@@ -103,11 +103,13 @@ def test_apt_timeouts(host):
         f'Acquire::https::Timeout "{seconds}";',
         f'Acquire::ftp::Timeout "{seconds}";',
         f'Acquire::Retries "{retries}";',
+        'Acquire::Retries::Delay "false";',  # retries at once: LP: #2003851, tests/testbed/README.md
     ]
     # apt reads them (apt-config prints the merged configuration)
     dump = host.check_output("apt-config dump Acquire")
     assert f'Acquire::http::Timeout "{seconds}";' in dump
     assert f'Acquire::Retries "{retries}";' in dump
+    assert 'Acquire::Retries::Delay "false";' in dump
 
 
 def test_pip_conf(host):
