@@ -3,28 +3,32 @@
 # apt-cacher-ng, to show whether apt can stall against it (issue: a 6-minute hang of the
 # apt module in the end-to-end stage).
 #
-#   tests/testbed/apt-stress.sh [-n CONTAINERS] [-r ROUNDS] [-t STALL_SECONDS] [-o APT_OPTION]... [-p]
+#   tests/testbed/apt-stress.sh [-n CONTAINERS] [-r ROUNDS] [-t STALL_SECONDS] [-o APT_OPTION]... [-p|-f]
 #
 # Each container runs ROUNDS updates with empty package lists, each bounded: a run that has
 # not finished after STALL_SECONDS is a stall; the state of apt's processes and sockets is
 # printed (ps, wchan, ss) before it is killed. -o passes an option to apt-get (e.g.
 # -o Acquire::http::Pipeline-Depth=5 to force pipelining on); -p updates through
-# python-apt, as Ansible's apt module does. Exit 1 if any run stalled or
-# failed. Needs the test bed (tests/testbed/setup.sh).
+# python-apt, as Ansible's apt module does. -f runs apt_stuck_queue.py instead: apt-get
+# against a fake mirror on the container's loopback that answers one 503 (the stall of
+# tests/testbed/README.md; the image's apt config plus the -o options). Exit 1 if any run
+# stalled or failed. Needs the test bed (tests/testbed/setup.sh).
 set -uo pipefail
 N=8 ROUNDS=4 STALL=120 MODE=apt-get
 OPTS=()
-while getopts "n:r:t:o:p" opt; do
+while getopts "n:r:t:o:pf" opt; do
   case $opt in
     n) N=$OPTARG ;;
     r) ROUNDS=$OPTARG ;;
     t) STALL=$OPTARG ;;
     o) OPTS+=(-o "$OPTARG") ;;
     p) MODE=python ;;
+    f) MODE=fake ;;
     *) exit 2 ;;
   esac
 done
 IMAGE=localhost/provision-base:bookworm
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PREFIX=aptstress-$$
 work=$(mktemp -d)
 cleanup() {
@@ -41,7 +45,18 @@ stall=$1; shift
 mode=$1; shift
 rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
 start=$(date +%s.%N)
-if [ "$mode" = python ]; then
+if [ "$mode" = fake ]; then
+  # the -o options as an apt.conf snippet, read after the config of the image
+  printf "%s\n" "$@" | grep -v "^-o$" | sed "s/^\([^=]*\)=\(.*\)$/\1 \"\2\";/" >/root/stress.conf
+  timeout $((stall + 30)) python3 /root/apt_stuck_queue.py --conf /etc/apt/apt.conf.d/01testbed-proxy \
+    --conf /root/stress.conf --bound "$stall" >/root/update.$r.log 2>&1
+  rc=$?
+  end=$(date +%s.%N)
+  if [ $rc -eq 3 ]; then head -n 6 /root/update.$r.log; echo "ROUND $r 124 $stall"; exit 0; fi
+  [ $rc -eq 0 ] || tail -n 5 /root/update.$r.log
+  echo "ROUND $r $rc $(awk "BEGIN{print $end-$start}")"
+  exit 0
+elif [ "$mode" = python ]; then
   # what the apt module does: python-apt acquire in the calling process
   python3 -c "import apt, apt_pkg, sys
 for a in sys.argv[1:]:
@@ -70,12 +85,13 @@ echo "ROUND $r $rc $(echo "$end - $start" | bc 2>/dev/null || awk "BEGIN{print $
 '
 
 for i in $(seq 1 "$N"); do
-  podman run -d --name "$PREFIX-$i" --systemd=always "$IMAGE" /sbin/init >/dev/null
+  podman run -d --name "$PREFIX-$i" --systemd=always \
+    -v "$HERE/apt_stuck_queue.py:/root/apt_stuck_queue.py:ro" "$IMAGE" /sbin/init >/dev/null
 done
 for i in $(seq 1 "$N"); do  # booted: nothing mounts over what a round writes
   podman exec "$PREFIX-$i" timeout 90 systemctl is-system-running --wait >/dev/null 2>&1 || true
 done
-echo "apt-stress: $N containers x $ROUNDS rounds, stall bound ${STALL}s, options: ${OPTS[*]:-none}"
+echo "apt-stress: $N containers x $ROUNDS rounds ($MODE), stall bound ${STALL}s, options: ${OPTS[*]:-none}"
 t0=$SECONDS
 for i in $(seq 1 "$N"); do
   (
