@@ -374,19 +374,20 @@ def test_driver_tables_agree() -> None:
     assert main["__nvidia_driver_debian_branch"] == gpu.DEBIAN_DRIVER_BRANCH
 
 
-# The role keeps its own branch lists (it runs on its own too). Issue 19 item 2 moved the
-# tables here (versions.yaml); the roles are being changed on another branch, which must
-# bring the role's lists and its default branch in line (then this strict xfail fails:
-# remove the mark).
-@pytest.mark.xfail(strict=True, reason="roles/nvidia_driver still lists the pre-issue-19 branches (roles branch)")
+# The role keeps its own copies of the branch lists (it runs on its own too): they must say
+# what versions.yaml says, and its default branch must be the manifest's.
 def test_role_branch_tables_agree() -> None:
     main = yaml.safe_load((ROLES / "nvidia_driver" / "vars" / "main.yml").read_text())
     installable = {b for b in gpu.KNOWN_BRANCHES for src in gpu.DRIVER_SOURCES for os_ in gpu.OS_NAMES
                    if not gpu.branch_problems(os_, b, src, gpu.default_open_modules(b))}
-    assert set(main["__nvidia_driver_known_branches"]) >= installable
-    assert frozenset(main["__nvidia_driver_server_branches"]) == gpu.UBUNTU_SERVER_BRANCHES
+    assert set(main["__nvidia_driver_known_branches"]) == installable
+    server = {b: frozenset(flavours) for b, flavours in main["__nvidia_driver_server_modules"].items()}
+    assert server == gpu.UBUNTU_SERVER_MODULES
+    assert tuple(main["__nvidia_driver_cuda_repo_branches"]) == gpu.CUDA_REPO_BRANCHES
     defaults = yaml.safe_load((ROLES / "nvidia_driver" / "defaults" / "main.yml").read_text())
     assert defaults["nvidia_driver_branch"] == NvidiaDriver().branch
+    specs = yaml.safe_load((ROLES / "nvidia_driver" / "meta" / "argument_specs.yml").read_text())
+    assert specs["argument_specs"]["main"]["options"]["nvidia_driver_branch"]["default"] == NvidiaDriver().branch
 
 
 @pytest.mark.parametrize("os_name", gpu.OS_NAMES)
