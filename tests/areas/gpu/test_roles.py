@@ -130,6 +130,39 @@ def test_persistenced_dropin_starts_the_daemon_with_persistence_mode_on(os_name:
     assert "persistence-mode" not in " ".join(lines)
 
 
+# --------------------------------------------------------------------------- nvidia_container_toolkit: CDI (item 8)
+@pytest.mark.parametrize(("version", "refresh"), [("1.17.8-1", False), ("1.17.99-1", False), ("1.18.0-1", True),
+                                                  ("1.18.2-1", True), ("1.19.0-1", True), ("1.20.1", True)])
+def test_cdi_refresh_units_from_toolkit_1_18_and_never_two_specs(version: str, refresh: bool) -> None:
+    role = RoleVars("nvidia_container_toolkit", "ubuntu-24.04").set(nvidia_container_toolkit_version=version)
+    assert role["__nvidia_container_toolkit_cdi_refresh"] == str(refresh)
+    wanted = "/var/run/cdi/nvidia.yaml" if refresh else "/etc/cdi/nvidia.yaml"
+    assert role["__nvidia_container_toolkit_cdi_wanted_spec"] == wanted
+    # the other mechanism's spec is removed: one spec only
+    assert role["__nvidia_container_toolkit_stale_specs"] == (
+        ["/etc/cdi/nvidia.yaml"] if refresh else ["/var/run/cdi/nvidia.yaml"])
+
+
+def test_cdi_spec_at_the_refresh_path_is_not_removed() -> None:
+    role = RoleVars("nvidia_container_toolkit", "debian-12").set(nvidia_container_toolkit_version="1.18.0-1",
+                                                                 nvidia_container_toolkit_cdi_spec="/var/run/cdi/nvidia.yaml")
+    assert role["__nvidia_container_toolkit_stale_specs"] == []
+
+
+def test_cdi_stamp_changes_with_the_driver_and_the_toolkit() -> None:
+    """The spec is regenerated when the stamp differs: a new driver or toolkit changes it."""
+    def stamp(driver: str, toolkit: str) -> str:
+        role = RoleVars("nvidia_container_toolkit", "debian-12").set(
+            nvidia_container_toolkit_version=toolkit, __nvidia_container_toolkit_driver_version=driver)
+        return str(role["__nvidia_container_toolkit_cdi_stamp_content"])
+
+    first = stamp("580.95.05", "1.17.8-1")
+    assert "driver 580.95.05" in first.splitlines() and "toolkit 1.17.8-1" in first.splitlines()
+    assert first == stamp("580.95.05", "1.17.8-1")
+    assert first != stamp("580.105.08", "1.17.8-1")
+    assert first != stamp("580.95.05", "1.17.9-1")
+
+
 # --------------------------------------------------------------------------- also: fabric manager, cuda-keyring
 @pytest.mark.parametrize(("os_name", "source", "url", "pin"), [
     ("ubuntu-22.04", "ubuntu-signed", "", "release o=Ubuntu"),
