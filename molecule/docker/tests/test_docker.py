@@ -115,3 +115,12 @@ def test_toolkit_repository_is_signed(host):
 
 def test_no_cdi_spec_without_gpus(host):
     assert not host.file("/etc/cdi/nvidia.yaml").exists
+
+
+def test_only_one_cdi_spec_mechanism(host):
+    # prepare left /var/run/cdi/nvidia.yaml (what nvidia-cdi-refresh of toolkit 1.18+ writes);
+    # with toolkit 1.17 the role's own /etc/cdi/nvidia.yaml is the spec, so the stale one is gone
+    assert not host.file("/var/run/cdi/nvidia.yaml").exists
+    # no GPU in the container: no spec generated, no stamp
+    assert not host.file("/etc/cdi/nvidia.yaml").exists
+    assert not host.file("/var/lib/provision/nvidia-cdi.stamp").exists

@@ -57,6 +57,34 @@ def test_persistenced_enabled(host):
     assert svc.is_enabled
 
 
+DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/provision.conf"
+
+
+def test_persistenced_dropin_turns_persistence_mode_on(host):
+    dropin = host.file(DROPIN)
+    assert dropin.is_file
+    assert dropin.user == "root"
+    assert dropin.mode == 0o644
+    lines = dropin.content_string.splitlines()
+    # the packaged ExecStart is cleared, then ours (Debian's user is nvpd)
+    assert lines[-2:] == ["ExecStart=", "ExecStart=/usr/bin/nvidia-persistenced --user nvpd"]
+    # systemd loaded it: `systemctl cat` lists the drop-in and the effective command is ours
+    cat = host.check_output("systemctl cat nvidia-persistenced")
+    assert f"# {DROPIN}" in cat
+    show = host.check_output("systemctl show -p ExecStart nvidia-persistenced")
+    assert "argv[]=/usr/bin/nvidia-persistenced --user nvpd ;" in show, show
+    assert "--no-persistence-mode" not in show
+
+
+def test_persistence_mode_on_every_gpu(host):
+    # needs the kernel module and GPUs: a container has neither
+    if not host.file("/dev/nvidiactl").exists:
+        pytest.skip("no GPU (no /dev/nvidiactl): persistence mode is checked with nvidia-smi -q on GPU nodes")
+    out = host.check_output("nvidia-smi -q")
+    modes = re.findall(r"^\s*Persistence Mode\s*:\s*(\S+)", out, re.M)
+    assert modes and set(modes) == {"Enabled"}, modes
+
+
 def test_nvidia_smi_present_without_kernel_module(host):
     # the userspace is there; without the kernel module (container) nvidia-smi says so
     assert host.exists("nvidia-smi")

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -194,6 +195,10 @@ class DriverPlan:
     """Kernel meta packages that must be held together with the driver's (Canonical's
     precompiled modules exist per kernel ABI: a new kernel without the matching module
     package leaves the GPUs without a driver at the next boot). Empty for DKMS sources."""
+    open_suffix: str = ""
+    fabricmanager_pin: str = ""
+    """apt preferences ``Pin:`` that takes the fabric manager from the driver's repository
+    (with the CUDA repository configured too, its newer fabric manager would win)."""
 
     def install(self, kernel: bool) -> tuple[str, ...]:
         """What the role installs: full + userspace with a kernel and GPUs, else userspace;
@@ -202,8 +207,16 @@ class DriverPlan:
         return tuple(dict.fromkeys((*wanted, *self.fabricmanager_packages)))
 
     def holds(self, kernel: bool) -> tuple[str, ...]:
-        """What the role holds: everything it installs except kernel headers and firmware."""
-        return tuple(p for p in self.install(kernel) if p not in self.unheld_packages)
+        """What the role holds: everything it installs except kernel headers and firmware,
+        and with the kernel modules the kernel metas that must move with them (where they
+        are installed)."""
+        held = tuple(p for p in self.install(kernel) if p not in self.unheld_packages)
+        return held + (self.kernel_packages if kernel else ())
+
+    def for_kernel(self, release: str) -> str:
+        """What the kernel ``release`` (the newest installed one: it boots next) needs for
+        the NVIDIA module: Canonical's module package of its ABI, or its headers for DKMS."""
+        return kernel_module_package(self.source, self.branch, self.open_suffix == "-open", release)
 
 
 @dataclass(frozen=True)
@@ -388,8 +401,10 @@ def resolve_driver(
     *,
     nvswitch: bool = False,
     gpu_model: str | None = None,
-    kernel_flavour: str = "generic",
+    kernel_flavour: str | None = None,
 ) -> DriverPlan:
+    """What the nvidia_driver role installs and holds. ``kernel_flavour``: the flavour of the
+    kernel meta packages (None: the OS's usual one, ``generic`` or ``amd64``)."""
     problems = driver_problems(os_name, branch, source, open_kernel_modules, nvswitch=nvswitch, gpu_model=gpu_model)
     if problems:
         raise GpuStackError("; ".join(problems))
@@ -399,6 +414,7 @@ def resolve_driver(
 
     o = "-open" if use_open else ""
     b = branch
+    flavour = kernel_flavour or DEFAULT_KERNEL_FLAVOUR[os_]
     packages: tuple[str, ...]
     userspace: tuple[str, ...]
     fabric: tuple[str, ...]
@@ -406,31 +422,34 @@ def resolve_driver(
     unheld: tuple[str, ...] = ()
     if src == "ubuntu-signed":
         packages = (
-            f"linux-modules-nvidia-{b}-server{o}-{kernel_flavour}",
+            f"linux-modules-nvidia-{b}-server{o}-{flavour}",
             f"nvidia-headless-no-dkms-{b}-server{o}",
             f"nvidia-utils-{b}-server",
         )
         userspace = (f"nvidia-utils-{b}-server", f"libnvidia-compute-{b}-server", f"nvidia-compute-utils-{b}-server")
         fabric = (f"nvidia-fabricmanager-{b}", f"libnvidia-nscq-{b}")
     elif src == "cuda-repo" and os_.startswith("ubuntu"):
-        packages = ((f"nvidia-kernel-open-{b}",) if use_open else ()) + (f"cuda-drivers-{b}",)
+        # DKMS: the headers meta of the kernel's flavour brings each new kernel's headers
+        packages = (*((f"nvidia-kernel-open-{b}",) if use_open else ()), f"cuda-drivers-{b}",
+                    f"linux-headers-{flavour}")
         userspace = (f"nvidia-utils-{b}", f"libnvidia-compute-{b}", f"nvidia-compute-utils-{b}")
         fabric = (f"nvidia-fabricmanager-{b}", f"libnvidia-nscq-{b}")
+        unheld = (f"linux-headers-{flavour}",)
     elif src == "cuda-repo":  # Debian 12, NVIDIA's debian12 repository (Debian package names)
         kernel = "nvidia-kernel-open-dkms" if use_open else "nvidia-kernel-dkms"
-        packages = (kernel, f"cuda-drivers-{b}", "linux-headers-amd64")
+        packages = (kernel, f"cuda-drivers-{b}", f"linux-headers-{flavour}")
         userspace = ("nvidia-smi", "libcuda1", "libnvidia-ml1", "nvidia-persistenced")
         fabric = (f"nvidia-fabricmanager-{b}", f"libnvidia-nscq-{b}")
         pin = (kernel, *userspace)
-        unheld = ("linux-headers-amd64",)
+        unheld = (f"linux-headers-{flavour}",)
     else:  # debian
         kernel = "nvidia-open-kernel-dkms" if use_open else "nvidia-kernel-dkms"
-        packages = ("nvidia-driver", kernel, "firmware-misc-nonfree", "linux-headers-amd64",
+        packages = ("nvidia-driver", kernel, "firmware-misc-nonfree", f"linux-headers-{flavour}",
                     "nvidia-smi", "nvidia-persistenced")
         userspace = ("nvidia-smi", "libcuda1", "libnvidia-ml1", "nvidia-persistenced")
         fabric = ()
         pin = ("nvidia-driver", kernel, "nvidia-smi", "libcuda1", "libnvidia-ml1", "nvidia-persistenced")
-        unheld = ("firmware-misc-nonfree", "linux-headers-amd64")
+        unheld = ("firmware-misc-nonfree", f"linux-headers-{flavour}")
     return DriverPlan(
         os=os_,
         branch=b,
@@ -442,8 +461,18 @@ def resolve_driver(
         pin_packages=pin,
         unheld_packages=unheld,
         uses_cuda_repo=src == "cuda-repo",
-        kernel_packages=kernel_metas(src, kernel_flavour),
+        kernel_packages=kernel_metas(src, flavour),
+        open_suffix=o,
+        fabricmanager_pin=fabricmanager_pin(src, CUDA_REPO_URL.format(dist=CUDA_REPO_DIST[os_])) if fabric else "",
     )
+
+
+def fabricmanager_pin(source: str, cuda_repo_url: str) -> str:
+    """Where the fabric manager must come from: the driver's repository (Ubuntu's archive for
+    ``ubuntu-signed``, NVIDIA's CUDA repository, or its mirror, for ``cuda-repo``)."""
+    if source == "ubuntu-signed":
+        return "release o=Ubuntu"
+    return f"origin {urlsplit(cuda_repo_url).hostname}"
 
 
 def kernel_metas(source: str, kernel_flavour: str = "generic") -> tuple[str, ...]:
@@ -457,6 +486,38 @@ def kernel_metas(source: str, kernel_flavour: str = "generic") -> tuple[str, ...
     if source != "ubuntu-signed":
         return ()
     return (f"linux-{kernel_flavour}", f"linux-image-{kernel_flavour}", f"linux-headers-{kernel_flavour}")
+
+
+def kernel_module_package(source: str, branch: str, use_open: bool, release: str) -> str:
+    """The package that gives kernel ``release`` (``6.8.0-50-generic``) the NVIDIA module:
+    Canonical's signed module build for that ABI, or (DKMS) the kernel's headers, whose
+    installation makes DKMS build the module for it."""
+    if source == "ubuntu-signed":
+        return f"linux-modules-nvidia-{branch}-server{'-open' if use_open else ''}-{release}"
+    return f"linux-headers-{release}"
+
+
+#: Kernel release -> (ABI flavour, kernel metas' flavour) per OS: the release without its
+#: version and ABI (``5.15.0-91-generic``, ``6.1.0-18-cloud-amd64``, ``6.12.12+bpo-amd64``).
+KERNEL_ABI_RE: dict[OsName, str] = {
+    "ubuntu-22.04": r"^[0-9.]+-[0-9]+-",
+    "ubuntu-24.04": r"^[0-9.]+-[0-9]+-",
+    "debian-12": r"^[0-9.]+(-[0-9]+|[+]bpo)-",
+}
+#: The release's GA kernel series; Ubuntu's metas of a newer (HWE) kernel are <flavour>-hwe-<release>.
+GA_KERNEL: dict[OsName, str] = {"ubuntu-22.04": "5.15", "ubuntu-24.04": "6.8", "debian-12": "6.1"}
+DEFAULT_KERNEL_FLAVOUR: dict[OsName, str] = {"ubuntu-22.04": "generic", "ubuntu-24.04": "generic", "debian-12": "amd64"}
+
+
+def kernel_flavour(os_name: str, kernel_release: str) -> str:
+    """The kernel metas' flavour of a running kernel: ``generic``, ``generic-hwe-22.04`` (an
+    Ubuntu kernel series newer than the release's GA one), ``cloud-amd64``."""
+    os_ = _check_os(os_name)
+    abi = re.sub(KERNEL_ABI_RE[os_], "", kernel_release)
+    series = re.match(r"[0-9]+\.[0-9]+", kernel_release)
+    if os_.startswith("ubuntu") and series and version_tuple(series.group()) > version_tuple(GA_KERNEL[os_]):
+        return f"{abi}-hwe-{os_.split('-')[1]}"
+    return abi
 
 
 # --------------------------------------------------------------------------- CUDA
@@ -574,7 +635,8 @@ def resolve_cuda(
     if src == "debian":
         packages = ("nvidia-cuda-toolkit", "gcc", "g++")
     else:
-        packages = tuple(f"cuda-toolkit-{v.replace('.', '-')}" for v in chosen_versions)
+        # nvcc needs a host compiler; NVIDIA's cuda-toolkit-X-Y packages do not depend on one
+        packages = (*(f"cuda-toolkit-{v.replace('.', '-')}" for v in chosen_versions), "gcc", "g++")
         majors = sorted({cuda_major(v) for v in chosen_versions})
         cudnn_pkgs = tuple(f"cudnn9-cuda-{m}" for m in majors) if cudnn else ()
     return CudaPlan(

@@ -17,6 +17,7 @@ from typing import Any
 import jinja2
 import pytest
 import yaml
+from ansible.plugins.filter.urlsplit import split_url
 
 from provisioner.areas.gpu import decide as gpu
 from provisioner.areas.gpu.decide import GpuStackError
@@ -52,9 +53,46 @@ def test_precompiled_modules_hold_the_kernel_of_their_flavour(flavour: str) -> N
     """Held alone, the module meta lets a new kernel ABI in without a module (item 3)."""
     plan = gpu.resolve_driver("ubuntu-22.04", "580", kernel_flavour=flavour)
     assert plan.packages[0].endswith(f"-{flavour}")
-    assert plan.kernel_packages == (f"linux-{flavour}", f"linux-image-{flavour}", f"linux-headers-{flavour}")
+    metas = (f"linux-{flavour}", f"linux-image-{flavour}", f"linux-headers-{flavour}")
+    assert plan.kernel_packages == metas
+    assert set(metas) <= set(plan.holds(kernel=True)) and plan.packages[0] in plan.holds(kernel=True)
+    assert not set(metas) & set(plan.holds(kernel=False))  # no module, nothing to keep in step
     assert gpu.resolve_driver("ubuntu-22.04", "580", "cuda-repo").kernel_packages == ()  # DKMS rebuilds
     assert gpu.resolve_driver("debian-12", "535").kernel_packages == ()
+
+
+@pytest.mark.parametrize(("os_name", "source", "flavour"), [("ubuntu-24.04", "cuda-repo", "generic-hwe-24.04"),
+                                                            ("debian-12", "debian", "cloud-amd64"),
+                                                            ("debian-12", "cuda-repo", "amd64")])
+def test_dkms_sources_install_the_headers_meta_of_the_kernel_flavour_unheld(os_name: str, source: str,
+                                                                           flavour: str) -> None:
+    """DKMS builds for a new kernel only when its headers come with it (item 3)."""
+    branch = "535" if source == "debian" else "580"
+    plan = gpu.resolve_driver(os_name, branch, source, kernel_flavour=flavour)
+    assert f"linux-headers-{flavour}" in plan.install(kernel=True)
+    assert f"linux-headers-{flavour}" not in plan.holds(kernel=True)
+    assert plan.for_kernel("6.8.0-50-generic") == "linux-headers-6.8.0-50-generic"
+
+
+def test_the_newest_kernel_gets_the_module_build_of_its_abi() -> None:
+    plan = gpu.resolve_driver("ubuntu-24.04", "580", open_kernel_modules=True)
+    assert plan.for_kernel("6.8.0-50-generic") == "linux-modules-nvidia-580-server-open-6.8.0-50-generic"
+    closed = gpu.resolve_driver("ubuntu-22.04", "470")
+    assert closed.for_kernel("5.15.0-91-generic") == "linux-modules-nvidia-470-server-5.15.0-91-generic"
+
+
+@pytest.mark.parametrize(("os_name", "release", "flavour"), [
+    ("ubuntu-22.04", "5.15.0-91-generic", "generic"),
+    ("ubuntu-22.04", "6.8.0-50-generic", "generic-hwe-22.04"),
+    ("ubuntu-24.04", "6.8.0-50-generic", "generic"),
+    ("ubuntu-24.04", "6.11.0-29-generic", "generic-hwe-24.04"),
+    ("ubuntu-22.04", "5.15.0-1050-aws", "aws"),
+    ("debian-12", "6.1.0-18-amd64", "amd64"),
+    ("debian-12", "6.1.0-18-cloud-amd64", "cloud-amd64"),
+    ("debian-12", "6.12.12+bpo-amd64", "amd64"),  # backports: the same metas, no HWE suffix
+])
+def test_kernel_flavour(os_name: str, release: str, flavour: str) -> None:
+    assert gpu.kernel_flavour(os_name, release) == flavour
 
 
 def test_ubuntu_signed_open_modules_and_hwe_flavour() -> None:
@@ -111,10 +149,10 @@ def test_driver_problems_are_all_reported() -> None:
 @pytest.mark.parametrize("os_name", ["ubuntu-22.04", "ubuntu-24.04"])
 def test_cuda_repo_on_ubuntu(os_name: str) -> None:
     closed = gpu.resolve_driver(os_name, "550", "cuda-repo", False)
-    assert closed.packages == ("cuda-drivers-550",)
+    assert closed.packages == ("cuda-drivers-550", "linux-headers-generic")
     assert closed.uses_cuda_repo
     opened = gpu.resolve_driver(os_name, "550", "cuda-repo", True)
-    assert opened.packages == ("nvidia-kernel-open-550", "cuda-drivers-550")
+    assert opened.packages == ("nvidia-kernel-open-550", "cuda-drivers-550", "linux-headers-generic")
     assert opened.userspace_packages == ("nvidia-utils-550", "libnvidia-compute-550", "nvidia-compute-utils-550")
 
 
@@ -135,6 +173,7 @@ def test_debian_cuda_repo_uses_debian_names_pinned_to_the_branch() -> None:
     plan = gpu.resolve_driver("debian-12", "570", "cuda-repo", nvswitch=True)
     assert plan.open_kernel_modules
     assert plan.packages == ("nvidia-kernel-open-dkms", "cuda-drivers-570", "linux-headers-amd64")
+    assert plan.unheld_packages == ("linux-headers-amd64",)
     assert plan.pin_packages == ("nvidia-kernel-open-dkms", "nvidia-smi", "libcuda1", "libnvidia-ml1",
                                  "nvidia-persistenced")
     assert plan.fabricmanager_packages == ("nvidia-fabricmanager-570", "libnvidia-nscq-570")
@@ -188,7 +227,8 @@ def test_cuda_repo_versions_side_by_side() -> None:
     plan = gpu.resolve_cuda("ubuntu-22.04", ["12.1", "12.4"], source="auto", cudnn=True, driver_branch="550")
     assert plan.source == "cuda-repo"
     assert plan.default == "12.4"
-    assert plan.packages == ("cuda-toolkit-12-1", "cuda-toolkit-12-4")
+    # gcc/g++ with the toolkits: nvcc compiles the smoke program with them (NVIDIA's packages lack the dependency)
+    assert plan.packages == ("cuda-toolkit-12-1", "cuda-toolkit-12-4", "gcc", "g++")
     assert plan.cudnn_packages == ("cudnn9-cuda-12",)
     assert plan.prefixes == {"12.1": "/usr/local/cuda-12.1", "12.4": "/usr/local/cuda-12.4"}
     assert gpu.resolve_cuda("ubuntu-22.04", ["11.8", "12.4"], "11.8", cudnn=True).cudnn_packages == (
@@ -237,14 +277,14 @@ def test_default_toolkit_is_valid_on_every_os_and_source(os_name: str) -> None:
 def test_cuda_auto_follows_a_cuda_repo_driver_on_debian() -> None:
     assert gpu.resolve_cuda("debian-12", None).source == "debian"
     plan = gpu.resolve_cuda("debian-12", ["12.8"], driver_source="cuda-repo")
-    assert plan.source == "cuda-repo" and plan.packages == ("cuda-toolkit-12-8",)
+    assert plan.source == "cuda-repo" and plan.packages == ("cuda-toolkit-12-8", "gcc", "g++")
     with pytest.raises(GpuStackError, match=re.escape("cuda.source auto follows nvidia_driver.source: cuda-repo only")):
         gpu.resolve_cuda("debian-12", ["12.8"], driver_source="debian")
 
 
 def test_cuda_repo_on_debian_12() -> None:
     plan = gpu.resolve_cuda("debian-12", ["12.8"], source="cuda-repo")
-    assert plan.packages == ("cuda-toolkit-12-8",)
+    assert plan.packages == ("cuda-toolkit-12-8", "gcc", "g++")
     assert plan.uses_cuda_repo
 
 
@@ -338,6 +378,7 @@ def _env() -> jinja2.Environment:
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     env.filters["regex_replace"] = _regex_replace
     env.tests["match"] = lambda value, pattern: re.match(pattern, value) is not None
+    env.filters["urlsplit"] = split_url
     return env
 
 
@@ -374,19 +415,20 @@ def test_driver_tables_agree() -> None:
     assert main["__nvidia_driver_debian_branch"] == gpu.DEBIAN_DRIVER_BRANCH
 
 
-# The role keeps its own branch lists (it runs on its own too). Issue 19 item 2 moved the
-# tables here (versions.yaml); the roles are being changed on another branch, which must
-# bring the role's lists and its default branch in line (then this strict xfail fails:
-# remove the mark).
-@pytest.mark.xfail(strict=True, reason="roles/nvidia_driver still lists the pre-issue-19 branches (roles branch)")
+# The role keeps its own copies of the branch lists (it runs on its own too): they must say
+# what versions.yaml says, and its default branch must be the manifest's.
 def test_role_branch_tables_agree() -> None:
     main = yaml.safe_load((ROLES / "nvidia_driver" / "vars" / "main.yml").read_text())
     installable = {b for b in gpu.KNOWN_BRANCHES for src in gpu.DRIVER_SOURCES for os_ in gpu.OS_NAMES
                    if not gpu.branch_problems(os_, b, src, gpu.default_open_modules(b))}
-    assert set(main["__nvidia_driver_known_branches"]) >= installable
-    assert frozenset(main["__nvidia_driver_server_branches"]) == gpu.UBUNTU_SERVER_BRANCHES
+    assert set(main["__nvidia_driver_known_branches"]) == installable
+    server = {b: frozenset(flavours) for b, flavours in main["__nvidia_driver_server_modules"].items()}
+    assert server == gpu.UBUNTU_SERVER_MODULES
+    assert tuple(main["__nvidia_driver_cuda_repo_branches"]) == gpu.CUDA_REPO_BRANCHES
     defaults = yaml.safe_load((ROLES / "nvidia_driver" / "defaults" / "main.yml").read_text())
     assert defaults["nvidia_driver_branch"] == NvidiaDriver().branch
+    specs = yaml.safe_load((ROLES / "nvidia_driver" / "meta" / "argument_specs.yml").read_text())
+    assert specs["argument_specs"]["main"]["options"]["nvidia_driver_branch"]["default"] == NvidiaDriver().branch
 
 
 @pytest.mark.parametrize("os_name", gpu.OS_NAMES)
@@ -406,11 +448,17 @@ def test_driver_packages_agree(os_name: str) -> None:
                 except GpuStackError:
                     continue
                 ctx = {"nvidia_driver_branch": branch, "__nvidia_driver_o": "-open" if use_open else "",
-                       "__nvidia_driver_flavour": "generic-hwe-22.04"}
+                       "__nvidia_driver_flavour": "generic-hwe-22.04",
+                       "__nvidia_driver_kernel_release": "6.8.0-50-generic",
+                       "__nvidia_driver_repo_url": gpu.CUDA_REPO_URL.format(dist=gpu.CUDA_REPO_DIST[os_name])}
                 table = _render(data["__nvidia_driver_os_packages"][source], ctx)
                 assert _drop_empty(table["full"]) == plan.packages
+                assert _drop_empty(table["kernel"]) == plan.kernel_packages
+                assert table["per_kernel"] == plan.for_kernel("6.8.0-50-generic")
                 assert _drop_empty(table["userspace"]) == plan.userspace_packages
                 assert _drop_empty(table["fabricmanager"]) == plan.fabricmanager_packages
+                if plan.fabricmanager_packages:
+                    assert table["fabricmanager_pin"] == plan.fabricmanager_pin
                 assert _drop_empty(table["pin"]) == plan.pin_packages
                 assert _drop_empty(table["unheld"]) == plan.unheld_packages
                 assert table["version_package"] in plan.userspace_packages
