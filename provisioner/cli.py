@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "plan": "provisioner.commands.plan",
     "apply": "provisioner.commands.apply",
     "bmc": "provisioner.commands.bmc",
+    "verify": "provisioner.commands.verify",
 }
 VERSION_MODULE = "provisioner.commands.version"
 
@@ -103,6 +104,13 @@ def _parser() -> argparse.ArgumentParser:
     bmc.add_argument("--no-wait", action="store_true", help="do not wait for the power state to settle")
     bmc.add_argument("--yes", "-y", action="store_true",
                      help="do not ask for confirmation of a power or boot change")
+
+    ver = add("verify", "check the running cluster against the manifest: pass/fail/skip per node and check")
+    ver.add_argument("--state-dir", type=Path, help="state directory (default: .provision/ beside the manifest)")
+    ver.add_argument("--limit", help="only these nodes (names, ranges like gpu[01-04], @role; comma-separated)")
+    ver.add_argument("--json", action="store_true", help="print the results as JSON")
+    ver.add_argument("--junit", type=Path, metavar="FILE", help="also write the results as JUnit XML to FILE")
+
     return p
 
 

@@ -235,6 +235,65 @@ def test_adding_a_node_is_incremental(cluster: Path) -> None:
         assert last["changed"].get(node) == 1, last["changed"]
 
 
+def _wait_chrony_synced(nodes: list[str], deadline: float) -> None:
+    """Compute nodes follow the head's chrony; a node added seconds ago may not have synced yet."""
+    waiting = list(nodes)
+    while waiting and time.monotonic() < deadline:
+        waiting = [n for n in waiting if "Leap status     : Normal"
+                   not in _podman("exec", n, "chronyc", "-n", "tracking", check=False).stdout]
+        if waiting:
+            time.sleep(2)
+    assert not waiting, f"chrony not synchronised on {waiting}"
+
+
+def test_verify_passes_skips_gpus_and_fails_a_broken_clock(cluster: Path) -> None:
+    """`provision verify` over SSH on the containers: what can run passes, kernel-bound
+    checks and (in a manifest variant claiming GPUs) GPU checks say SKIP with the reason,
+    and a chronyd stopped on one node fails that node's clock check, and only it."""
+    manifest = cluster / "cluster.yaml"
+    everyone = ["e2ehead", "e2enode1", "e2enode2", "e2enode3"]
+    _wait_chrony_synced(everyone, time.monotonic() + 120)
+    start = time.monotonic()
+    r = _provision("verify", str(manifest), cwd=cluster)
+    print(f"verify of 4 nodes: {time.monotonic() - start:.1f}s")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "verify: 12 passed, 0 failed, 4 skipped on 4 nodes" in r.stdout, r.stdout  # reach, hosts, clock; mtu
+    # the same cluster against a manifest that says e2enode1 has two GPUs (verify only: never applied)
+    data = yaml.safe_load(manifest.read_text())
+    data["nodes"][1]["hardware"]["gpu"] = {"model": "RTX A6000", "count": 2}
+    data["software"] = {"nvidia_driver": {"branch": "535", "source": "debian"},
+                        "cuda": {"versions": ["11.8"], "source": "debian"}}
+    gpus = cluster / "cluster-gpus.yaml"
+    gpus.write_text(yaml.safe_dump(data, sort_keys=False))
+    junit = cluster / "verify.xml"
+    broken = "e2enode2"
+    _podman("exec", broken, "systemctl", "stop", "chrony")
+    try:
+        r = _provision("verify", str(gpus), "--json", "--junit", str(junit), cwd=cluster)
+        assert r.returncode == 1, r.stdout + r.stderr
+        results = json.loads(r.stdout)["results"]
+        status = {(x["node"], x["check"]): x["status"] for x in results}
+        detail = {(x["node"], x["check"]): x["detail"] for x in results}
+        failed = [k for k, v in status.items() if v == "FAIL"]
+        assert failed == [(broken, "clock")], results
+        assert "chronyd" in detail[(broken, "clock")] or "Cannot talk" in detail[(broken, "clock")], detail
+        for node in everyone:
+            assert status[(node, "reach")] == status[(node, "hosts")] == "PASS", (node, results)
+            assert status[(node, "mtu.management")] == "SKIP"
+            assert detail[(node, "mtu.management")] == "no kernel access (podman container)"
+        gpu_checks = [k for k in status if k[0] == "e2enode1" and k[1].startswith(("gpu.", "cuda", "nccl."))]
+        assert len(gpu_checks) >= 8, gpu_checks
+        assert all(status[k] == "SKIP" for k in gpu_checks), results
+        assert detail[("e2enode1", "gpu.count")] == "no GPU device in this podman container"
+        assert not any(k[1].startswith("gpu.") for k in status if k[0] != "e2enode1")
+        assert 'name="clock"' in junit.read_text() and "<failure" in junit.read_text()
+        # --limit: only that node is asked, and a node without problems passes
+        r = _provision("verify", str(gpus), "--limit", "e2enode3", cwd=cluster)
+        assert r.returncode == 0 and "on 1 nodes" in r.stdout, r.stdout + r.stderr
+    finally:
+        _podman("exec", broken, "systemctl", "start", "chrony", check=False)
+
+
 class StallingMirror(threading.Thread):
     """A stand-in apt mirror/proxy on the test network that accepts, answers with headers
     (a length under apt's 10 MB limit for Release files) and then trickles one byte every
