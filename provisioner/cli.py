@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "apply": "provisioner.commands.apply",
     "bmc": "provisioner.commands.bmc",
     "verify": "provisioner.commands.verify",
+    "status": "provisioner.commands.status",
 }
 VERSION_MODULE = "provisioner.commands.version"
 
@@ -111,6 +112,11 @@ def _parser() -> argparse.ArgumentParser:
     ver.add_argument("--json", action="store_true", help="print the results as JSON")
     ver.add_argument("--junit", type=Path, metavar="FILE", help="also write the results as JUnit XML to FILE")
 
+    st = add("status", "one table of nodes: lifecycle, last apply, reachability, Slurm state, GPUs seen")
+    st.add_argument("--state-dir", type=Path, help="state directory (default: .provision/ beside the manifest)")
+    st.add_argument("--limit", help="only these nodes (names, ranges like gpu[01-04], @role; comma-separated)")
+    st.add_argument("--json", action="store_true", help="print the rows as JSON")
+    st.add_argument("--no-probe", action="store_true", help="only the recorded state: do not contact the nodes")
     return p
 
 
