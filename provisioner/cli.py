@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "bmc": "provisioner.commands.bmc",
     "verify": "provisioner.commands.verify",
     "status": "provisioner.commands.status",
+    "remove": "provisioner.commands.remove",
 }
 VERSION_MODULE = "provisioner.commands.version"
 
@@ -117,6 +118,16 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--limit", help="only these nodes (names, ranges like gpu[01-04], @role; comma-separated)")
     st.add_argument("--json", action="store_true", help="print the rows as JSON")
     st.add_argument("--no-probe", action="store_true", help="only the recorded state: do not contact the nodes")
+
+    rm = add("remove", "take nodes the manifest no longer lists out of the cluster (drain, re-render, record)")
+    rm.add_argument("nodes", metavar="NODES", help="the nodes to remove (names, comma-separated); delete them from "
+                    "the manifest first")
+    rm.add_argument("--state-dir", type=Path, help="state directory (default: .provision/ beside the manifest)")
+    rm.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    rm.add_argument("--drain-timeout", type=_positive_int, metavar="SECONDS", default=600,
+                    help="wait this long for a drained node's Slurm jobs to end (default 600); they are never killed")
+    rm.add_argument("--strategy", choices=STRATEGIES, default=os.environ.get("PROVISION_STRATEGY", "linear"),
+                    help="Ansible execution strategy of the apply (as apply --strategy)")
     return p
 
 

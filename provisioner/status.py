@@ -56,9 +56,10 @@ def parse_sinfo(text: str) -> dict[str, str]:
 @dataclass(frozen=True)
 class Row:
     node: str
-    lifecycle: str  # from the state; "removed" for a node the manifest no longer lists
+    lifecycle: str  # from the state; for a node the manifest no longer lists: "removed", or
+    # "<lifecycle>, not in the manifest" while its removal is pending (provision remove)
     last_result: str
-    applied_at: str
+    applied_at: str  # for a removed node: when it was removed
     reach: str  # "up <uptime>", or why not; "-" when not probed
     slurm: str  # Slurm's state of the node; "-" when Slurm is off or not asked
     gpus: str  # "seen/expected", "-" without GPUs in the manifest and none seen
@@ -102,11 +103,13 @@ def rows(m: Manifest, state: State, probes: dict[str, NodeProbe], slurm: dict[st
             slurm_state = slurm.get(node.name, "not in sinfo")
         else:
             slurm_state = "-"
-        out.append(Row(node.name, ns.lifecycle if ns else "new", (ns.last_result or "-") if ns else "-",
+        lifecycle: str = "new" if ns is None or ns.lifecycle == "removed" else ns.lifecycle  # added again: afresh
+        out.append(Row(node.name, lifecycle, (ns.last_result or "-") if ns else "-",
                        (ns.applied_at or "-") if ns else "-", reach, slurm_state,
                        gpus_text(node.gpu_count, probe)))
     names = set(m.node_names())
     for name in sorted(set(state.nodes) - names):
         ns = state.nodes[name]
-        out.append(Row(name, "removed", ns.last_result or "-", ns.applied_at or "-", "-", "-", "-"))
+        gone = "removed" if ns.lifecycle == "removed" else f"{ns.lifecycle}, not in the manifest"
+        out.append(Row(name, gone, ns.last_result or "-", ns.removed_at or ns.applied_at or "-", "-", "-", "-"))
     return out

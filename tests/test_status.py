@@ -35,6 +35,9 @@ def test_rows(kit: Any) -> None:
         "head01": NodeState(lifecycle="configured", applied_at="2026-11-23T05:00:00+00:00", last_result="ok"),
         "node01": NodeState(lifecycle="configured", applied_at="2026-11-23T05:00:00+00:00", last_result="ok"),
         "gone01": NodeState(lifecycle="configured", applied_at="2026-11-20T05:00:00+00:00", last_result="ok"),
+        "gone02": NodeState(lifecycle="removed", applied_at="2026-11-20T05:00:00+00:00", last_result="ok",
+                            removed_at="2026-11-22T05:00:00+00:00"),
+        "node02": NodeState(lifecycle="removed", removed_at="2026-11-22T05:00:00+00:00"),
     })
     probes = {
         "head01": NodeProbe(True, "", 3725.0, None),
@@ -42,12 +45,14 @@ def test_rows(kit: Any) -> None:
         "node02": NodeProbe(False, "ssh: connect to host 10.0.0.22 port 22: Connection refused"),
     }
     found = {r.node: r for r in rows(m, state, probes, {"node01": "idle", "node02": "down*"})}
-    assert list(found) == ["head01", "node01", "node02", "gone01"]
+    assert list(found) == ["head01", "node01", "node02", "gone01", "gone02"]
     assert (found["head01"].reach, found["head01"].slurm, found["head01"].gpus) == ("up 1h 2m", "-", "-")
     assert (found["node01"].lifecycle, found["node01"].slurm, found["node01"].gpus) == ("configured", "idle", "1/2")
     assert found["node02"].lifecycle == "new" and found["node02"].last_result == "-"
     assert found["node02"].reach.endswith("Connection refused") and found["node02"].gpus == "?/2"
-    assert found["gone01"].lifecycle == "removed" and found["gone01"].reach == "-"
+    assert found["gone01"].lifecycle == "configured, not in the manifest" and found["gone01"].reach == "-"
+    assert found["gone02"].lifecycle == "removed" and found["gone02"].applied_at == "2026-11-22T05:00:00+00:00"
+    # node02 was removed once and is in the manifest again: it starts afresh
     # Slurm not asked, or sinfo failed: said so per compute node
     failed = {r.node: r for r in rows(m, state, probes, None, "sinfo: timed out after 10 s on head01")}
     assert failed["node01"].slurm == "sinfo: timed out after 10 s on head01"

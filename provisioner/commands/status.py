@@ -71,7 +71,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         targets = {n: SshTarget(n, str(m.node(n).ip), ssh.port, ssh.user, ssh.private_key) for n in hosts}
         probes, slurm, slurm_problem = probe(m, names, ssh_executor(targets, state_dir.known_hosts, grace=5))
     found = [r for r in rows(m, state, probes, slurm, slurm_problem)
-             if r.node in names or (r.lifecycle == "removed" and args.limit is None)]
+             if r.node in names or (args.limit is None and r.node not in m.node_names())]
     if args.json:
         print(json.dumps([r.to_json() for r in found], indent=2))
     else:
