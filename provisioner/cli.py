@@ -27,6 +27,8 @@ COMMANDS: dict[str, str] = {
     "verify": "provisioner.commands.verify",
     "status": "provisioner.commands.status",
     "remove": "provisioner.commands.remove",
+    "drain": "provisioner.commands.drain",
+    "resume": "provisioner.commands.drain",
 }
 VERSION_MODULE = "provisioner.commands.version"
 
@@ -47,6 +49,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number of seconds: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1 second: {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of seconds: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
     return value
 
 
@@ -128,6 +140,17 @@ def _parser() -> argparse.ArgumentParser:
                     help="wait this long for a drained node's Slurm jobs to end (default 600); they are never killed")
     rm.add_argument("--strategy", choices=STRATEGIES, default=os.environ.get("PROVISION_STRATEGY", "linear"),
                     help="Ansible execution strategy of the apply (as apply --strategy)")
+
+    dr = add("drain", "drain nodes in Slurm (scontrol on the controller) and wait for their jobs, bounded")
+    dr.add_argument("nodes", metavar="NODES", help="names, ranges like gpu[01-04], @role; comma-separated")
+    dr.add_argument("--reason", default="provision drain", help="the reason Slurm records (default: provision drain)")
+    dr.add_argument("--wait", type=_non_negative_int, metavar="SECONDS", default=0,
+                    help="wait up to this long for the nodes' jobs to end (default 0: do not wait); jobs are "
+                         "never killed")
+    dr.add_argument("--state-dir", type=Path, help="state directory (default: .provision/ beside the manifest)")
+    rs = add("resume", "resume drained nodes in Slurm (scontrol on the controller)")
+    rs.add_argument("nodes", metavar="NODES", help="names, ranges like gpu[01-04], @role; comma-separated")
+    rs.add_argument("--state-dir", type=Path, help="state directory (default: .provision/ beside the manifest)")
     return p
 
 

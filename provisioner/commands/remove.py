@@ -9,8 +9,9 @@ from rich.console import Console
 
 from provisioner.apply import ApplyOptions, apply, mark_removed
 from provisioner.commands.common import guarded, load, split_selectors
+from provisioner.drain import drain_node
 from provisioner.errors import ProvisionError
-from provisioner.remove import drain_node, removal_problems
+from provisioner.remove import DRAIN_REASON, removal_problems
 from provisioner.runner import SshTarget
 from provisioner.state import StateDir
 from provisioner.verify.remote import ssh_executor
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         execute = ssh_executor({head.name: SshTarget(head.name, str(head.ip), ssh.port, ssh.user, ssh.private_key)},
                                state.known_hosts, grace=5)
         for node in nodes:
-            drained = drain_node(head.name, node, execute, args.drain_timeout)
+            drained = drain_node(head.name, node, execute, args.drain_timeout, DRAIN_REASON)
             out.print(f"{node}: {drained.detail}", highlight=False, markup=False, style=None if drained.ok else "red")
             if not drained.ok:
                 raise ProvisionError(f"{node} could not be drained; the cluster's files were not changed")
