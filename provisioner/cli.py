@@ -107,6 +107,14 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--strategy", choices=STRATEGIES, default=os.environ.get("PROVISION_STRATEGY", "linear"),
                     help="Ansible execution strategy: linear (Ansible's own) or mitogen (one persistent Python "
                          "per node: fewer round trips per task); default $PROVISION_STRATEGY or linear")
+    ap.add_argument("--rolling", action="store_true",
+                    help="Slurm compute nodes with node-local changes go a batch at a time: drained (jobs waited "
+                         "for), their plays, a reboot when needed and cluster.allow_reboot, verify, resumed; a "
+                         "failure stops the roll and leaves that node drained with the reason")
+    ap.add_argument("--batch", type=_positive_int, metavar="N", default=1,
+                    help="with --rolling: nodes per batch (default 1)")
+    ap.add_argument("--drain-timeout", type=_positive_int, metavar="SECONDS", default=3600,
+                    help="with --rolling: wait this long for a drained node's jobs (default 3600); never killed")
     ap.add_argument("-v", "--verbose", action="count", default=0,
                     help="show Ansible's own output (-vv, -vvv: more) instead of the live table; it is also in "
                          "the run's log")
