@@ -294,6 +294,25 @@ def test_verify_passes_skips_gpus_and_fails_a_broken_clock(cluster: Path) -> Non
         _podman("exec", broken, "systemctl", "start", "chrony", check=False)
 
 
+def test_status_shows_state_and_the_live_probe(cluster: Path) -> None:
+    start = time.monotonic()
+    r = _provision("status", str(cluster / "cluster.yaml"), "--json", cwd=cluster)
+    print(f"status of 4 nodes: {time.monotonic() - start:.1f}s")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = {row["node"]: row for row in json.loads(r.stdout)}
+    assert list(rows) == ["e2ehead", "e2enode1", "e2enode2", "e2enode3"]
+    applied = _state(cluster)["nodes"]
+    assert isinstance(applied, dict)
+    for name, row in rows.items():
+        assert row["lifecycle"] == "configured" and row["last_result"] == "ok", row
+        assert row["applied_at"] == applied[name]["applied_at"]
+        assert row["reach"].startswith("up "), row
+        assert row["slurm"] == "-" and row["gpus"] == "-", row  # Slurm off, no GPUs in the manifest
+    # the manifest variant that claims GPUs: none seen (no nvidia-smi in the containers)
+    r = _provision("status", str(cluster / "cluster-gpus.yaml"), "--limit", "e2enode1", cwd=cluster)
+    assert r.returncode == 0 and "no nvidia-smi/2" in r.stdout, r.stdout + r.stderr
+
+
 class StallingMirror(threading.Thread):
     """A stand-in apt mirror/proxy on the test network that accepts, answers with headers
     (a length under apt's 10 MB limit for Release files) and then trickles one byte every
@@ -424,3 +443,34 @@ def test_changed_host_key_is_refused(cluster: Path) -> None:
                                                  "unrecognized or mismatching host key")), r.stdout
     finally:
         known.write_text(original)
+
+
+def test_remove_a_node(cluster: Path) -> None:
+    """e2enode3 deleted from the manifest, then `provision remove`: plan shows it removed,
+    the others' /etc/hosts no longer list it, the state records it removed, and nothing on
+    e2enode3 itself changed (it is never contacted)."""
+    manifest = _write(cluster, ["e2ehead", "e2enode1", "e2enode2"])
+    plan = _provision("plan", str(manifest), "--json", cwd=cluster)
+    assert plan.returncode == 0, plan.stderr
+    rows = {n["name"]: (n["status"], n["lifecycle"]) for n in json.loads(plan.stdout)["nodes"]}
+    assert rows["e2enode3"] == ("removed", "configured"), rows
+    untouched = _exec("e2enode3", "cat", "/etc/hosts")
+    start = time.monotonic()
+    r = _provision("remove", str(manifest), "e2enode3", "--yes", cwd=cluster)
+    print(f"remove of one node (apply of the other three): {time.monotonic() - start:.0f}s")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "removed: e2enode3" in r.stdout
+    for node in ("e2ehead", "e2enode1", "e2enode2"):
+        hosts = _exec(node, "cat", "/etc/hosts")
+        assert "e2enode3" not in hosts and f"{NODES['e2enode1']} e2enode1.e2e.test e2enode1" in hosts, (node, hosts)
+    assert _exec("e2enode3", "cat", "/etc/hosts") == untouched
+    nodes = _state(cluster)["nodes"]
+    assert isinstance(nodes, dict)
+    assert nodes["e2enode3"]["lifecycle"] == "removed" and nodes["e2enode3"]["fingerprints"] == {}
+    # afterwards the plan lists it as removed and has nothing to do
+    plan = _provision("plan", str(manifest), "--json", "--detailed-exitcode", cwd=cluster)
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    rows = {n["name"]: (n["status"], n["lifecycle"]) for n in json.loads(plan.stdout)["nodes"]}
+    assert rows["e2enode3"] == ("removed", "removed"), rows
+    status = _provision("status", str(manifest), "--json", "--no-probe", cwd=cluster)
+    assert {r["node"]: r["lifecycle"] for r in json.loads(status.stdout)}["e2enode3"] == "removed"
