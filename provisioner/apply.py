@@ -248,8 +248,16 @@ def record_result(
     whole = opts.limit is None and set(run_hosts) == names
     if whole and result.rc == 0 and all(o == "ok" for o in outcomes.values()):
         st.cluster_fingerprint = cluster_fingerprint(m, cluster)
-        for name in [n for n in st.nodes if n not in names]:
-            del st.nodes[name]
+        for name in [n for n in st.nodes if n not in names]:  # its cluster files now render without it
+            mark_removed(st, name)
+
+
+def mark_removed(st: State, name: str) -> None:
+    """Record ``name`` as removed: the cluster's files no longer list it. The fingerprints
+    go (a node of that name added again is new); its disks were never touched."""
+    ns = st.node(name)
+    if ns.lifecycle != "removed":
+        ns.lifecycle, ns.fingerprints, ns.removed_at = "removed", {}, now()
 
 
 def close_abandoned_runs(st: State) -> None:

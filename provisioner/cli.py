@@ -24,6 +24,11 @@ COMMANDS: dict[str, str] = {
     "plan": "provisioner.commands.plan",
     "apply": "provisioner.commands.apply",
     "bmc": "provisioner.commands.bmc",
+    "verify": "provisioner.commands.verify",
+    "status": "provisioner.commands.status",
+    "remove": "provisioner.commands.remove",
+    "drain": "provisioner.commands.drain",
+    "resume": "provisioner.commands.drain",
 }
 VERSION_MODULE = "provisioner.commands.version"
 
@@ -44,6 +49,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number of seconds: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1 second: {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of seconds: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
     return value
 
 
@@ -92,6 +107,14 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--strategy", choices=STRATEGIES, default=os.environ.get("PROVISION_STRATEGY", "linear"),
                     help="Ansible execution strategy: linear (Ansible's own) or mitogen (one persistent Python "
                          "per node: fewer round trips per task); default $PROVISION_STRATEGY or linear")
+    ap.add_argument("--rolling", action="store_true",
+                    help="Slurm compute nodes with node-local changes go a batch at a time: drained (jobs waited "
+                         "for), their plays, a reboot when needed and cluster.allow_reboot, verify, resumed; a "
+                         "failure stops the roll and leaves that node drained with the reason")
+    ap.add_argument("--batch", type=_positive_int, metavar="N", default=1,
+                    help="with --rolling: nodes per batch (default 1)")
+    ap.add_argument("--drain-timeout", type=_positive_int, metavar="SECONDS", default=3600,
+                    help="with --rolling: wait this long for a drained node's jobs (default 3600); never killed")
     ap.add_argument("-v", "--verbose", action="count", default=0,
                     help="show Ansible's own output (-vv, -vvv: more) instead of the live table; it is also in "
                          "the run's log")
@@ -103,6 +126,39 @@ def _parser() -> argparse.ArgumentParser:
     bmc.add_argument("--no-wait", action="store_true", help="do not wait for the power state to settle")
     bmc.add_argument("--yes", "-y", action="store_true",
                      help="do not ask for confirmation of a power or boot change")
+
+    ver = add("verify", "check the running cluster against the manifest: pass/fail/skip per node and check")
+    ver.add_argument("--state-dir", type=Path, help="state directory (default: .provision/ beside the manifest)")
+    ver.add_argument("--limit", help="only these nodes (names, ranges like gpu[01-04], @role; comma-separated)")
+    ver.add_argument("--json", action="store_true", help="print the results as JSON")
+    ver.add_argument("--junit", type=Path, metavar="FILE", help="also write the results as JUnit XML to FILE")
+
+    st = add("status", "one table of nodes: lifecycle, last apply, reachability, Slurm state, GPUs seen")
+    st.add_argument("--state-dir", type=Path, help="state directory (default: .provision/ beside the manifest)")
+    st.add_argument("--limit", help="only these nodes (names, ranges like gpu[01-04], @role; comma-separated)")
+    st.add_argument("--json", action="store_true", help="print the rows as JSON")
+    st.add_argument("--no-probe", action="store_true", help="only the recorded state: do not contact the nodes")
+
+    rm = add("remove", "take nodes the manifest no longer lists out of the cluster (drain, re-render, record)")
+    rm.add_argument("nodes", metavar="NODES", help="the nodes to remove (names, comma-separated); delete them from "
+                    "the manifest first")
+    rm.add_argument("--state-dir", type=Path, help="state directory (default: .provision/ beside the manifest)")
+    rm.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    rm.add_argument("--drain-timeout", type=_positive_int, metavar="SECONDS", default=600,
+                    help="wait this long for a drained node's Slurm jobs to end (default 600); they are never killed")
+    rm.add_argument("--strategy", choices=STRATEGIES, default=os.environ.get("PROVISION_STRATEGY", "linear"),
+                    help="Ansible execution strategy of the apply (as apply --strategy)")
+
+    dr = add("drain", "drain nodes in Slurm (scontrol on the controller) and wait for their jobs, bounded")
+    dr.add_argument("nodes", metavar="NODES", help="names, ranges like gpu[01-04], @role; comma-separated")
+    dr.add_argument("--reason", default="provision drain", help="the reason Slurm records (default: provision drain)")
+    dr.add_argument("--wait", type=_non_negative_int, metavar="SECONDS", default=0,
+                    help="wait up to this long for the nodes' jobs to end (default 0: do not wait); jobs are "
+                         "never killed")
+    dr.add_argument("--state-dir", type=Path, help="state directory (default: .provision/ beside the manifest)")
+    rs = add("resume", "resume drained nodes in Slurm (scontrol on the controller)")
+    rs.add_argument("nodes", metavar="NODES", help="names, ranges like gpu[01-04], @role; comma-separated")
+    rs.add_argument("--state-dir", type=Path, help="state directory (default: .provision/ beside the manifest)")
     return p
 
 

@@ -125,7 +125,9 @@ class Plan:
 
     @property
     def has_changes(self) -> bool:
-        return self.cluster_files_change or bool(self.installs) or any(n.status != "unchanged" for n in self.nodes)
+        return self.cluster_files_change or bool(self.installs) or any(
+            n.status != "unchanged" and (n.status, n.lifecycle) != ("removed", "removed")  # a removal done is none
+            for n in self.nodes)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -183,7 +185,8 @@ def compute(
     """The plan: per node status, heavy targets, the plays each node will run, and the PXE
     installs (nodes marked ``install: pxe`` that are new, and ``reinstall``)."""
     names = m.node_names()
-    states = {name: ns.lifecycle for name, ns in state.nodes.items()}
+    # a node added again after its removal starts afresh
+    states = {name: "new" if ns.lifecycle == "removed" else ns.lifecycle for name, ns in state.nodes.items()}
     installs, _left = plan_installs(m, states, reinstall or [])
     installs = [n for n in installs if limit is None or n in limit]
     node_plans: list[NodePlan] = []
@@ -194,7 +197,7 @@ def compute(
         recorded = state.nodes.get(node.name)
         current = node_sections(m, node, heavy_cluster)
         if recorded is None or not recorded.fingerprints:
-            plan = NodePlan(node.name, "new", sorted(current), recorded.lifecycle if recorded else "new")
+            plan = NodePlan(node.name, "new", sorted(current), states.get(node.name, "new"))
         else:
             keys = set(current) | (set(recorded.fingerprints) & OPTIONAL_SECTIONS)
             changed = sorted(k for k in keys if recorded.fingerprints.get(k) != current.get(k))

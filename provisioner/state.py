@@ -30,7 +30,10 @@ from typing import Any, Literal
 
 from provisioner.errors import ProvisionError
 
-Lifecycle = Literal["new", "installed", "configured"]
+# removed: taken out of the cluster (the manifest no longer lists it; `provision remove`, or
+# a whole apply without it); its fingerprints are cleared, so a node of that name added
+# again is new
+Lifecycle = Literal["new", "installed", "configured", "removed"]
 STATE_VERSION = 1
 MAX_RUNS = 100
 BACKUPS = 3  # state.json.1 (newest) .. state.json.3
@@ -44,6 +47,7 @@ class NodeState:
     applied_at: str | None = None
     last_run: str | None = None
     last_result: str | None = None
+    removed_at: str | None = None
 
 
 @dataclass

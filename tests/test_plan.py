@@ -151,6 +151,17 @@ def test_removed_nodes_are_listed_last_with_their_lifecycle(m: Manifest) -> None
     assert "aa-old" not in plan.targets
 
 
+def test_a_removed_node_is_no_change_and_new_when_it_comes_back(kit: Any, m: Manifest) -> None:
+    state = settled(m)
+    state.nodes["old01"] = NodeState(lifecycle="removed", removed_at="2026-11-23T05:00:00+00:00")
+    plan = compute(m, state, PLAYS)
+    assert [(n.name, n.status, n.lifecycle) for n in plan.nodes[-1:]] == [("old01", "removed", "removed")]
+    assert not plan.has_changes
+    state.nodes["node02"] = NodeState(lifecycle="removed", removed_at="2026-11-23T05:00:00+00:00")
+    back = {n.name: n for n in compute(m, state, PLAYS).nodes}["node02"]
+    assert (back.status, back.lifecycle, back.heavy) == ("new", "new", True)
+
+
 def test_bmc_only_change_is_not_heavy(kit: Any, m: Manifest) -> None:
     state = settled(m)
     data = kit.base()

@@ -290,16 +290,20 @@ def test_record_result_with_limit(kit: Any) -> None:
     assert st.cluster_fingerprint is None
 
 
-def test_record_result_forgets_removed_nodes_only_after_a_clean_full_run(kit: Any) -> None:
+def test_record_result_records_removed_nodes_only_after_a_clean_full_run(kit: Any) -> None:
     loaded = kit.load(kit.base())
     m = loaded.manifest
     st = State(nodes={"gone": NodeState(lifecycle="configured", fingerprints={"node": "x"})})
     plan = compute(m, st, PLAYS)
     record_result(st, loaded, plan, _result(m.node_names(), failed=("head01",)), m.node_names(), ApplyOptions())
-    assert "gone" in st.nodes
+    assert st.nodes["gone"].lifecycle == "configured"
     plan = compute(m, st, PLAYS)
     record_result(st, loaded, plan, _result(m.node_names()), m.node_names(), ApplyOptions())
-    assert "gone" not in st.nodes
+    gone = st.nodes["gone"]
+    assert (gone.lifecycle, gone.fingerprints) == ("removed", {}) and gone.removed_at
+    after = compute(m, st, PLAYS)  # a removal done is no change; the plan still lists it
+    assert not after.has_changes and ("gone", "removed", "removed") in [(n.name, n.status, n.lifecycle)
+                                                                         for n in after.nodes]
 
 
 def test_record_result_settles_a_bmc_only_change(kit: Any) -> None:

@@ -861,6 +861,21 @@ class Monitoring(Strict):
         return v
 
 
+# --------------------------------------------------------------------------- verify
+class Verify(Strict):
+    """Bounds and floors of `provision verify` (docs/verify.md); every field has a default."""
+
+    command_timeout: int = Field(default=60, ge=1, le=3600, description="seconds one check's command may take")
+    clock_offset_ms: float = Field(default=100.0, gt=0, description="largest |offset| chrony may report")
+    busbw_floor_gbps: dict[Literal["pcie", "nvlink", "nvswitch"], float] = Field(
+        default_factory=dict, description="all_reduce_perf bus bandwidth floors (GB/s) per GPU interconnect; "
+        "unset kinds keep the defaults in docs/verify.md")
+    ib_write_bw_fraction: float = Field(default=0.75, gt=0, le=1, description="ib_write_bw floor: this share "
+                                        "of the port's link rate")
+    docker_image: str | None = Field(default=None, description="an image present on the nodes for the "
+                                     "`docker run --runtime nvidia` check; unset: that check says SKIP")
+
+
 # --------------------------------------------------------------------------- top level
 class NodeIndex:
     """Lookups over one expanded node list: by name, by role, and resolved node selectors
@@ -905,6 +920,7 @@ class Manifest(Strict):
     slurm: Slurm = Field(default_factory=Slurm)
     software: Software = Field(default_factory=Software)
     monitoring: Monitoring | None = Field(default=None, description="absent: no monitoring")
+    verify: Verify = Field(default_factory=Verify)
     role_vars: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
         description="role variables the manifest does not generate, per cluster ('all'), role ('@compute') "

@@ -235,6 +235,84 @@ def test_adding_a_node_is_incremental(cluster: Path) -> None:
         assert last["changed"].get(node) == 1, last["changed"]
 
 
+def _wait_chrony_synced(nodes: list[str], deadline: float) -> None:
+    """Compute nodes follow the head's chrony; a node added seconds ago may not have synced yet."""
+    waiting = list(nodes)
+    while waiting and time.monotonic() < deadline:
+        waiting = [n for n in waiting if "Leap status     : Normal"
+                   not in _podman("exec", n, "chronyc", "-n", "tracking", check=False).stdout]
+        if waiting:
+            time.sleep(2)
+    assert not waiting, f"chrony not synchronised on {waiting}"
+
+
+def test_verify_passes_skips_gpus_and_fails_a_broken_clock(cluster: Path) -> None:
+    """`provision verify` over SSH on the containers: what can run passes, kernel-bound
+    checks and (in a manifest variant claiming GPUs) GPU checks say SKIP with the reason,
+    and a chronyd stopped on one node fails that node's clock check, and only it."""
+    manifest = cluster / "cluster.yaml"
+    everyone = ["e2ehead", "e2enode1", "e2enode2", "e2enode3"]
+    _wait_chrony_synced(everyone, time.monotonic() + 120)
+    start = time.monotonic()
+    r = _provision("verify", str(manifest), cwd=cluster)
+    print(f"verify of 4 nodes: {time.monotonic() - start:.1f}s")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "verify: 12 passed, 0 failed, 4 skipped on 4 nodes" in r.stdout, r.stdout  # reach, hosts, clock; mtu
+    # the same cluster against a manifest that says e2enode1 has two GPUs (verify only: never applied)
+    data = yaml.safe_load(manifest.read_text())
+    data["nodes"][1]["hardware"]["gpu"] = {"model": "RTX A6000", "count": 2}
+    data["software"] = {"nvidia_driver": {"branch": "535", "source": "debian"},
+                        "cuda": {"versions": ["11.8"], "source": "debian"}}
+    gpus = cluster / "cluster-gpus.yaml"
+    gpus.write_text(yaml.safe_dump(data, sort_keys=False))
+    junit = cluster / "verify.xml"
+    broken = "e2enode2"
+    _podman("exec", broken, "systemctl", "stop", "chrony")
+    try:
+        r = _provision("verify", str(gpus), "--json", "--junit", str(junit), cwd=cluster)
+        assert r.returncode == 1, r.stdout + r.stderr
+        results = json.loads(r.stdout)["results"]
+        status = {(x["node"], x["check"]): x["status"] for x in results}
+        detail = {(x["node"], x["check"]): x["detail"] for x in results}
+        failed = [k for k, v in status.items() if v == "FAIL"]
+        assert failed == [(broken, "clock")], results
+        assert "chronyd" in detail[(broken, "clock")] or "Cannot talk" in detail[(broken, "clock")], detail
+        for node in everyone:
+            assert status[(node, "reach")] == status[(node, "hosts")] == "PASS", (node, results)
+            assert status[(node, "mtu.management")] == "SKIP"
+            assert detail[(node, "mtu.management")] == "no kernel access (podman container)"
+        gpu_checks = [k for k in status if k[0] == "e2enode1" and k[1].startswith(("gpu.", "cuda", "nccl."))]
+        assert len(gpu_checks) >= 8, gpu_checks
+        assert all(status[k] == "SKIP" for k in gpu_checks), results
+        assert detail[("e2enode1", "gpu.count")] == "no GPU device in this podman container"
+        assert not any(k[1].startswith("gpu.") for k in status if k[0] != "e2enode1")
+        assert 'name="clock"' in junit.read_text() and "<failure" in junit.read_text()
+        # --limit: only that node is asked, and a node without problems passes
+        r = _provision("verify", str(gpus), "--limit", "e2enode3", cwd=cluster)
+        assert r.returncode == 0 and "on 1 nodes" in r.stdout, r.stdout + r.stderr
+    finally:
+        _podman("exec", broken, "systemctl", "start", "chrony", check=False)
+
+
+def test_status_shows_state_and_the_live_probe(cluster: Path) -> None:
+    start = time.monotonic()
+    r = _provision("status", str(cluster / "cluster.yaml"), "--json", cwd=cluster)
+    print(f"status of 4 nodes: {time.monotonic() - start:.1f}s")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = {row["node"]: row for row in json.loads(r.stdout)}
+    assert list(rows) == ["e2ehead", "e2enode1", "e2enode2", "e2enode3"]
+    applied = _state(cluster)["nodes"]
+    assert isinstance(applied, dict)
+    for name, row in rows.items():
+        assert row["lifecycle"] == "configured" and row["last_result"] == "ok", row
+        assert row["applied_at"] == applied[name]["applied_at"]
+        assert row["reach"].startswith("up "), row
+        assert row["slurm"] == "-" and row["gpus"] == "-", row  # Slurm off, no GPUs in the manifest
+    # the manifest variant that claims GPUs: none seen (no nvidia-smi in the containers)
+    r = _provision("status", str(cluster / "cluster-gpus.yaml"), "--limit", "e2enode1", cwd=cluster)
+    assert r.returncode == 0 and "no nvidia-smi/2" in r.stdout, r.stdout + r.stderr
+
+
 class StallingMirror(threading.Thread):
     """A stand-in apt mirror/proxy on the test network that accepts, answers with headers
     (a length under apt's 10 MB limit for Release files) and then trickles one byte every
@@ -365,3 +443,34 @@ def test_changed_host_key_is_refused(cluster: Path) -> None:
                                                  "unrecognized or mismatching host key")), r.stdout
     finally:
         known.write_text(original)
+
+
+def test_remove_a_node(cluster: Path) -> None:
+    """e2enode3 deleted from the manifest, then `provision remove`: plan shows it removed,
+    the others' /etc/hosts no longer list it, the state records it removed, and nothing on
+    e2enode3 itself changed (it is never contacted)."""
+    manifest = _write(cluster, ["e2ehead", "e2enode1", "e2enode2"])
+    plan = _provision("plan", str(manifest), "--json", cwd=cluster)
+    assert plan.returncode == 0, plan.stderr
+    rows = {n["name"]: (n["status"], n["lifecycle"]) for n in json.loads(plan.stdout)["nodes"]}
+    assert rows["e2enode3"] == ("removed", "configured"), rows
+    untouched = _exec("e2enode3", "cat", "/etc/hosts")
+    start = time.monotonic()
+    r = _provision("remove", str(manifest), "e2enode3", "--yes", cwd=cluster)
+    print(f"remove of one node (apply of the other three): {time.monotonic() - start:.0f}s")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "removed: e2enode3" in r.stdout
+    for node in ("e2ehead", "e2enode1", "e2enode2"):
+        hosts = _exec(node, "cat", "/etc/hosts")
+        assert "e2enode3" not in hosts and f"{NODES['e2enode1']} e2enode1.e2e.test e2enode1" in hosts, (node, hosts)
+    assert _exec("e2enode3", "cat", "/etc/hosts") == untouched
+    nodes = _state(cluster)["nodes"]
+    assert isinstance(nodes, dict)
+    assert nodes["e2enode3"]["lifecycle"] == "removed" and nodes["e2enode3"]["fingerprints"] == {}
+    # afterwards the plan lists it as removed and has nothing to do
+    plan = _provision("plan", str(manifest), "--json", "--detailed-exitcode", cwd=cluster)
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    rows = {n["name"]: (n["status"], n["lifecycle"]) for n in json.loads(plan.stdout)["nodes"]}
+    assert rows["e2enode3"] == ("removed", "removed"), rows
+    status = _provision("status", str(manifest), "--json", "--no-probe", cwd=cluster)
+    assert {r["node"]: r["lifecycle"] for r in json.loads(status.stdout)}["e2enode3"] == "removed"

@@ -1,0 +1,48 @@
+"""`provision drain MANIFEST NODES` and `provision resume MANIFEST NODES`: Slurm on the controller."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+from provisioner.commands.common import guarded, limit, load
+from provisioner.drain import drain_node, resume_node
+from provisioner.errors import ProvisionError
+from provisioner.runner import SshTarget
+from provisioner.state import StateDir
+from provisioner.verify.remote import ssh_executor
+
+
+def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    loaded = load(err, args.manifest)
+    m = loaded.manifest
+    if not m.slurm.enabled:
+        raise ProvisionError("slurm.enabled is false in the manifest: there is no Slurm to drain or resume nodes in")
+    try:
+        nodes = limit(loaded, args.nodes) or []
+    except ProvisionError as exc:  # the selector's message, for NODES rather than --limit
+        raise ProvisionError(str(exc).replace("--limit:", "NODES:", 1)) from None
+    state = StateDir.beside(args.manifest, args.state_dir)
+    state.load_for(m.cluster.name)  # refused when it is another cluster's
+    state.ensure()  # known_hosts
+    head, ssh = m.head, m.cluster.ssh
+    execute = ssh_executor({head.name: SshTarget(head.name, str(head.ip), ssh.port, ssh.user, ssh.private_key)},
+                           state.known_hosts, grace=5)
+    failed = []
+    for node in nodes:
+        if args.command == "drain":
+            done = drain_node(head.name, node, execute, args.wait, args.reason)
+        else:
+            done = resume_node(head.name, node, execute)
+        out.print(f"{node}: {done.detail}", highlight=False, markup=False, style=None if done.ok else "red")
+        if not done.ok:
+            failed.append(node)
+    if failed:
+        err.print(f"{args.command} failed on {', '.join(failed)}", style="red", highlight=False, markup=False)
+        return 1
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    return guarded(run, args)

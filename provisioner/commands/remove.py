@@ -1,0 +1,71 @@
+"""`provision remove MANIFEST NODES`: take nodes the manifest no longer lists out of the cluster."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rich.console import Console
+
+from provisioner.apply import ApplyOptions, apply, mark_removed
+from provisioner.commands.common import guarded, load, split_selectors
+from provisioner.drain import drain_node
+from provisioner.errors import ProvisionError
+from provisioner.remove import DRAIN_REASON, removal_problems
+from provisioner.runner import SshTarget
+from provisioner.state import StateDir
+from provisioner.verify.remote import ssh_executor
+
+
+def confirm(console: Console, nodes: list[str], yes: bool) -> None:
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise ProvisionError("refusing to remove without confirmation: stdin is not a terminal; pass --yes")
+    answer = console.input(f"Remove {', '.join(nodes)} from the cluster? [y/N] ", markup=False).strip().lower()
+    if answer not in ("y", "yes"):
+        raise ProvisionError("aborted: nothing was changed")
+
+
+def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    loaded = load(err, args.manifest)
+    m = loaded.manifest
+    state = StateDir.beside(args.manifest, args.state_dir)
+    nodes = [n.strip() for n in split_selectors(args.nodes) if n.strip()]
+    if not nodes:
+        raise ProvisionError("no node given")
+    problems = removal_problems(m, state.load_for(m.cluster.name), nodes)
+    if problems:
+        raise ProvisionError("nothing was changed: " + "; ".join(problems))
+    slurm = f"drained in Slurm on {m.head.name}, then " if m.slurm.enabled else ""
+    out.print(f"remove {', '.join(nodes)}: {slurm}/etc/hosts, slurm.conf, exports and mounts render without "
+              f"{'them' if len(nodes) > 1 else 'it'} on the remaining nodes (apply); the removed nodes are not "
+              "contacted and nothing on their disks changes", highlight=False, markup=False)
+    confirm(out, nodes, args.yes)
+    if m.slurm.enabled:
+        state.ensure()  # known_hosts
+        ssh = m.cluster.ssh
+        head = m.head
+        execute = ssh_executor({head.name: SshTarget(head.name, str(head.ip), ssh.port, ssh.user, ssh.private_key)},
+                               state.known_hosts, grace=5)
+        for node in nodes:
+            drained = drain_node(head.name, node, execute, args.drain_timeout, DRAIN_REASON)
+            out.print(f"{node}: {drained.detail}", highlight=False, markup=False, style=None if drained.ok else "red")
+            if not drained.ok:
+                raise ProvisionError(f"{node} could not be drained; the cluster's files were not changed")
+    rc = apply(loaded, state, ApplyOptions(yes=True, strategy=args.strategy), out)
+    if rc != 0:
+        err.print(f"apply failed: {', '.join(nodes)} stay listed until it succeeds; fix the cause and run remove "
+                  "again", style="red", highlight=False, markup=False)
+        return rc
+    with state.lock("remove"):
+        st = state.load_for(m.cluster.name)
+        for node in nodes:
+            mark_removed(st, node)
+        state.save(st)
+    out.print(f"removed: {', '.join(nodes)}", highlight=False, markup=False)
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    return guarded(run, args)

@@ -1,0 +1,83 @@
+"""`provision status MANIFEST`: one table of nodes from the state and a quick live probe."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+from rich.console import Console
+from rich.table import Table
+
+from provisioner.commands.common import guarded, limit, load
+from provisioner.manifest.model import Manifest
+from provisioner.runner import SshTarget
+from provisioner.state import StateDir
+from provisioner.status import (
+    NODE_PROBE,
+    PROBE_TIMEOUT,
+    SLURM_PROBE,
+    NodeProbe,
+    Row,
+    parse_node_probe,
+    parse_sinfo,
+    rows,
+)
+from provisioner.verify.remote import ssh_executor
+from provisioner.verify.run import Execute
+
+MAX_PARALLEL = 32
+
+
+def table(found: list[Row], cluster: str) -> Table:
+    t = Table(title=f"status {cluster}", title_justify="left")
+    for col in ("node", "lifecycle", "last apply", "result", "reach", "slurm", "GPUs"):
+        t.add_column(col, overflow="fold")
+    for r in found:
+        reach = r.reach if r.reach.startswith("up ") or r.reach == "-" else f"[red]{r.reach}[/]"
+        t.add_row(r.node, r.lifecycle, r.applied_at, r.last_result, reach, r.slurm, r.gpus)
+    return t
+
+
+def probe(m: Manifest, names: list[str], execute: Execute) -> tuple[dict[str, NodeProbe], dict[str, str] | None, str]:
+    """The live probe, bounded per command: each node's uptime and GPUs, and sinfo on the
+    controller when Slurm is on. Returns (probes, Slurm states or None, why sinfo failed)."""
+    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(names) + 1)) as pool:
+        sinfo = pool.submit(execute, m.head.name, SLURM_PROBE, PROBE_TIMEOUT) if m.slurm.enabled else None
+        found = list(pool.map(lambda n: execute(n, NODE_PROBE, PROBE_TIMEOUT), names))
+    probes = {n: parse_node_probe(o) for n, o in zip(names, found, strict=True)}
+    if sinfo is None:
+        return probes, None, ""
+    answer = sinfo.result()
+    if answer.error or answer.rc != 0:
+        lines = [line for line in answer.stderr.splitlines() if line.strip()]
+        return probes, None, f"sinfo: {answer.error or (lines[-1] if lines else f'exit {answer.rc}')}"
+    return probes, parse_sinfo(answer.stdout), ""
+
+
+def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    loaded = load(err, args.manifest)
+    m = loaded.manifest
+    state_dir = StateDir.beside(args.manifest, args.state_dir)
+    state = state_dir.load_for(m.cluster.name)
+    names = limit(loaded, args.limit) or m.node_names()
+    probes: dict[str, NodeProbe] = {}
+    slurm: dict[str, str] | None = None
+    slurm_problem = ""
+    if not args.no_probe:
+        state_dir.ensure()  # known_hosts
+        ssh = m.cluster.ssh
+        hosts = sorted(set(names) | ({m.head.name} if m.slurm.enabled else set()))
+        targets = {n: SshTarget(n, str(m.node(n).ip), ssh.port, ssh.user, ssh.private_key) for n in hosts}
+        probes, slurm, slurm_problem = probe(m, names, ssh_executor(targets, state_dir.known_hosts, grace=5))
+    found = [r for r in rows(m, state, probes, slurm, slurm_problem)
+             if r.node in names or (args.limit is None and r.node not in m.node_names())]
+    if args.json:
+        print(json.dumps([r.to_json() for r in found], indent=2))
+    else:
+        out.print(table(found, m.cluster.name))
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    return guarded(run, args)

@@ -1,0 +1,46 @@
+"""`provision verify MANIFEST`: check the running cluster against the manifest (docs/verify.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.console import Console
+
+from provisioner.commands.common import guarded, limit, load
+from provisioner.errors import ProvisionError
+from provisioner.runner import SshTarget
+from provisioner.state import StateDir, atomic_write
+from provisioner.verify import catalog, report
+from provisioner.verify.remote import ssh_executor
+from provisioner.verify.run import verify
+
+
+def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    loaded = load(err, args.manifest)
+    m = loaded.manifest
+    state = StateDir.beside(args.manifest, args.state_dir)
+    state.load_for(m.cluster.name)  # refused when it is another cluster's
+    state.ensure()  # known_hosts: first contact is recorded as apply records it
+    names = limit(loaded, args.limit) or m.node_names()
+    checks = catalog.plan(m, names)
+    hosts = sorted(set(names) | {c.command.host for c in checks if c.command} |
+                   {c.command.setup[0] for c in checks if c.command and c.command.setup})
+    ssh = m.cluster.ssh
+    targets = {n: SshTarget(n, str(m.node(n).ip), ssh.port, ssh.user, ssh.private_key) for n in hosts}
+    execute = ssh_executor(targets, state.known_hosts)
+    results = verify(checks, names, execute, m.verify.command_timeout)
+    if args.junit is not None:
+        try:
+            atomic_write(args.junit, report.junit(results, m.cluster.name))
+        except OSError as exc:
+            raise ProvisionError(f"--junit {args.junit}: {exc.strerror or exc}") from None
+    if args.json:
+        print(json.dumps(report.to_json(results), indent=2))
+    else:
+        report.print_results(out, results, m.cluster.name)
+    return report.exit_code(results)
+
+
+def main(args: argparse.Namespace) -> int:
+    return guarded(run, args)

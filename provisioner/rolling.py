@@ -1,0 +1,111 @@
+"""`provision apply --rolling`: node-local changes on Slurm compute nodes, a batch at a time.
+
+The roll (pure; its side effects are the injected :class:`Steps`, faked in the tests):
+
+1. the batch's nodes are drained in Slurm and their jobs waited for (bounded);
+2. their node-local plays run (apply with --limit the batch; the roles reboot for a new
+   driver themselves when cluster.allow_reboot says so);
+3. a node that still wants a reboot (/var/run/reboot-required) is rebooted when
+   cluster.allow_reboot is true and waited for, else that is noted and it goes on;
+4. each node passes ``verify`` for itself;
+5. each node is resumed.
+
+A failure stops the roll: the failing node stays drained with the reason in Slurm, and the
+nodes of later batches are not touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from provisioner.drain import Drained
+
+REASON_PREFIX = "provision apply --rolling"
+
+
+@dataclass(frozen=True)
+class Steps:
+    drain: Callable[[str], Drained]  # drain and wait for the node's jobs (bounded)
+    apply: Callable[[list[str]], int]  # node-local plays with --limit these nodes: apply's exit code
+    needs_reboot: Callable[[str], bool]
+    reboot: Callable[[str], str]  # reboot and wait for SSH: "" when back, else why not
+    verify: Callable[[str], list[str]]  # the node's failed checks, in words (empty: it passed)
+    resume: Callable[[str], Drained]
+    leave_drained: Callable[[str, str], None]  # keep the node drained with this reason in Slurm
+
+
+@dataclass(frozen=True)
+class Event:
+    node: str  # "" for the whole batch
+    stage: str  # drain, apply, reboot, verify, resume
+    ok: bool
+    detail: str
+
+
+@dataclass
+class Roll:
+    events: list[Event] = field(default_factory=list)
+    done: list[str] = field(default_factory=list)  # rolled and resumed
+    failed: str = ""  # the node (or batch) that stopped the roll
+    untouched: list[str] = field(default_factory=list)  # later nodes the roll never reached
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+def batches(nodes: list[str], size: int) -> list[list[str]]:
+    if size < 1:
+        raise ValueError("a batch holds at least one node")
+    return [nodes[i:i + size] for i in range(0, len(nodes), size)]
+
+
+def roll(groups: list[list[str]], steps: Steps, allow_reboot: bool) -> Roll:
+    result = Roll()
+
+    def stop(index: int, node: str, stage: str, detail: str, drained: list[str]) -> Roll:
+        """End the roll: every drained node of this batch not yet resumed stays drained,
+        with the reason in Slurm; later batches are not touched."""
+        result.events.append(Event(node, stage, False, detail))
+        result.failed = node or ", ".join(drained)
+        for n in drained:
+            if n in result.done:
+                continue
+            where = "" if n == node or not node else f" on {node}"
+            steps.leave_drained(n, f"{REASON_PREFIX}: {stage} failed{where}: {detail}"[:200])
+        result.untouched = [n for g in groups[index + 1:] for n in g]
+        return result
+
+    for i, group in enumerate(groups):
+        drained: list[str] = []
+        for node in group:
+            d = steps.drain(node)
+            if not d.ok:
+                return stop(i, node, "drain", d.detail, [*drained, node])
+            result.events.append(Event(node, "drain", True, d.detail))
+            drained.append(node)
+        rc = steps.apply(group)
+        if rc != 0:
+            return stop(i, "", "apply", f"apply exited {rc} (see its recap)", drained)
+        result.events.append(Event("", "apply", True, f"node-local plays on {', '.join(group)}"))
+        for node in group:
+            if steps.needs_reboot(node):
+                if not allow_reboot:
+                    result.events.append(Event(node, "reboot", True,
+                                               "a reboot is pending; cluster.allow_reboot is false: not rebooted"))
+                else:
+                    why = steps.reboot(node)
+                    if why:
+                        return stop(i, node, "reboot", why, drained)
+                    result.events.append(Event(node, "reboot", True, "rebooted"))
+            failures = steps.verify(node)
+            if failures:
+                return stop(i, node, "verify", "; ".join(failures), drained)
+            result.events.append(Event(node, "verify", True, "passed"))
+            r = steps.resume(node)
+            if not r.ok:
+                return stop(i, node, "resume", r.detail, drained)
+            result.events.append(Event(node, "resume", True, r.detail))
+            result.done.append(node)
+    return result

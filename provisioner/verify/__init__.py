@@ -1,0 +1,1 @@
+"""`provision verify`: check the running cluster against the manifest (docs/verify.md)."""

@@ -1,0 +1,487 @@
+"""Which checks apply to which node, the command each runs and how its output is judged.
+
+Pure: from the manifest only (docs/verify.md lists every check). A check is listed only
+where the manifest says it applies (GPU checks on GPU nodes, a mount's checks on the nodes
+that mount it, ...). Whether it can run there is decided per node from the context probe
+(:func:`skip_reason`): kernel-bound checks in a container and GPU checks without a GPU
+device say SKIP and why; they never say PASS.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from provisioner.areas.gpu import decide as gpu
+from provisioner.areas.gpu.rolevars import docker_nodes
+from provisioner.areas.storage import decide as storage
+from provisioner.manifest.model import Manifest, Node
+from provisioner.verify import parsers
+from provisioner.verify.parsers import NodeContext, ParseError
+
+Status = Literal["PASS", "FAIL", "SKIP"]
+Needs = Literal["", "kernel", "gpu"]
+Interconnect = Literal["pcie", "nvlink", "nvswitch"]
+
+# all_reduce_perf bus bandwidth floors, GB/s, for one node's GPUs (docs/verify.md):
+# conservative against what healthy machines reach (PCIe 4.0 pairs ~20, NVLink bridges ~50+,
+# HGX A100/H100 ~230/~450), so a pass means "not broken", not "fast".
+BUSBW_FLOORS: dict[Interconnect, float] = {"pcie": 5.0, "nvlink": 20.0, "nvswitch": 150.0}
+GOOD_SLURM_STATES = frozenset({"IDLE", "MIXED", "ALLOCATED", "COMPLETING"})
+BAD_SLURM_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED", "DOWN", "NOT_RESPONDING", "FAIL", "FAILING",
+                             "INVALID", "INVALID_REG", "MAINTENANCE", "REBOOT_REQUESTED", "UNKNOWN"})
+NCCL_SMOKE_GLOB = "/usr/local/share/provision/nccl-smoke/nccl-version-*"
+ALL_REDUCE_GLOB = "/opt/nccl-tests/*/build/all_reduce_perf"
+# the generated NFS options the kernel shows in the mount table (findmnt)
+SHOWN_NFS_OPTIONS = frozenset({"vers", "proto", "port", "nconnect", "rsize", "wsize", "hard", "soft"})
+IO_MB = 64  # the short write/read on a shared mount
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: Status
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Output:
+    """What a command left: its exit status and text, or ``error`` when it did not run to
+    its end (unreachable node, timeout)."""
+
+    rc: int = 0
+    stdout: str = ""
+    stderr: str = ""
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Command:
+    host: str  # the node it runs on (the node checked, or the Slurm controller)
+    text: str  # a shell command line
+    timeout: int
+    # started in the background on another node first (the server of a pair test)
+    setup: tuple[str, str] | None = None
+
+
+Judge = Callable[[Output], Outcome]
+
+
+@dataclass(frozen=True)
+class Check:
+    node: str
+    name: str
+    command: Command | None  # None: decided without running anything (``skip`` says why)
+    judge: Judge
+    needs: Needs = ""
+    skip: str = ""  # a static SKIP: the check applies but cannot run (no peer, no image)
+
+
+def skip_reason(check: Check, ctx: NodeContext) -> str:
+    """Why ``check`` cannot run on its node ("" when it can)."""
+    if check.skip:
+        return check.skip
+    if check.needs == "kernel" and ctx.container:
+        return f"no kernel access ({ctx.container} container)"
+    if check.needs == "gpu" and ctx.container and ctx.gpu_devices == 0:
+        return f"no GPU device in this {ctx.container} container"
+    return ""
+
+
+def judged(parse: Callable[[str], object], verdict: Callable[..., Outcome]) -> Judge:
+    """A judge that parses stdout first: a failed command or unreadable output fails."""
+
+    def judge(out: Output) -> Outcome:
+        if out.error:
+            return Outcome("FAIL", out.error)
+        try:
+            value = parse(out.stdout)
+        except ParseError as exc:
+            return Outcome("FAIL", f"{exc}{_stderr_hint(out)}")
+        return verdict(value)
+
+    return judge
+
+
+def _stderr_hint(out: Output) -> str:
+    lines = [line.strip() for line in out.stderr.splitlines() if line.strip()]
+    if lines:
+        return f" ({lines[-1][:200]})"
+    return f" (exit {out.rc})" if out.rc else ""
+
+
+def _not_judged(_: Output) -> Outcome:  # a static SKIP never runs its judge
+    return Outcome("SKIP", "not run")
+
+
+# --------------------------------------------------------------------------- verdicts
+def hosts_verdict(m: Manifest) -> Callable[[parsers.HostsFile], Outcome]:
+    def verdict(hosts: parsers.HostsFile) -> Outcome:
+        wrong = []
+        for node in m.nodes:
+            want = str(node.ip)
+            for name in (node.name, f"{node.name}.{m.fqdn_suffix}"):
+                if want not in hosts.names.get(name, set()):
+                    wrong.append(name)
+        if wrong:
+            return Outcome("FAIL", f"/etc/hosts lacks {', '.join(wrong[:5])}" + (" ..." if len(wrong) > 5 else ""))
+        return Outcome("PASS", f"{len(m.nodes)} nodes")
+    return verdict
+
+
+def clock_verdict(limit_ms: float) -> Callable[[parsers.Tracking], Outcome]:
+    def verdict(t: parsers.Tracking) -> Outcome:
+        ms = t.offset_s * 1000
+        if not t.synchronised:
+            return Outcome("FAIL", f"chrony not synchronised (offset {ms:+.1f} ms)")
+        if abs(ms) > limit_ms:
+            return Outcome("FAIL", f"offset {ms:+.1f} ms, limit {limit_ms:g} ms")
+        return Outcome("PASS", f"offset {ms:+.3f} ms")
+    return verdict
+
+
+def model_matches(expected: str, reported: str) -> bool:
+    """'RTX A6000' matches 'NVIDIA RTX A6000'; 'H100' matches 'NVIDIA H100 80GB HBM3'."""
+    def words(s: str) -> list[str]:
+        return [w for w in re.split(r"[^a-z0-9]+", s.lower()) if w and w not in ("nvidia", "geforce")]
+    want, got = words(expected), words(reported)
+    return all(w in got for w in want)
+
+
+def gpu_verdicts(node: Node, branch: str) -> dict[str, Callable[[list[parsers.GpuRow]], Outcome]]:
+    hw = node.hardware.gpu
+    assert hw is not None
+
+    def count(rows: list[parsers.GpuRow]) -> Outcome:
+        if len(rows) != hw.count:
+            return Outcome("FAIL", f"{len(rows)} GPUs seen, manifest says {hw.count}")
+        return Outcome("PASS", f"{len(rows)} GPUs")
+
+    def model(rows: list[parsers.GpuRow]) -> Outcome:
+        bad = sorted({r.name for r in rows if not model_matches(hw.model, r.name)})
+        if not rows:
+            return Outcome("FAIL", "no GPU seen")
+        return Outcome("FAIL", f"{', '.join(bad)}, manifest says {hw.model}") if bad else Outcome("PASS", rows[0].name)
+
+    def driver(rows: list[parsers.GpuRow]) -> Outcome:
+        versions = sorted({r.driver for r in rows})
+        bad = [v for v in versions if v.split(".")[0] != branch]
+        if not rows:
+            return Outcome("FAIL", "no GPU seen")
+        if bad:
+            return Outcome("FAIL", f"driver {', '.join(bad)}, manifest branch {branch}")
+        return Outcome("PASS", ", ".join(versions))
+
+    def persistence(rows: list[parsers.GpuRow]) -> Outcome:
+        off = [str(r.index) for r in rows if not r.persistence]
+        if not rows:
+            return Outcome("FAIL", "no GPU seen")
+        return Outcome("FAIL", f"persistence mode off on GPU {', '.join(off)}") if off else Outcome("PASS", "on")
+
+    def ecc(rows: list[parsers.GpuRow]) -> Outcome:
+        if not rows:
+            return Outcome("FAIL", "no GPU seen")
+        with_ecc = [r for r in rows if r.ecc_uncorrected is not None]
+        if not with_ecc:
+            return Outcome("SKIP", "these GPUs have no ECC ([N/A])")
+        bad = [f"GPU {r.index}: {r.ecc_uncorrected}" for r in with_ecc if r.ecc_uncorrected]
+        return Outcome("FAIL", f"uncorrected ECC errors since boot: {'; '.join(bad)}") if bad else Outcome(
+            "PASS", "0 uncorrected")
+
+    return {"gpu.count": count, "gpu.model": model, "gpu.driver": driver, "gpu.persistence": persistence,
+            "gpu.ecc": ecc}
+
+
+def xid_verdict(found: list[tuple[str, int]]) -> Outcome:
+    if found:
+        shown = ", ".join(f"Xid {x} on {pci}" for pci, x in found[:5])
+        return Outcome("FAIL", f"{len(found)} Xid errors since boot: {shown}")
+    return Outcome("PASS", "none since boot")
+
+
+def active_verdict(unit: str) -> Judge:
+    def judge(out: Output) -> Outcome:
+        if out.error:
+            return Outcome("FAIL", out.error)
+        state = out.stdout.strip() or "unknown"
+        return Outcome("PASS", f"{unit} active") if state == "active" else Outcome("FAIL", f"{unit} {state}")
+    return judge
+
+
+def count_verdict(expected: int) -> Callable[[int], Outcome]:
+    def verdict(n: int) -> Outcome:
+        if n != expected:
+            return Outcome("FAIL", f"CUDA sees {n} devices, manifest says {expected}")
+        return Outcome("PASS", f"{n} devices")
+    return verdict
+
+
+def nccl_verdict(expected: str) -> Callable[[str], Outcome]:
+    def verdict(version: str) -> Outcome:
+        if version != expected:
+            return Outcome("FAIL", f"NCCL {version}, manifest says {expected}")
+        return Outcome("PASS", f"NCCL {version}")
+    return verdict
+
+
+def interconnect(node: Node) -> Interconnect:
+    hw = node.hardware.gpu
+    if hw is None:
+        return "pcie"
+    if gpu.has_nvswitch(hw.model, hw.count, hw.nvswitch):
+        return "nvswitch"
+    return "nvlink" if hw.nvlink else "pcie"
+
+
+def busbw_floor(m: Manifest, node: Node) -> tuple[Interconnect, float]:
+    kind = interconnect(node)
+    return kind, m.verify.busbw_floor_gbps.get(kind, BUSBW_FLOORS[kind])
+
+
+def allreduce_verdict(kind: str, floor: float) -> Callable[[parsers.AllReduce], Outcome]:
+    def verdict(r: parsers.AllReduce) -> Outcome:
+        if r.out_of_bounds:
+            return Outcome("FAIL", f"{r.out_of_bounds} wrong results")
+        if r.busbw_gbps < floor:
+            return Outcome("FAIL", f"bus bandwidth {r.busbw_gbps:g} GB/s below the {kind} floor {floor:g} GB/s")
+        return Outcome("PASS", f"{r.busbw_gbps:g} GB/s (floor {floor:g}, {kind})")
+    return verdict
+
+
+def write_bw_verdict(fraction: float) -> Callable[[parsers.WriteBw], Outcome]:
+    def verdict(w: parsers.WriteBw) -> Outcome:
+        floor = w.link_gbps * fraction
+        if w.average_gbps < floor:
+            return Outcome("FAIL", f"{w.average_gbps:g} Gb/s, below {fraction:g} of the {w.link_gbps:g} Gb/s link")
+        return Outcome("PASS", f"{w.average_gbps:g} Gb/s of {w.link_gbps:g} Gb/s")
+    return verdict
+
+
+def ping_verdict(mtu: int, peer: str) -> Callable[[parsers.Ping], Outcome]:
+    def verdict(p: parsers.Ping) -> Outcome:
+        if p.too_big:
+            return Outcome("FAIL", f"MTU {mtu} does not pass to {peer} unfragmented (a smaller MTU on the path)")
+        if p.received == 0:
+            return Outcome("FAIL", f"no answer from {peer} at MTU {mtu}")
+        return Outcome("PASS", f"MTU {mtu} to {peer}: {p.received}/{p.sent} answered")
+    return verdict
+
+
+def mount_verdict(fstypes: tuple[str, ...], options: list[str], path: str) -> Callable[[parsers.Mount | None], Outcome]:
+    def verdict(mnt: parsers.Mount | None) -> Outcome:
+        if mnt is None:
+            return Outcome("FAIL", f"{path} is not mounted")
+        if mnt.fstype not in fstypes:
+            return Outcome("FAIL", f"{path} is {mnt.fstype} from {mnt.source}, expected {'/'.join(fstypes)}")
+        missing = [o for o in options if o not in mnt.options]
+        if missing:
+            return Outcome("FAIL", f"{path} lacks {', '.join(missing)}")
+        return Outcome("PASS", f"{mnt.fstype} from {mnt.source}")
+    return verdict
+
+
+def io_verdict(path: str) -> Callable[[parsers.DdRun], Outcome]:
+    def verdict(r: parsers.DdRun) -> Outcome:
+        if not r.write_ok:
+            return Outcome("FAIL", f"cannot write {IO_MB} MiB under {path}")
+        if not r.read_ok:
+            return Outcome("FAIL", f"cannot read back {IO_MB} MiB under {path}")
+        return Outcome("PASS", f"write {r.write_rate or '?'}, read {r.read_rate or '?'}")
+    return verdict
+
+
+def pool_verdict(pool: str) -> Callable[[parsers.PoolStatus], Outcome]:
+    def verdict(s: parsers.PoolStatus) -> Outcome:
+        problems = []
+        if s.state != "ONLINE":
+            problems.append(f"state {s.state}")
+        if s.device_errors:
+            problems.append(f"{s.device_errors} device error counters not 0")
+        if s.scan_errors:
+            problems.append(f"last scan: {s.scan_errors} errors")
+        if s.data_errors:
+            problems.append("data errors")
+        if problems:
+            return Outcome("FAIL", f"{pool}: {', '.join(problems)}")
+        return Outcome("PASS", f"{pool} ONLINE" + (f"; {s.scan}" if s.scan else ""))
+    return verdict
+
+
+def slurm_verdict(expected_gres: str) -> Callable[[parsers.SlurmNode], Outcome]:
+    def verdict(n: parsers.SlurmNode) -> Outcome:
+        flags = set(n.state.split("+"))
+        base = n.state.split("+")[0]
+        bad = sorted(flags & BAD_SLURM_FLAGS)
+        if bad or base not in GOOD_SLURM_STATES:
+            why = f" ({n.reason})" if n.reason else ""
+            return Outcome("FAIL", f"state {n.state}{why}")
+        if expected_gres and expected_gres not in n.gres.split(","):
+            return Outcome("FAIL", f"Gres {n.gres}, manifest says {expected_gres}")
+        return Outcome("PASS", f"{n.state}" + (f", {n.gres}" if expected_gres else ""))
+    return verdict
+
+
+def runtime_verdict(want_nvidia: bool) -> Callable[[set[str]], Outcome]:
+    def verdict(runtimes: set[str]) -> Outcome:
+        if want_nvidia and "nvidia" not in runtimes:
+            return Outcome("FAIL", f"no nvidia runtime (runtimes: {', '.join(sorted(runtimes))})")
+        return Outcome("PASS", ", ".join(sorted(runtimes)))
+    return verdict
+
+
+def docker_run_verdict(expected: int) -> Judge:
+    def judge(out: Output) -> Outcome:
+        if out.error:
+            return Outcome("FAIL", out.error)
+        gpus = [line for line in out.stdout.splitlines() if line.startswith("GPU ")]
+        if out.rc != 0 or len(gpus) != expected:
+            return Outcome("FAIL", f"container saw {len(gpus)} GPUs, manifest says {expected}{_stderr_hint(out)}")
+        return Outcome("PASS", f"{len(gpus)} GPUs in a container")
+    return judge
+
+
+# --------------------------------------------------------------------------- commands
+DEVICE_QUERY = r"""#include <cstdio>
+#include <cuda_runtime.h>
+int main() {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) { printf("error %s\n", cudaGetErrorString(e)); return 1; }
+  printf("devices %d\n", n);
+  return 0;
+}
+"""
+
+
+def device_query_command() -> str:
+    return ('d=$(mktemp -d) && trap \'rm -rf "$d"\' EXIT && printf %s ' + shlex.quote(DEVICE_QUERY)
+            + ' > "$d/q.cu" && PATH=/usr/local/cuda/bin:$PATH nvcc -o "$d/q" "$d/q.cu" && "$d/q"')
+
+
+def first_of(glob: str) -> str:
+    """A shell line that runs the first executable matching ``glob`` (exit 127 when none)."""
+    return f'for f in {glob}; do [ -x "$f" ] && exec "$f" "$@"; done; echo "nothing matches {glob}" >&2; exit 127'
+
+
+def run_first(glob: str, args: str = "") -> str:
+    return f"sh -c {shlex.quote(first_of(glob))} sh {args}".rstrip()
+
+
+def io_command(path: str, node: str) -> str:
+    f = shlex.quote(f"{path.rstrip('/')}/.provision-verify-{node}")
+    return (f"dd if=/dev/zero of={f} bs=1M count={IO_MB} conv=fsync 2>&1; echo \"write rc=$?\"; "
+            f"dd if={f} of=/dev/null bs=1M 2>&1; echo \"read rc=$?\"; rm -f {f}")
+
+
+def _peer(m: Manifest, node: Node, net: str) -> Node | None:
+    """The next node in manifest order with an interface on ``net`` (a ring)."""
+    on = [n for n in m.nodes if net in n.interfaces]
+    if len(on) < 2 or node not in on:
+        return None
+    return on[(on.index(node) + 1) % len(on)]
+
+
+def checks_for(m: Manifest, node: Node) -> list[Check]:
+    """Every check that applies to ``node``, in table order."""
+    t = m.verify.command_timeout
+    name = node.name
+    out: list[Check] = []
+
+    def add(check: str, text: str, judge: Judge, needs: Needs = "", host: str | None = None,
+            setup: tuple[str, str] | None = None, timeout: int | None = None) -> None:
+        out.append(Check(name, check, Command(host or name, text, timeout or t, setup), judge, needs))
+
+    def static_skip(check: str, why: str) -> None:
+        out.append(Check(name, check, None, _not_judged, skip=why))
+
+    add("hosts", "cat /etc/hosts", judged(parsers.parse_hosts, hosts_verdict(m)))
+    add("clock", "chronyc -n tracking", judged(parsers.parse_chrony_tracking, clock_verdict(m.verify.clock_offset_ms)))
+
+    hw = node.hardware.gpu
+    if hw is not None:
+        query = f"nvidia-smi --query-gpu={parsers.GPU_QUERY} --format=csv,noheader,nounits"
+        for check, verdict in gpu_verdicts(node, m.software.nvidia_driver.branch).items():
+            add(check, query, judged(parsers.parse_gpu_query, verdict), "gpu")
+        add("gpu.xid", "journalctl -k -b 0 --no-pager -o cat | grep 'NVRM: Xid' | tail -n 50; true",
+            judged(parsers.parse_xid, xid_verdict), "kernel")
+        if gpu.has_nvswitch(hw.model, hw.count, hw.nvswitch):
+            add("fabricmanager", "systemctl is-active nvidia-fabricmanager", active_verdict("nvidia-fabricmanager"),
+                "gpu")
+        add("cuda", device_query_command(), judged(parsers.parse_device_query, count_verdict(hw.count)), "gpu",
+            timeout=max(t, 180))
+        version = gpu.nccl_base_version(m.software.nccl.version)
+        add("nccl.version", run_first(NCCL_SMOKE_GLOB), judged(parsers.parse_nccl_version, nccl_verdict(version)),
+            "gpu")
+        if hw.count >= 2:
+            kind, floor = busbw_floor(m, node)
+            add("nccl.all_reduce", run_first(ALL_REDUCE_GLOB, f"-b 8 -e 256M -f 2 -g {hw.count}"),
+                judged(parsers.parse_all_reduce, allreduce_verdict(kind, floor)), "gpu", timeout=max(t, 300))
+
+    for net in ("management", "data", "infiniband"):
+        network = getattr(m.networks, net)
+        if network is None or net not in node.interfaces:
+            continue
+        peer = _peer(m, node, net)
+        check = f"mtu.{net}"
+        if peer is None:
+            static_skip(check, f"no other node on the {net} network")
+            continue
+        peer_ip = str(peer.interfaces[net].ip)
+        add(check, f"ping -M do -s {network.mtu - 28} -c 3 -i 0.2 -W 2 {peer_ip} 2>&1",
+            judged(parsers.parse_ping, ping_verdict(network.mtu, peer.name)), "kernel")
+
+    ib = m.networks.infiniband
+    if ib is not None and ib.rdma and "infiniband" in node.interfaces:
+        peer = _peer(m, node, "infiniband")
+        if peer is None:
+            static_skip("rdma.write_bw", "no other node on the infiniband network")
+        else:
+            server = ("nohup timeout 30 ib_write_bw --report_gbits -D 3 >/dev/null 2>&1 </dev/null & sleep 1")
+            client = ("for r in /sys/class/infiniband/*/ports/1/rate; do echo \"rate=$(cat \"$r\")\"; break; done; "
+                      f"ib_write_bw --report_gbits -D 3 {peer.interfaces['infiniband'].ip}")
+            bw = write_bw_verdict(m.verify.ib_write_bw_fraction)
+            add("rdma.write_bw", client, judged(parsers.parse_write_bw, bw), "kernel", setup=(peer.name, server))
+
+    for mount in storage.mounts_for(m, node):
+        proto = storage.mount_proto(m, mount, node)
+        want = [o for o in storage.mount_options(mount, proto) if o.split("=")[0] in SHOWN_NFS_OPTIONS]
+        fstypes = ("nfs",) if mount.vers == "3" else ("nfs4",)
+        add(f"mount:{mount.path}", f"findmnt -J -o SOURCE,FSTYPE,OPTIONS --mountpoint {shlex.quote(mount.path)}; true",
+            judged(parsers.parse_findmnt, mount_verdict(fstypes, want, mount.path)), "kernel")
+        add(f"io:{mount.path}", io_command(mount.path, name), judged(parsers.parse_io, io_verdict(mount.path)),
+            "kernel")
+    for union in storage.unions_for(m, node):
+        add(f"mount:{union.path}", f"findmnt -J -o SOURCE,FSTYPE,OPTIONS --mountpoint {shlex.quote(union.path)}; true",
+            judged(parsers.parse_findmnt, mount_verdict(("fuse.mergerfs",), [], union.path)), "kernel")
+        add(f"io:{union.path}", io_command(union.path, name), judged(parsers.parse_io, io_verdict(union.path)),
+            "kernel")
+
+    for pool in m.zfs.pools:
+        if pool.node == name:
+            add(f"zfs:{pool.name}", f"zpool status -v {shlex.quote(pool.name)}",
+                judged(parsers.parse_zpool_status, pool_verdict(pool.name)), "kernel")
+
+    if m.slurm.enabled and node.has_role("compute"):
+        gres = f"gpu:{hw.gres_type}:{hw.count}" if hw is not None else ""
+        add("slurm.node", f"scontrol show node {shlex.quote(name)} --oneliner",
+            judged(parsers.parse_scontrol_node, slurm_verdict(gres)), host=m.head.name)
+
+    if name in docker_nodes(m):
+        want_nvidia = m.docker.nvidia_runtime and hw is not None
+        add("docker.runtime", "docker info --format '{{json .Runtimes}}'",
+            judged(parsers.parse_docker_runtimes, runtime_verdict(want_nvidia)))
+        if want_nvidia and hw is not None:
+            if m.docker.nvidia_runtime and m.verify.docker_image:
+                image = shlex.quote(m.verify.docker_image)
+                add("docker.gpu_run", f"docker run --rm --runtime nvidia -e NVIDIA_VISIBLE_DEVICES=all {image} "
+                    "nvidia-smi -L", docker_run_verdict(hw.count), "gpu", timeout=max(t, 120))
+            else:
+                static_skip("docker.gpu_run", "no verify.docker_image in the manifest (an image present on the nodes)")
+    return out
+
+
+def plan(m: Manifest, names: list[str] | None = None) -> list[Check]:
+    """The checks of ``names`` (every node when None), node by node in manifest order."""
+    return [c for node in m.nodes if names is None or node.name in names for c in checks_for(m, node)]

@@ -1,0 +1,124 @@
+"""Run the checks: a context probe per node, then each check's command, judged.
+
+The order and the failure rules are here, with the command runner passed in (``Execute``),
+so they are unit-tested with fakes; :mod:`provisioner.verify.remote` is the SSH edge.
+
+* Nodes run side by side; a node's checks run one after another, each command bounded.
+* A node that cannot be reached fails every check of its own (``reach`` says why).
+* After a command on a host timed out, the later commands for that host fail at once
+  ("not run: ... stalled") instead of waiting out their bounds one by one: a stalled node
+  fails its checks while the others finish.
+* A command shared by several checks (nvidia-smi's query) runs once per node.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from provisioner.verify import parsers
+from provisioner.verify.catalog import Check, Command, Outcome, Output, Status, skip_reason
+from provisioner.verify.parsers import NodeContext, ParseError
+
+Execute = Callable[[str, str, int], Output]  # (host, shell text, timeout seconds) -> Output
+TIMED_OUT = "timed out after"  # the start of Output.error for a command that ran past its bound
+MAX_PARALLEL = 16
+
+
+@dataclass(frozen=True)
+class Result:
+    node: str
+    check: str
+    status: Status
+    detail: str = ""
+    seconds: float = 0.0
+
+
+def context_outcome(out: Output) -> tuple[NodeContext | None, Outcome]:
+    """The ``reach`` row from the context probe, and the context (None: unreachable)."""
+    if out.error:
+        return None, Outcome("FAIL", out.error)
+    if out.rc != 0:
+        hint = (out.stderr.strip().splitlines() or [f"exit {out.rc}"])[-1]
+        return None, Outcome("FAIL", f"the context probe failed: {hint}")
+    try:
+        ctx = parsers.parse_context(out.stdout)
+    except ParseError as exc:
+        return None, Outcome("FAIL", f"the context probe: {exc}")
+    where = f"{ctx.container} container" if ctx.container else "no container"
+    return ctx, Outcome("PASS", f"{where}, {ctx.gpu_devices} GPU device files")
+
+
+class Stalls:
+    """Hosts on which a command ran past its bound (shared by the node workers)."""
+
+    def __init__(self) -> None:
+        self._hosts: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def note(self, host: str, out: Output) -> None:
+        if out.error.startswith(TIMED_OUT):
+            with self._lock:
+                self._hosts.setdefault(host, out.error)
+
+    def why(self, host: str) -> str:
+        with self._lock:
+            return self._hosts.get(host, "")
+
+
+def verify_node(node: str, checks: list[Check], execute: Execute, context_timeout: int, stalls: Stalls,
+                clock: Callable[[], float] = time.monotonic) -> list[Result]:
+    start = clock()
+    ctx, reach = context_outcome(execute(node, parsers.CONTEXT_COMMAND, context_timeout))
+    results = [Result(node, "reach", reach.status, reach.detail, clock() - start)]
+    if ctx is None:
+        return results + [Result(node, c.name, "FAIL", f"not run: {node} unreachable") for c in checks]
+    outputs: dict[tuple[str, str], Output] = {}
+    for check in checks:
+        start = clock()
+        why = skip_reason(check, ctx)
+        if why or check.command is None:
+            results.append(Result(node, check.name, "SKIP", why or "nothing to run"))
+            continue
+        out = run_command(check.command, execute, stalls, outputs)
+        outcome = check.judge(out)
+        results.append(Result(node, check.name, outcome.status, outcome.detail, clock() - start))
+    return results
+
+
+def run_command(cmd: Command, execute: Execute, stalls: Stalls, cache: dict[tuple[str, str], Output]) -> Output:
+    key = (cmd.host, cmd.text)
+    if key in cache:
+        return cache[key]
+    stalled = stalls.why(cmd.host)
+    if stalled:
+        return Output(rc=-1, error=f"not run: an earlier command on {cmd.host} {stalled}")
+    if cmd.setup is not None:
+        host, text = cmd.setup
+        if stalls.why(host):
+            return Output(rc=-1, error=f"not run: {host} {stalls.why(host)}")
+        started = execute(host, text, min(cmd.timeout, 30))
+        stalls.note(host, started)
+        if started.error or started.rc != 0:
+            return Output(rc=-1, error=f"could not start the peer side on {host}: "
+                                       f"{started.error or started.stderr.strip() or f'exit {started.rc}'}")
+    out = execute(cmd.host, cmd.text, cmd.timeout)
+    stalls.note(cmd.host, out)
+    cache[key] = out
+    return out
+
+
+def verify(checks: list[Check], nodes: list[str], execute: Execute, context_timeout: int) -> list[Result]:
+    """Every node's results, in the order of ``nodes``."""
+    by_node: dict[str, list[Check]] = {n: [] for n in nodes}
+    for c in checks:
+        by_node.setdefault(c.node, []).append(c)
+    stalls = Stalls()
+    if not by_node:
+        return []
+    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(by_node))) as pool:
+        per_node = list(pool.map(lambda n: verify_node(n, by_node[n], execute, context_timeout, stalls), by_node))
+    return [r for rs in per_node for r in rs]

@@ -1,0 +1,117 @@
+"""`provision apply --rolling`: which nodes roll, and the roll composed from apply, scontrol
+and verify (apply and the nodes replaced by fakes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from provisioner.apply import ApplyOptions
+from provisioner.cli import main
+from provisioner.commands import apply as apply_cmd
+from provisioner.manifest.load import Loaded
+from provisioner.plan import cluster_fingerprint, node_sections
+from provisioner.runner import SshTarget
+from provisioner.state import NodeState, State, StateDir
+from provisioner.validate import load_manifest
+from provisioner.verify import parsers
+from provisioner.verify.catalog import Output
+from provisioner.verify.run import Execute
+
+Capsys = pytest.CaptureFixture[str]
+TRACKING = "System time     : 0.000100000 seconds slow of NTP time\nLeap status     : Normal\n"
+HOSTS = ("10.0.0.10 head01.test.internal head01\n10.0.0.21 node01.test.internal node01\n"
+         "10.0.0.22 node02.test.internal node02\n")
+
+
+def settle(path: Path) -> None:
+    m = load_manifest(path).manifest
+    StateDir.beside(path).save(State(cluster=m.cluster.name, cluster_fingerprint=cluster_fingerprint(m), nodes={
+        n.name: NodeState(lifecycle="configured", fingerprints=node_sections(m, n)) for n in m.nodes}))
+
+
+@pytest.fixture
+def changed(write_manifest: Any, kit: Any) -> Path:
+    """A settled cluster whose compute nodes then get a node-local change (no GPUs, no docker:
+    verify needs only hosts and clock)."""
+    data = kit.base()
+    data["docker"] = {"enabled": False}
+    del data["nodes"][1]["hardware"]["gpu"]
+    data["slurm"] = {"partitions": [{"name": "batch", "nodes": ["@compute"], "default": True}]}
+    path: Path = write_manifest(data)
+    settle(path)
+    data["nodes"][1]["hardware"]["memory_gb"] = 256
+    path.write_text(kit.text(data))
+    return path
+
+
+def test_only_compute_nodes_with_node_local_changes_roll(changed: Path) -> None:
+    loaded = load_manifest(changed)
+    assert apply_cmd.rolling_nodes(loaded, StateDir.beside(changed), None, full=False) == ["node01", "node02"]
+    assert apply_cmd.rolling_nodes(loaded, StateDir.beside(changed), ["node02"], full=False) == ["node02"]
+    assert apply_cmd.rolling_nodes(loaded, StateDir.beside(changed), None, full=True) == ["node01", "node02"]
+
+
+def fakes(monkeypatch: pytest.MonkeyPatch, broken: str = "") -> list[str]:
+    """Fake apply and nodes; ``broken``: a node whose clock fails verify."""
+    log: list[str] = []
+
+    def fake_apply(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Any) -> int:
+        log.append(f"apply {','.join(opts.limit or ['all'])}")
+        return 0
+
+    def executor(targets: dict[str, SshTarget], known_hosts: Path, grace: float = 0) -> Execute:
+        def execute(host: str, text: str, timeout: int) -> Output:
+            if text.startswith("scontrol update"):
+                log.append(text.replace("scontrol update NodeName=", "scontrol "))
+            if text == parsers.CONTEXT_COMMAND:
+                return Output(stdout="container=none\ngpu_devices=0\n")
+            if text.startswith("cat /etc/hosts"):
+                return Output(stdout=HOSTS)
+            if text.startswith("chronyc"):
+                return Output(rc=1, stderr="506 Cannot talk to daemon") if host == broken else Output(stdout=TRACKING)
+            if text.startswith("test -e /var/run/reboot-required"):
+                return Output(rc=1)
+            if text.startswith("scontrol show"):
+                return Output(stdout=f"NodeName={host} State=IDLE")
+            if text.startswith("ping"):
+                return Output(stdout="3 packets transmitted, 3 received, 0% packet loss")
+            return Output()
+        return execute
+
+    monkeypatch.setattr(apply_cmd, "apply", fake_apply)
+    monkeypatch.setattr(apply_cmd, "ssh_executor", executor)
+    return log
+
+
+def test_a_roll_one_at_a_time(changed: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capsys) -> None:
+    log = fakes(monkeypatch)
+    assert main(["apply", str(changed), "--rolling", "--yes"]) == 0
+    assert log == ["apply head01",
+                   "scontrol node01 State=DRAIN Reason='provision apply --rolling'", "apply node01",
+                   "scontrol node01 State=RESUME",
+                   "scontrol node02 State=DRAIN Reason='provision apply --rolling'", "apply node02",
+                   "scontrol node02 State=RESUME"]
+    assert "rolling node01, node02 in batches of 1" in capsys.readouterr().out
+
+
+def test_a_failed_verify_stops_the_roll(changed: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capsys) -> None:
+    log = fakes(monkeypatch, broken="node01")
+    assert main(["apply", str(changed), "--rolling", "--yes", "--batch", "2"]) == 1
+    assert log[:4] == ["apply head01", "scontrol node01 State=DRAIN Reason='provision apply --rolling'",
+                       "scontrol node02 State=DRAIN Reason='provision apply --rolling'", "apply node01,node02"]
+    assert not any("RESUME" in line for line in log)
+    reasons = [line for line in log[4:] if "Reason=" in line]
+    assert any(line.startswith("scontrol node01 State=DRAIN Reason='provision apply --rolling: verify failed: "
+                               "clock:") for line in reasons), reasons
+    assert any(line.startswith("scontrol node02") and "verify failed on node01" in line for line in reasons)
+    assert "rolling stopped at node01" in capsys.readouterr().out
+
+
+def test_rolling_needs_slurm(write_manifest: Any, kit: Any, capsys: Capsys) -> None:
+    data = kit.base()
+    data["slurm"] = {"enabled": False}
+    assert main(["apply", str(write_manifest(data)), "--rolling", "--yes"]) == 1
+    assert "--rolling drains nodes in Slurm" in capsys.readouterr().err

@@ -1,0 +1,66 @@
+"""`provision drain` / `provision resume`: scontrol on the controller (a fake), exit codes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from provisioner.cli import main
+from provisioner.commands import drain as drain_cmd
+from provisioner.runner import SshTarget
+from provisioner.verify.catalog import Output
+from provisioner.verify.run import Execute
+
+Capsys = pytest.CaptureFixture[str]
+
+
+def fake(monkeypatch: pytest.MonkeyPatch, refuse: str = "") -> list[str]:
+    sent: list[str] = []
+
+    def executor(targets: dict[str, SshTarget], known_hosts: Path, grace: float = 0) -> Execute:
+        assert set(targets) == {"head01"}
+
+        def execute(host: str, text: str, timeout: int) -> Output:
+            sent.append(text)
+            if refuse and refuse in text:
+                return Output(rc=1, stderr="slurm_update error: Access/permission denied")
+            return Output(stdout="NodeName=x State=IDLE" if text.startswith("scontrol show") else "")
+        return execute
+
+    monkeypatch.setattr(drain_cmd, "ssh_executor", executor)
+    return sent
+
+
+def test_drain_and_resume(write_manifest: Any, kit: Any, monkeypatch: pytest.MonkeyPatch, capsys: Capsys) -> None:
+    path = write_manifest(kit.base())
+    sent = fake(monkeypatch)
+    assert main(["drain", str(path), "@compute", "--reason", "driver upgrade"]) == 0
+    assert "scontrol update NodeName=node01 State=DRAIN Reason='driver upgrade'" in sent
+    assert "scontrol update NodeName=node02 State=DRAIN Reason='driver upgrade'" in sent
+    assert "node01: drained, no jobs" in capsys.readouterr().out
+    sent.clear()
+    assert main(["resume", str(path), "node02"]) == 0
+    assert sent == ["scontrol update NodeName=node02 State=RESUME"]
+
+
+def test_a_refusal_fails_the_command(write_manifest: Any, kit: Any, monkeypatch: pytest.MonkeyPatch,
+                                     capsys: Capsys) -> None:
+    path = write_manifest(kit.base())
+    fake(monkeypatch, refuse="NodeName=node02")
+    assert main(["drain", str(path), "node01,node02"]) == 1
+    captured = capsys.readouterr()
+    assert "node01: drained, no jobs" in captured.out and "drain failed on node02" in captured.err
+
+
+def test_without_slurm_or_with_an_unknown_node(write_manifest: Any, kit: Any, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: Capsys) -> None:
+    sent = fake(monkeypatch)
+    data = kit.base()
+    assert main(["resume", str(write_manifest(data)), "node09"]) == 1
+    assert "NODES:" in capsys.readouterr().err
+    data["slurm"] = {"enabled": False}
+    assert main(["drain", str(write_manifest(data, "other.yaml")), "node01"]) == 1
+    assert "slurm.enabled is false" in capsys.readouterr().err
+    assert sent == []

@@ -1,0 +1,105 @@
+"""`provision remove`: refusals, drain before apply, the state records it removed (apply and
+the controller replaced by fakes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from provisioner.apply import ApplyOptions
+from provisioner.cli import main
+from provisioner.commands import remove as remove_cmd
+from provisioner.manifest.load import Loaded
+from provisioner.runner import SshTarget
+from provisioner.state import NodeState, State, StateDir
+from provisioner.verify.catalog import Output
+from provisioner.verify.run import Execute
+
+Capsys = pytest.CaptureFixture[str]
+
+
+@pytest.fixture
+def manifest(write_manifest: Any, kit: Any) -> Path:
+    """The minimal cluster, whose state still records node03 (deleted from the manifest)."""
+    path: Path = write_manifest(kit.base())
+    nodes = {n: NodeState(lifecycle="configured", fingerprints={"node": "x"}) for n in ("head01", "node01", "node02",
+                                                                                       "node03")}
+    StateDir.beside(path).save(State(cluster="testc", nodes=nodes))
+    return path
+
+
+def fakes(monkeypatch: pytest.MonkeyPatch, apply_rc: int = 0, drain_ok: bool = True) -> list[str]:
+    events: list[str] = []
+
+    def executor(targets: dict[str, SshTarget], known_hosts: Path, grace: float = 0) -> Execute:
+        assert set(targets) == {"head01"}
+
+        def execute(host: str, text: str, timeout: int) -> Output:
+            events.append(text.split(" --")[0])
+            if text.startswith("scontrol update") and not drain_ok:
+                return Output(rc=1, stderr="slurm_update error: Access/permission denied")
+            return Output(stdout="NodeName=node03 State=IDLE" if text.startswith("scontrol show") else "")
+        return execute
+
+    def fake_apply(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Any) -> int:
+        assert opts.yes and opts.limit is None and "node03" not in loaded.manifest.node_names()
+        events.append("apply")
+        return apply_rc
+
+    monkeypatch.setattr(remove_cmd, "ssh_executor", executor)
+    monkeypatch.setattr(remove_cmd, "apply", fake_apply)
+    return events
+
+
+def lifecycle(path: Path, node: str) -> str:
+    return StateDir.beside(path).load().nodes[node].lifecycle
+
+
+def test_remove_drains_applies_and_records(manifest: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capsys) -> None:
+    events = fakes(monkeypatch)
+    assert main(["remove", str(manifest), "node03", "--yes"]) == 0
+    assert events == ["scontrol show node node03", "scontrol update NodeName=node03 State=DRAIN Reason='provision "
+                      "remove'", "squeue", "apply"]
+    out = capsys.readouterr().out
+    assert "the removed nodes are not contacted" in out and "removed: node03" in out
+    state = StateDir.beside(manifest).load().nodes["node03"]
+    assert (state.lifecycle, state.fingerprints) == ("removed", {}) and state.removed_at
+    assert main(["remove", str(manifest), "node03", "--yes"]) == 1
+    assert "node03 was removed already" in capsys.readouterr().err
+
+
+def test_a_node_still_in_the_manifest_is_refused(manifest: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: Capsys) -> None:
+    events = fakes(monkeypatch)
+    assert main(["remove", str(manifest), "node02", "--yes"]) == 1
+    assert "node02 is still in the manifest: delete it there first" in capsys.readouterr().err
+    assert events == [] and lifecycle(manifest, "node02") == "configured"
+
+
+def test_a_failed_drain_changes_nothing(manifest: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capsys) -> None:
+    events = fakes(monkeypatch, drain_ok=False)
+    assert main(["remove", str(manifest), "node03", "--yes"]) == 1
+    assert "node03 could not be drained" in capsys.readouterr().err
+    assert "apply" not in events and lifecycle(manifest, "node03") == "configured"
+
+
+def test_a_failed_apply_leaves_it_listed(manifest: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capsys) -> None:
+    fakes(monkeypatch, apply_rc=1)
+    assert main(["remove", str(manifest), "node03", "--yes"]) == 1
+    assert "node03 stay listed until it succeeds" in capsys.readouterr().err
+    assert lifecycle(manifest, "node03") == "configured"
+
+
+def test_without_slurm_no_drain_and_no_terminal_no_removal(manifest: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: Capsys, kit: Any) -> None:
+    data = kit.base()
+    data["slurm"] = {"enabled": False}
+    manifest.write_text(kit.text(data))
+    events = fakes(monkeypatch)
+    monkeypatch.setattr("sys.stdin.isatty", lambda: False)
+    assert main(["remove", str(manifest), "node03"]) == 1
+    assert "pass --yes" in capsys.readouterr().err and events == []
+    assert main(["remove", str(manifest), "node03", "--yes"]) == 0
+    assert events == ["apply"]

@@ -1,0 +1,95 @@
+"""`provision verify`: exit codes, --limit, --json, --junit (the SSH edge replaced by a fake)."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from provisioner.cli import main
+from provisioner.commands import verify as verify_cmd
+from provisioner.runner import SshTarget
+from provisioner.verify import parsers
+from provisioner.verify.catalog import Output
+from provisioner.verify.run import Execute
+
+Capsys = pytest.CaptureFixture[str]
+HOSTS = ("10.0.0.10 head01.test.internal head01\n10.0.0.21 node01.test.internal node01\n"
+         "10.0.0.22 node02.test.internal node02\n")
+TRACKING = "System time     : 0.000100000 seconds slow of NTP time\nLeap status     : Normal\n"
+
+
+@pytest.fixture
+def manifest(write_manifest: Any, kit: Any) -> Path:
+    data = kit.base()
+    data["slurm"] = {"enabled": False}
+    data["docker"] = {"enabled": False}
+    path: Path = write_manifest(data)
+    return path
+
+
+def fake_cluster(monkeypatch: pytest.MonkeyPatch, broken: dict[str, Output] | None = None) -> list[str]:
+    """Every node a container without GPUs answering hosts and clock; ``broken``: per node,
+    the answer to chronyc instead. Returns the hosts commands were sent to."""
+    sent: list[str] = []
+
+    def executor(targets: dict[str, SshTarget], known_hosts: Path) -> Execute:
+        assert known_hosts.name == "known_hosts"
+
+        def execute(host: str, text: str, timeout: int) -> Output:
+            sent.append(host)
+            assert host in targets
+            if text == parsers.CONTEXT_COMMAND:
+                return Output(stdout="container=podman\ngpu_devices=0\n")
+            if text.startswith("cat /etc/hosts"):
+                return Output(stdout=HOSTS)
+            if text.startswith("chronyc"):
+                return (broken or {}).get(host, Output(stdout=TRACKING))
+            return Output(rc=127, stderr=f"{text.split()[0]}: not found")
+        return execute
+
+    monkeypatch.setattr(verify_cmd, "ssh_executor", executor)
+    return sent
+
+
+def test_all_pass_or_skip_exits_0(manifest: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capsys) -> None:
+    fake_cluster(monkeypatch)
+    code = main(["verify", str(manifest), "--limit", "head01"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    # reach, hosts, clock pass; mtu.management and mtu.data SKIP (kernel, in a container)
+    assert "verify: 3 passed, 0 failed, 2 skipped on 1 nodes" in out
+
+
+def test_a_failure_exits_1_and_json_junit(manifest: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capsys,
+                                          tmp_path: Path) -> None:
+    sent = fake_cluster(monkeypatch, {"node02": Output(rc=1, stderr="506 Cannot talk to daemon\n")})
+    junit = tmp_path / "out" / "verify.xml"
+    code = main(["verify", str(manifest), "--json", "--junit", str(junit)])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 1 and data["passed"] is False
+    clock = [r for r in data["results"] if r["node"] == "node02" and r["check"] == "clock"]
+    assert clock[0]["status"] == "FAIL" and "Cannot talk to daemon" in clock[0]["detail"]
+    gpu = [r for r in data["results"] if r["node"] == "node01" and r["check"] == "gpu.count"]
+    assert gpu[0]["status"] == "SKIP" and gpu[0]["detail"] == "no GPU device in this podman container"
+    assert set(sent) == {"head01", "node01", "node02"}
+    root = ET.parse(junit).getroot()
+    assert root.get("failures") == str(data["counts"]["FAIL"]) and root.get("tests") == str(len(data["results"]))
+
+
+def test_another_clusters_state_is_refused(manifest: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capsys) -> None:
+    fake_cluster(monkeypatch)
+    state = manifest.parent / ".provision"
+    state.mkdir()
+    (state / "state.json").write_text(json.dumps({"version": 1, "cluster": "other", "nodes": {}, "runs": []}))
+    assert main(["verify", str(manifest)]) == 1
+    assert "belongs to cluster 'other'" in capsys.readouterr().err
+
+
+def test_unknown_limit_is_an_error(manifest: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capsys) -> None:
+    fake_cluster(monkeypatch)
+    assert main(["verify", str(manifest), "--limit", "nope"]) == 1
+    assert "--limit" in capsys.readouterr().err

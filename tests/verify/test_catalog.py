@@ -1,0 +1,222 @@
+"""provisioner.verify.catalog: which checks apply where, when they SKIP, how output is judged."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from provisioner.verify import catalog
+from provisioner.verify.catalog import Check, Output
+from provisioner.verify.parsers import NodeContext
+
+
+def names(checks: list[Check], node: str) -> list[str]:
+    return [c.name for c in checks if c.node == node]
+
+
+def by_name(checks: list[Check], node: str, name: str) -> Check:
+    (found,) = [c for c in checks if c.node == node and c.name == name]
+    return found
+
+
+def test_checks_follow_the_manifest(kit: Any) -> None:
+    m = kit.load(kit.base(storage=True)).manifest
+    checks = catalog.plan(m)
+    head = names(checks, "head01")
+    assert head == ["hosts", "clock", "mtu.management", "mtu.data", "zfs:tank"]
+    node1 = names(checks, "node01")
+    for expected in ("gpu.count", "gpu.model", "gpu.driver", "gpu.persistence", "gpu.ecc", "gpu.xid", "cuda",
+                     "nccl.version", "nccl.all_reduce", "mtu.data", "mount:/data", "io:/data", "mount:/union",
+                     "io:/union", "slurm.node", "docker.runtime", "docker.gpu_run"):
+        assert expected in node1, expected
+    assert "fabricmanager" not in node1  # no NVSwitch
+    assert "mount:/union" not in names(checks, "node02")  # the union is on node01 only
+    assert "rdma.write_bw" not in node1  # no InfiniBand network
+    # Slurm's view of a node is asked on the controller
+    assert by_name(checks, "node01", "slurm.node").command.host == "head01"  # type: ignore[union-attr]
+    # a limit keeps only those nodes
+    assert {c.node for c in catalog.plan(m, ["node02"])} == {"node02"}
+
+
+def test_no_gpu_no_slurm_no_docker_no_such_checks(kit: Any) -> None:
+    data = kit.base()
+    data["slurm"] = {"enabled": False}
+    data["docker"] = {"enabled": False}
+    del data["nodes"][1]["hardware"]["gpu"]
+    m = kit.load(data).manifest
+    node = names(catalog.plan(m), "node01")
+    assert node == ["hosts", "clock", "mtu.management", "mtu.data"]
+
+
+def test_nvswitch_floor_and_fabric_manager(kit: Any) -> None:
+    data = kit.base()
+    data["nodes"][1]["hardware"]["gpu"] = {"model": "H100 SXM5", "count": 8, "nvswitch": True}
+    data["verify"] = {"busbw_floor_gbps": {"nvswitch": 300}}
+    m = kit.load(data).manifest
+    checks = catalog.plan(m)
+    assert "fabricmanager" in names(checks, "node01")
+    assert catalog.busbw_floor(m, m.node("node01")) == ("nvswitch", 300.0)
+    assert catalog.busbw_floor(kit.load(kit.base()).manifest, m.node("node01")) == ("nvswitch", 150.0)
+    allreduce = by_name(checks, "node01", "nccl.all_reduce")
+    assert "-g 8" in allreduce.command.text  # type: ignore[union-attr]
+    slow = "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 212.5\n"
+    assert allreduce.judge(Output(stdout=slow)).status == "FAIL"
+    fast = "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 402.1\n"
+    assert allreduce.judge(Output(stdout=fast)).status == "PASS"
+
+
+def test_a_ring_of_peers_and_a_lonely_node(kit: Any) -> None:
+    data = kit.base()
+    data["networks"]["infiniband"] = {"cidr": "10.0.3.0/24"}
+    data["nodes"][1]["interfaces"]["infiniband"] = {"ip": "10.0.3.21", "interface": "ib0"}
+    m = kit.load(data).manifest
+    checks = catalog.plan(m)
+    bw = by_name(checks, "node01", "rdma.write_bw")
+    assert bw.skip == "" and bw.command is not None and bw.command.setup is not None
+    assert bw.command.setup[0] == "node02" and "10.0.3.22" in bw.command.text
+    ping = by_name(checks, "node02", "mtu.infiniband")
+    assert "-s 2016" in ping.command.text and "10.0.3.21" in ping.command.text  # type: ignore[union-attr]
+    # head01 has no InfiniBand interface: no such checks there
+    assert "rdma.write_bw" not in names(checks, "head01")
+    # one node alone on the fabric: the pair test applies but has no peer
+    del data["nodes"][1]["interfaces"]["infiniband"]
+    data["nodes"][0]["interfaces"]["infiniband"] = {"ip": "10.0.3.10", "interface": "ib0"}
+    lonely = catalog.plan(kit.load(data).manifest)
+    assert by_name(lonely, "head01", "rdma.write_bw").skip == "no other node on the infiniband network"
+    assert by_name(lonely, "head01", "mtu.infiniband").skip == "no other node on the infiniband network"
+
+
+@pytest.mark.parametrize(("needs", "ctx", "why"), [
+    ("kernel", NodeContext("podman", 0), "no kernel access (podman container)"),
+    ("kernel", NodeContext("", 0), ""),
+    ("gpu", NodeContext("podman", 0), "no GPU device in this podman container"),
+    ("gpu", NodeContext("podman", 2), ""),  # devices handed to the container: it runs
+    ("gpu", NodeContext("", 0), ""),  # bare metal without devices: runs and fails, never skips
+    ("", NodeContext("docker", 0), ""),
+])
+def test_skip_reason(needs: catalog.Needs, ctx: NodeContext, why: str) -> None:
+    check = Check("n", "c", catalog.Command("n", "true", 5), catalog._not_judged, needs)
+    assert catalog.skip_reason(check, ctx) == why
+
+
+def test_gpu_verdicts(kit: Any) -> None:
+    m = kit.load(kit.base()).manifest
+    checks = catalog.plan(m)
+
+    def judge(name: str, stdout: str, rc: int = 0) -> tuple[str, str]:
+        o = by_name(checks, "node01", name).judge(Output(rc=rc, stdout=stdout))
+        return o.status, o.detail
+
+    good = "0, NVIDIA RTX A6000, 580.65.06, Enabled, 0\n1, NVIDIA RTX A6000, 580.65.06, Enabled, 0\n"
+    for name in ("gpu.count", "gpu.model", "gpu.driver", "gpu.persistence", "gpu.ecc"):
+        assert judge(name, good)[0] == "PASS", name
+    one = "0, NVIDIA RTX A6000, 550.127.05, Disabled, 3\n"
+    assert judge("gpu.count", one) == ("FAIL", "1 GPUs seen, manifest says 2")
+    assert judge("gpu.driver", one) == ("FAIL", "driver 550.127.05, manifest branch 580")
+    assert judge("gpu.persistence", one) == ("FAIL", "persistence mode off on GPU 0")
+    assert judge("gpu.ecc", one) == ("FAIL", "uncorrected ECC errors since boot: GPU 0: 3")
+    assert judge("gpu.model", "0, NVIDIA GeForce RTX 3090, 580.65.06, Enabled, [N/A]\n")[0] == "FAIL"
+    assert judge("gpu.ecc", "0, NVIDIA RTX A6000, 580.65.06, Enabled, [N/A]\n")[0] == "SKIP"
+    # no driver: nvidia-smi's complaint is no PASS
+    status, detail = judge("gpu.count", "NVIDIA-SMI has failed because it couldn't communicate with the driver\n", 9)
+    assert status == "FAIL" and "5 comma-separated" in detail
+    assert judge("gpu.xid", "NVRM: Xid (PCI:0000:4f:00): 79, pid=1, GPU has fallen off the bus.\n") == (
+        "FAIL", "1 Xid errors since boot: Xid 79 on 0000:4f:00")
+    assert judge("gpu.xid", "") == ("PASS", "none since boot")
+    assert judge("cuda", "devices 2\n")[0] == "PASS"
+    assert judge("cuda", "error no CUDA-capable device is detected\n", 1)[0] == "FAIL"
+    assert judge("nccl.version", "NCCL 2.21.5 (code 22105)\n")[0] == "PASS"
+    assert judge("nccl.version", "NCCL 2.18.3 (code 21803)\n") == ("FAIL", "NCCL 2.18.3, manifest says 2.21.5")
+
+
+def test_an_error_is_never_a_pass(kit: Any) -> None:
+    m = kit.load(kit.base(storage=True)).manifest
+    for check in catalog.plan(m):
+        if check.command is not None:
+            out = check.judge(Output(rc=-1, error="timed out after 75 s (no answer from x)"))
+            assert out.status == "FAIL" and "timed out" in out.detail, check.name
+
+
+def test_storage_slurm_clock_hosts_verdicts(kit: Any) -> None:
+    m = kit.load(kit.base(storage=True)).manifest
+    checks = catalog.plan(m)
+    mount = by_name(checks, "node01", "mount:/data")
+    good = ('{"filesystems": [{"source": "10.0.2.10:/tank/data", "fstype": "nfs4", "options": '
+            '"rw,relatime,vers=4.2,rsize=1048576,wsize=1048576,hard,proto=tcp,nconnect=8,port=0"}]}')
+    assert mount.judge(Output(stdout=good)).status == "PASS"
+    soft = good.replace(",hard,", ",soft,").replace("nconnect=8", "nconnect=1")
+    assert mount.judge(Output(stdout=soft)).detail == "/data lacks nconnect=8, hard"
+    assert mount.judge(Output(stdout="")).detail == "/data is not mounted"
+    local = good.replace('"nfs4"', '"ext4"')
+    assert mount.judge(Output(stdout=local)).status == "FAIL"
+    union = by_name(checks, "node01", "mount:/union")
+    assert union.judge(Output(stdout='{"filesystems": [{"source": "data:scratch", "fstype": "fuse.mergerfs", '
+                                     '"options": "rw,relatime"}]}')).status == "PASS"
+    pool = by_name(checks, "head01", "zfs:tank")
+    assert pool.judge(Output(stdout="  pool: tank\n state: ONLINE\nerrors: No known data errors\n")).status == "PASS"
+    assert pool.judge(Output(stdout="  pool: tank\n state: FAULTED\nerrors: No known data errors\n")).detail == (
+        "tank: state FAULTED")
+    slurm = by_name(checks, "node01", "slurm.node")
+    assert slurm.judge(Output(stdout="NodeName=node01 Gres=gpu:rtx_a6000:2 State=MIXED Partitions=batch")).status == (
+        "PASS")
+    assert slurm.judge(Output(stdout="NodeName=node01 Gres=gpu:rtx_a6000:1 State=IDLE")).detail == (
+        "Gres gpu:rtx_a6000:1, manifest says gpu:rtx_a6000:2")
+    drained = "NodeName=node01 Gres=gpu:rtx_a6000:2 State=IDLE+DRAIN Reason=bad gpu"
+    assert slurm.judge(Output(stdout=drained)).detail == "state IDLE+DRAIN (bad gpu)"
+    down = "NodeName=node01 Gres=gpu:rtx_a6000:2 State=DOWN+NOT_RESPONDING"
+    assert slurm.judge(Output(stdout=down)).status == "FAIL"
+    clock = by_name(checks, "node01", "clock")
+    near = "System time     : 0.000200000 seconds fast of NTP time\nLeap status     : Normal\n"
+    assert clock.judge(Output(stdout=near)) == catalog.Outcome("PASS", "offset +0.200 ms")
+    far = near.replace("0.000200000", "0.500000000")
+    assert clock.judge(Output(stdout=far)).detail == "offset +500.0 ms, limit 100 ms"
+    no_daemon = clock.judge(Output(rc=1, stderr="506 Cannot talk to daemon\n"))
+    assert no_daemon.detail.endswith("(506 Cannot talk to daemon)")
+    hosts = by_name(checks, "node01", "hosts")
+    full = "10.0.0.10 head01.test.internal head01\n10.0.0.21 node01.test.internal node01\n" \
+           "10.0.0.22 node02.test.internal node02\n"
+    assert hosts.judge(Output(stdout=full)) == catalog.Outcome("PASS", "3 nodes")
+    assert hosts.judge(Output(stdout=full.replace("10.0.0.22", "10.0.0.99"))).detail == (
+        "/etc/hosts lacks node02, node02.test.internal")
+    docker = by_name(checks, "node01", "docker.runtime")
+    assert docker.judge(Output(stdout='{"runc":{}}')).status == "FAIL"
+    assert docker.judge(Output(stdout='{"runc":{},"nvidia":{}}')).status == "PASS"
+    assert by_name(checks, "node01", "docker.gpu_run").skip.startswith("no verify.docker_image")
+
+
+def test_docker_run_with_an_image(kit: Any) -> None:
+    data = kit.base()
+    data["verify"] = {"docker_image": "cuda:12.6-base"}
+    check = by_name(catalog.plan(kit.load(data).manifest), "node01", "docker.gpu_run")
+    assert check.skip == "" and "cuda:12.6-base nvidia-smi -L" in check.command.text  # type: ignore[union-attr]
+    assert check.judge(Output(stdout="GPU 0: NVIDIA RTX A6000 (UUID: x)\nGPU 1: NVIDIA RTX A6000 (UUID: y)\n")).status \
+        == "PASS"
+    assert check.judge(Output(rc=125, stderr="docker: Error response from daemon: unknown runtime\n")).status == "FAIL"
+
+
+def test_model_names_match_loosely() -> None:
+    assert catalog.model_matches("RTX A6000", "NVIDIA RTX A6000")
+    assert catalog.model_matches("GeForce RTX 3090", "NVIDIA GeForce RTX 3090")
+    assert catalog.model_matches("H100", "NVIDIA H100 80GB HBM3")
+    assert not catalog.model_matches("A100", "NVIDIA H100 80GB HBM3")
+    assert not catalog.model_matches("RTX A6000", "NVIDIA RTX A5000")
+
+
+def test_write_bw_and_ping_verdicts() -> None:
+    bw = catalog.write_bw_verdict(0.75)
+    from_rate = catalog.parsers.WriteBw
+    assert bw(from_rate(100, 96.4)).status == "PASS"
+    assert bw(from_rate(100, 60.0)).detail == "60 Gb/s, below 0.75 of the 100 Gb/s link"
+    ping = catalog.ping_verdict(9000, "node02")
+    assert ping(catalog.parsers.Ping(3, 0, True)).status == "FAIL"
+    assert ping(catalog.parsers.Ping(3, 0, False)).detail == "no answer from node02 at MTU 9000"
+    assert ping(catalog.parsers.Ping(3, 3, False)).status == "PASS"
+
+
+def test_io_verdict(kit: Any) -> None:
+    m = kit.load(kit.base(storage=True)).manifest
+    io = by_name(catalog.plan(m), "node01", "io:/data")
+    assert ".provision-verify-node01" in io.command.text  # type: ignore[union-attr]
+    assert io.judge(Output(stdout="write rc=1\nread rc=1\n")).detail == "cannot write 64 MiB under /data"
+    assert io.judge(Output(stdout="write rc=0\nread rc=1\n")).detail == "cannot read back 64 MiB under /data"
