@@ -137,7 +137,7 @@ def test_node_vars_per_role(kit: Any) -> None:
 
 def test_login_node_is_a_client(kit: Any) -> None:
     data = kit.base()
-    data["nodes"].append({"name": "login01", "roles": ["login"],
+    data["nodes"].append({"name": "login01", "roles": ["login"], "os": "ubuntu-24.04",
                           "interfaces": {"management": {"ip": "10.0.0.50"}},
                           "hardware": {"cpu": {"cores_per_socket": 4}, "memory_gb": 16}})
     m = kit.load(data).manifest
