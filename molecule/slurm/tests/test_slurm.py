@@ -208,6 +208,39 @@ def test_sbatch_on_new_node_writes_output_and_is_accounted(host: Any) -> None:
     assert in_db.split() == [job, "slurm-gpu03"]
 
 
+# --- PMIx and MailProg (no start-up errors) ---------------------------------------------
+
+# What slurmctld/slurmd logged without PMIx's library and without a mail program:
+# "error: Configured MailProg is invalid", "error: mpi/pmix_v4: init: ... can not load
+# PMIx library", "error: Couldn't load specified plugin name for mpi/pmix_v4".
+STARTUP_ERROR = re.compile(r"error.*(MailProg|mpi/|pmix)", re.IGNORECASE)
+
+
+@pytest.mark.parametrize(("name", "log"), [("slurm-head", "slurmctld"), *((n, "slurmd") for n in COMPUTE)])
+def test_no_mailprog_or_pmix_errors_in_the_daemon_logs(name: str, log: str) -> None:
+    text = node(name).file(f"/var/log/slurm/{log}.log").content_string
+    assert text.strip(), f"{name}: {log}.log is empty"
+    assert [line for line in text.splitlines() if STARTUP_ERROR.search(line)] == []
+
+
+def test_mpi_default_pmix_and_mailprog(host: Any) -> None:
+    config = host.check_output("scontrol show config")
+    assert re.search(r"^MpiDefault\s+= pmix$", config, re.MULTILINE), config
+    assert re.search(r"^MailProg\s+= /bin/true$", config, re.MULTILINE), config
+    assert "pmix" in host.check_output("srun --mpi=list 2>&1")
+
+
+def test_srun_pmix_across_two_nodes(host: Any) -> None:
+    # the mpi/pmix plugin's server in slurmstepd gives every task its PMIx rank and URI
+    out = host.check_output(
+        "srun --time=2 --mpi=pmix -N2 -n2 -w slurm-gpu02,slurm-gpu03 -l "
+        "sh -c 'echo $(hostname) rank=$PMIX_RANK uri=${PMIX_SERVER_URI41:-$PMIX_SERVER_URI4}'"
+    )
+    rows = sorted(line.split(": ", 1)[1].split() for line in out.splitlines() if ": " in line)
+    assert [r[:2] for r in rows] == [["slurm-gpu02", "rank=0"], ["slurm-gpu03", "rank=1"]], out
+    assert all(len(r) == 3 and len(r[2]) > len("uri=") for r in rows), out
+
+
 # --- node add ----------------------------------------------------------------------------
 
 
@@ -232,3 +265,4 @@ def test_new_node_joined_the_cluster(host: Any) -> None:
     info = host.check_output("scontrol show node slurm-gpu03")
     assert f"Gres={GRES}" in info and "RealMemory=3072" in info
     assert "State=IDLE" in info or "State=MIXED" in info or "State=ALLOCATED" in info
+
