@@ -266,3 +266,49 @@ def test_new_node_joined_the_cluster(host: Any) -> None:
     assert f"Gres={GRES}" in info and "RealMemory=3072" in info
     assert "State=IDLE" in info or "State=MIXED" in info or "State=ALLOCATED" in info
 
+
+# --- health check (last: it drains slurm-gpu02 for a while) ------------------------------
+
+
+def node_state(host: Any, name: str) -> tuple[str, str]:
+    state, _, reason = host.check_output(f"sinfo -h -N -n {name} -o '%T|%E'").splitlines()[0].partition("|")
+    return state.strip(), "" if reason.strip() == "none" else reason.strip()
+
+
+def test_health_check_configured(host: Any) -> None:
+    config = host.check_output("scontrol show config")
+    assert re.search(r"^HealthCheckProgram\s+= /usr/local/sbin/provision-slurm-healthcheck$", config, re.MULTILINE)
+    assert re.search(r"^HealthCheckInterval\s+= 10 sec$", config, re.MULTILINE), config
+    n = node("slurm-gpu02")
+    program = n.file("/usr/local/sbin/provision-slurm-healthcheck")
+    assert program.user == "root" and program.mode == 0o755
+    expected = json.loads(n.file("/etc/slurm/provision-healthcheck.json").content_string)
+    assert expected["node"] == "slurm-gpu02" and expected["gpu_count"] == 2 and expected["mounts"] == []
+    out = n.check_output("provision-slurm-healthcheck --dry-run")
+    assert out == ("slurm-gpu02: healthy; XID: skipped (no NVIDIA driver loaded); none (all checks pass)"), out
+
+
+def test_health_check_leaves_an_operators_drain_alone(host: Any) -> None:
+    host.check_output("scontrol update nodename=slurm-gpu03 state=drain reason=maintenance")
+    try:
+        out = node("slurm-gpu03").check_output("provision-slurm-healthcheck")
+        assert out.endswith("no change (all checks pass)"), out
+        assert node_state(host, "slurm-gpu03") == ("drained", "maintenance")
+    finally:
+        host.check_output("scontrol update nodename=slurm-gpu03 state=resume")
+
+
+def test_health_check_drains_a_node_that_lost_a_gpu_and_resumes_it(host: Any) -> None:
+    n = node("slurm-gpu02")
+    assert node_state(host, "slurm-gpu02")[0] == "idle"
+    n.check_output("rm /dev/nvidia1")
+    try:
+        # slurmd runs the check every 10 s (HealthCheckInterval of the scenario)
+        state = wait_for("slurmd's health check to drain slurm-gpu02",
+                         lambda: (s := node_state(host, "slurm-gpu02"))[0].startswith("drain") and s,
+                         timeout=60, step=2)
+        assert state[1] == "healthcheck: 1 of 2 GPUs (/dev/nvidia1 missing)", state
+    finally:
+        n.check_output("test -e /dev/nvidia1 || mknod -m 0666 /dev/nvidia1 c 195 1")
+    wait_for("the health check to resume slurm-gpu02",
+             lambda: node_state(host, "slurm-gpu02") == ("idle", ""), timeout=60, step=2)

@@ -22,7 +22,7 @@ from typing import Any
 
 from provisioner.manifest.load import Loaded
 from provisioner.manifest.model import Manifest, Node
-from provisioner.manifest.select import SelectorError, select_nodes
+from provisioner.manifest.select import SelectorError, select_nodes, selects
 from provisioner.state import StateDir
 
 MUNGE_KEY_BYTES = 1024
@@ -157,6 +157,14 @@ def gpu_files(count: int) -> str:
     if count < 1:
         raise ValueError("a GPU count is at least 1")
     return "/dev/nvidia0" if count == 1 else f"/dev/nvidia[0-{count - 1}]"
+
+
+def shared_mounts(m: Manifest, node: Node) -> list[str]:
+    """Mount points the node must have (its NFS mounts and MergerFS unions, from the
+    manifest): the health check drains a node that lacks one."""
+    paths = [mnt.path for mnt in m.nfs.mounts if selects(m, mnt.nodes, node.name)]
+    paths += [union.path for union in m.mergerfs if selects(m, union.nodes, node.name)]
+    return sorted(set(paths))
 
 
 def gres_string(node: Node) -> str:
