@@ -267,6 +267,31 @@ def test_new_node_joined_the_cluster(host: Any) -> None:
     assert "State=IDLE" in info or "State=MIXED" in info or "State=ALLOCATED" in info
 
 
+# --- prolog and epilog ------------------------------------------------------------------
+
+
+def test_prolog_and_epilog_run_the_gpu_job_map_scripts(host: Any) -> None:
+    n = node("slurm-gpu02")
+    config = host.check_output("scontrol show config")
+    assert re.search(r"^Prolog\s+= /usr/local/sbin/provision-slurm-prolog$", config, re.MULTILINE), config
+    assert re.search(r"^Epilog\s+= /usr/local/sbin/provision-slurm-epilog$", config, re.MULTILINE), config
+    for kind in ("prolog", "epilog"):
+        runner = n.file(f"/usr/local/sbin/provision-slurm-{kind}")
+        assert runner.user == "root" and runner.mode == 0o755
+        script = n.file(f"/etc/slurm/{kind}.d/50-provision-gpu-job-map.sh")
+        assert script.user == "root" and script.mode == 0o755
+    # the prolog wrote the job's id into the file of the GPU it got, before the job ran
+    out = host.check_output(
+        "srun --time=2 -w slurm-gpu02 --gres=gpu:1 sh -c "
+        "'echo $SLURM_JOB_ID; grep -lx \"$SLURM_JOB_ID\" /run/provision/gpu-jobs/*'"
+    )
+    job, path = out.split()
+    assert re.fullmatch(r"/run/provision/gpu-jobs/[01]", path), out
+    # and the epilog took it out again
+    wait_for("the epilog to forget the job",
+             lambda: job not in n.run("cat /run/provision/gpu-jobs/* 2>/dev/null").stdout.split(),
+             timeout=30, step=1)
+
 # --- health check (last: it drains slurm-gpu02 for a while) ------------------------------
 
 
