@@ -208,6 +208,39 @@ def test_sbatch_on_new_node_writes_output_and_is_accounted(host: Any) -> None:
     assert in_db.split() == [job, "slurm-gpu03"]
 
 
+# --- PMIx and MailProg (no start-up errors) ---------------------------------------------
+
+# What slurmctld/slurmd logged without PMIx's library and without a mail program:
+# "error: Configured MailProg is invalid", "error: mpi/pmix_v4: init: ... can not load
+# PMIx library", "error: Couldn't load specified plugin name for mpi/pmix_v4".
+STARTUP_ERROR = re.compile(r"error.*(MailProg|mpi/|pmix)", re.IGNORECASE)
+
+
+@pytest.mark.parametrize(("name", "log"), [("slurm-head", "slurmctld"), *((n, "slurmd") for n in COMPUTE)])
+def test_no_mailprog_or_pmix_errors_in_the_daemon_logs(name: str, log: str) -> None:
+    text = node(name).file(f"/var/log/slurm/{log}.log").content_string
+    assert text.strip(), f"{name}: {log}.log is empty"
+    assert [line for line in text.splitlines() if STARTUP_ERROR.search(line)] == []
+
+
+def test_mpi_default_pmix_and_mailprog(host: Any) -> None:
+    config = host.check_output("scontrol show config")
+    assert re.search(r"^MpiDefault\s+= pmix$", config, re.MULTILINE), config
+    assert re.search(r"^MailProg\s+= /bin/true$", config, re.MULTILINE), config
+    assert "pmix" in host.check_output("srun --mpi=list 2>&1")
+
+
+def test_srun_pmix_across_two_nodes(host: Any) -> None:
+    # the mpi/pmix plugin's server in slurmstepd gives every task its PMIx rank and URI
+    out = host.check_output(
+        "srun --time=2 --mpi=pmix -N2 -n2 -w slurm-gpu02,slurm-gpu03 -l "
+        "sh -c 'echo $(hostname) rank=$PMIX_RANK uri=${PMIX_SERVER_URI41:-$PMIX_SERVER_URI4}'"
+    )
+    rows = sorted(line.split(": ", 1)[1].split() for line in out.splitlines() if ": " in line)
+    assert [r[:2] for r in rows] == [["slurm-gpu02", "rank=0"], ["slurm-gpu03", "rank=1"]], out
+    assert all(len(r) == 3 and len(r[2]) > len("uri=") for r in rows), out
+
+
 # --- node add ----------------------------------------------------------------------------
 
 
@@ -232,3 +265,75 @@ def test_new_node_joined_the_cluster(host: Any) -> None:
     info = host.check_output("scontrol show node slurm-gpu03")
     assert f"Gres={GRES}" in info and "RealMemory=3072" in info
     assert "State=IDLE" in info or "State=MIXED" in info or "State=ALLOCATED" in info
+
+
+# --- prolog and epilog ------------------------------------------------------------------
+
+
+def test_prolog_and_epilog_run_the_gpu_job_map_scripts(host: Any) -> None:
+    n = node("slurm-gpu02")
+    config = host.check_output("scontrol show config")
+    assert re.search(r"^Prolog\s+= /usr/local/sbin/provision-slurm-prolog$", config, re.MULTILINE), config
+    assert re.search(r"^Epilog\s+= /usr/local/sbin/provision-slurm-epilog$", config, re.MULTILINE), config
+    for kind in ("prolog", "epilog"):
+        runner = n.file(f"/usr/local/sbin/provision-slurm-{kind}")
+        assert runner.user == "root" and runner.mode == 0o755
+        script = n.file(f"/etc/slurm/{kind}.d/50-provision-gpu-job-map.sh")
+        assert script.user == "root" and script.mode == 0o755
+    # the prolog wrote the job's id into the file of the GPU it got, before the job ran
+    out = host.check_output(
+        "srun --time=2 -w slurm-gpu02 --gres=gpu:1 sh -c "
+        "'echo $SLURM_JOB_ID; grep -lx \"$SLURM_JOB_ID\" /run/provision/gpu-jobs/*'"
+    )
+    job, path = out.split()
+    assert re.fullmatch(r"/run/provision/gpu-jobs/[01]", path), out
+    # and the epilog took it out again
+    wait_for("the epilog to forget the job",
+             lambda: job not in n.run("cat /run/provision/gpu-jobs/* 2>/dev/null").stdout.split(),
+             timeout=30, step=1)
+
+# --- health check (last: it drains slurm-gpu02 for a while) ------------------------------
+
+
+def node_state(host: Any, name: str) -> tuple[str, str]:
+    state, _, reason = host.check_output(f"sinfo -h -N -n {name} -o '%T|%E'").splitlines()[0].partition("|")
+    return state.strip(), "" if reason.strip() == "none" else reason.strip()
+
+
+def test_health_check_configured(host: Any) -> None:
+    config = host.check_output("scontrol show config")
+    assert re.search(r"^HealthCheckProgram\s+= /usr/local/sbin/provision-slurm-healthcheck$", config, re.MULTILINE)
+    assert re.search(r"^HealthCheckInterval\s+= 10 sec$", config, re.MULTILINE), config
+    n = node("slurm-gpu02")
+    program = n.file("/usr/local/sbin/provision-slurm-healthcheck")
+    assert program.user == "root" and program.mode == 0o755
+    expected = json.loads(n.file("/etc/slurm/provision-healthcheck.json").content_string)
+    assert expected["node"] == "slurm-gpu02" and expected["gpu_count"] == 2 and expected["mounts"] == []
+    out = n.check_output("provision-slurm-healthcheck --dry-run")
+    assert out == ("slurm-gpu02: healthy; XID: skipped (no NVIDIA driver loaded); none (all checks pass)"), out
+
+
+def test_health_check_leaves_an_operators_drain_alone(host: Any) -> None:
+    host.check_output("scontrol update nodename=slurm-gpu03 state=drain reason=maintenance")
+    try:
+        out = node("slurm-gpu03").check_output("provision-slurm-healthcheck")
+        assert out.endswith("no change (all checks pass)"), out
+        assert node_state(host, "slurm-gpu03") == ("drained", "maintenance")
+    finally:
+        host.check_output("scontrol update nodename=slurm-gpu03 state=resume")
+
+
+def test_health_check_drains_a_node_that_lost_a_gpu_and_resumes_it(host: Any) -> None:
+    n = node("slurm-gpu02")
+    assert node_state(host, "slurm-gpu02")[0] == "idle"
+    n.check_output("rm /dev/nvidia1")
+    try:
+        # slurmd runs the check every 10 s (HealthCheckInterval of the scenario)
+        state = wait_for("slurmd's health check to drain slurm-gpu02",
+                         lambda: (s := node_state(host, "slurm-gpu02"))[0].startswith("drain") and s,
+                         timeout=60, step=2)
+        assert state[1] == "healthcheck: 1 of 2 GPUs (/dev/nvidia1 missing)", state
+    finally:
+        n.check_output("test -e /dev/nvidia1 || mknod -m 0666 /dev/nvidia1 c 195 1")
+    wait_for("the health check to resume slurm-gpu02",
+             lambda: node_state(host, "slurm-gpu02") == ("idle", ""), timeout=60, step=2)

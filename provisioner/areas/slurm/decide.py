@@ -22,7 +22,7 @@ from typing import Any
 
 from provisioner.manifest.load import Loaded
 from provisioner.manifest.model import Manifest, Node
-from provisioner.manifest.select import SelectorError, select_nodes
+from provisioner.manifest.select import SelectorError, select_nodes, selects
 from provisioner.state import StateDir
 
 MUNGE_KEY_BYTES = 1024
@@ -159,6 +159,14 @@ def gpu_files(count: int) -> str:
     return "/dev/nvidia0" if count == 1 else f"/dev/nvidia[0-{count - 1}]"
 
 
+def shared_mounts(m: Manifest, node: Node) -> list[str]:
+    """Mount points the node must have (its NFS mounts and MergerFS unions, from the
+    manifest): the health check drains a node that lacks one."""
+    paths = [mnt.path for mnt in m.nfs.mounts if selects(m, mnt.nodes, node.name)]
+    paths += [union.path for union in m.mergerfs if selects(m, union.nodes, node.name)]
+    return sorted(set(paths))
+
+
 def gres_string(node: Node) -> str:
     """``gpu:<type>:<count>`` for slurm.conf's Gres=, or "" for a node without GPUs."""
     gpu = node.hardware.gpu
@@ -290,7 +298,8 @@ def cgroup_plan(m: Manifest) -> CgroupPlan:
 def problems(m: Manifest) -> list[str]:
     """Warnings about the Slurm section for ``provision validate``/``plan`` (nothing fatal:
     the rendered configuration stays valid, but it is not what the manifest asks for).
-    Partition references are checked by provisioner.manifest.checks.check_slurm."""
+    Partition references are checked by provisioner.manifest.checks.check_slurm, Slurm
+    releases that cannot work together by :func:`version_conflicts` (errors)."""
     if not m.slurm.enabled:
         return []
     out: list[str] = []
@@ -307,17 +316,45 @@ def problems(m: Manifest) -> list[str]:
             "fenced (proctrack/linuxproc, task/affinity); use ubuntu-24.04 or debian-12 for "
             "ConstrainDevices"
         )
-    versions = slurm_versions(m)
-    ctl = versions[controller(m).name]
-    ctl_idx = SLURM_RELEASES.index(ctl)
-    for name, version in versions.items():
+    return out
+
+
+def _os_with(version: str) -> str:
+    return next(os_name for os_name, v in SLURM_VERSION_BY_OS.items() if v == version)
+
+
+def version_conflicts(m: Manifest) -> list[tuple[Node, str]]:
+    """Slurm nodes whose release the controller's slurmctld cannot work with (errors for
+    ``provision validate``): a slurmd or client newer than slurmctld cannot register or
+    talk to it, and slurmctld only talks to its own and the two previous releases. One
+    entry per manifest node entry and OS (a ranged entry is reported once, naming all its
+    nodes), as (first node of the entry, message with the fix)."""
+    if not m.slurm.enabled:
+        return []
+    ctl = controller(m)
+    ctl_version = SLURM_VERSION_BY_OS[ctl.os]
+    ctl_idx = SLURM_RELEASES.index(ctl_version)
+    entries: dict[tuple[int, str], list[Node]] = {}
+    for node in (*slurm_nodes(m), *client_nodes(m)):
+        if node.name != ctl.name:
+            entries.setdefault((node.source_index, node.os), []).append(node)
+    newest = max(slurm_versions(m).values(), key=SLURM_RELEASES.index)
+    out: list[tuple[Node, str]] = []
+    for (_, os_name), nodes in entries.items():
+        version = SLURM_VERSION_BY_OS[os_name]
         idx = SLURM_RELEASES.index(version)
+        names = hostlist(n.name for n in nodes)
         if idx > ctl_idx:
-            out.append(f"{name} runs Slurm {version}, newer than the controller's {ctl}: "
-                       "slurmctld must be the newest")
+            out.append((nodes[0], (
+                f"{names} ({os_name}) would run Slurm {version}, newer than Slurm {ctl_version} "
+                f"of the controller {ctl.name} ({ctl.os}): slurmctld must be the newest, a newer "
+                f"slurmd or client cannot register with it. Fix: os: {_os_with(newest)} for "
+                f"{ctl.name} (Slurm {newest}), or os: {ctl.os} for {names}")))
         elif ctl_idx - idx > 2:
-            out.append(f"{name} runs Slurm {version}; the controller's {ctl} only talks to the "
-                       "two previous releases")
+            out.append((nodes[0], (
+                f"{names} ({os_name}) would run Slurm {version}, more than two releases older "
+                f"than Slurm {ctl_version} of the controller {ctl.name} ({ctl.os}), which only "
+                f"talks to its own and the two previous releases. Fix: os: {ctl.os} for {names}")))
     return out
 
 

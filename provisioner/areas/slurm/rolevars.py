@@ -88,4 +88,5 @@ def node_vars(m: Manifest, node: Node) -> dict[str, Any]:
         "slurm_is_compute": is_compute,
         "slurm_node_gres": gres,
         "slurm_node_expected": expected_hardware(node) if is_compute else {},
+        "slurm_node_mounts": slurm.shared_mounts(m, node) if is_compute else [],
     }

@@ -195,6 +195,8 @@ def test_names_without_a_serial_are_refused(disk: str, why: str) -> None:
     debian = text.replace(old, f'["{disk}"]').replace("os: ubuntu-22.04\n    install_disks: [\"" + disk,
                                                       "os: debian-12\n    install_disks: [\"" + disk)
     debian = debian.replace("      gpu: {model: RTX A6000, count: 2, memory_gb: 48, nvlink: true}\n", "")
+    # the head too: slurmctld must run the newest Slurm (Debian 12's 22.05 > Ubuntu 22.04's 21.08)
+    debian = debian.replace("os: ubuntu-22.04", "os: debian-12")
     assert "os: debian-12" in debian and "gpu: {model" not in debian
     assert load_text(debian, "llm.yaml").manifest
 

@@ -97,6 +97,7 @@ def test_heterogeneous_nodes_get_one_line_per_hardware(kit: Any) -> None:
     data["nodes"].append({
         "name": "big[01-02]",
         "roles": ["compute"],
+        "os": "ubuntu-24.04",  # the controller's (its Slurm must be the newest)
         "interfaces": {"management": {"ip": "10.0.0.40"}},
         "hardware": {"cpu": {"sockets": 2, "cores_per_socket": 32}, "memory_gb": 1024,
                      "gpu": {"model": "NVIDIA H100 80GB HBM3", "count": 8}},
@@ -199,11 +200,36 @@ def test_ubuntu_22_falls_back_without_cgroups_and_says_so(kit: Any) -> None:
     assert len(warnings) == 1 and "NOT fenced" in warnings[0] and "gpu[01-04]" in warnings[0]
 
 
-def test_mixed_slurm_versions_reported(kit: Any) -> None:
-    data = kit.on_os(kit.base(), "ubuntu-24.04", nodes=(1,))  # slurmd 23.11
+def test_slurmd_newer_than_the_controller_is_an_error_with_the_fix(kit: Any) -> None:
+    data = kit.on_os(kit.base(), "ubuntu-24.04", nodes=(1,))  # node[01-02]: slurmd 23.11
     data["nodes"][0]["os"] = "ubuntu-22.04"  # controller 21.08
-    problems = slurm.problems(kit.load(data).manifest)
-    assert any("node01 runs Slurm 23.11, newer than the controller's 21.08" in p for p in problems)
+    text = kit.dump(data)
+    diag = kit.error(text, "newer than Slurm")
+    assert diag.severity == "error"
+    assert diag.path == "nodes[1].os"  # the ranged entry, once
+    assert diag.line == kit.line_of(text, "os: ubuntu-24.04")
+    assert diag.message == (
+        "node[01-02] (ubuntu-24.04) would run Slurm 23.11, newer than Slurm 21.08 of the "
+        "controller head01 (ubuntu-22.04): slurmctld must be the newest, a newer slurmd or client "
+        "cannot register with it. Fix: os: ubuntu-24.04 for head01 (Slurm 23.11), or os: "
+        "ubuntu-22.04 for node[01-02]")
+
+
+def test_slurmd_too_old_for_the_controller_is_an_error(kit: Any) -> None:
+    data = kit.on_os(kit.base(), "ubuntu-24.04")  # controller 23.11
+    data["nodes"][1]["os"] = "ubuntu-22.04"  # slurmd 21.08: three releases behind
+    diag = kit.error(data, "more than two releases older")
+    assert diag.path == "nodes[1].os"
+    assert diag.message.startswith("node[01-02] (ubuntu-22.04) would run Slurm 21.08, more than two "
+                                   "releases older than Slurm 23.11 of the controller head01")
+    assert diag.message.endswith("Fix: os: ubuntu-24.04 for node[01-02]")
+
+
+def test_slurmd_two_releases_behind_the_controller_is_fine(kit: Any) -> None:
+    data = kit.on_os(kit.base(), "debian-12", nodes=(1,))  # slurmd 22.05, controller 23.11
+    m = kit.load(data).manifest
+    assert slurm.slurm_versions(m) == {"head01": "23.11", "node01": "22.05", "node02": "22.05"}
+    assert slurm.version_conflicts(m) == []
 
 
 def test_disabled_slurm_has_no_problems(kit: Any) -> None:

@@ -123,13 +123,15 @@ def test_node_vars_per_role(kit: Any) -> None:
     m = example(kit, "music-lab.yaml")
     head = rolevars.node_vars(m, m.head)
     assert head == {"slurm_is_controller": True, "slurm_is_compute": False, "slurm_node_gres": [],
-                    "slurm_node_expected": {}}
+                    "slurm_node_expected": {}, "slurm_node_mounts": []}
     gpu = rolevars.node_vars(m, m.node("gpu2"))
     assert gpu["slurm_is_controller"] is False and gpu["slurm_is_compute"] is True
     assert gpu["slurm_node_gres"] == [{"name": "gpu", "type": "rtx3090", "file": "/dev/nvidia[0-1]"}]
     assert gpu["slurm_node_expected"] == {
         "name": "gpu2", "cpus": 48, "real_memory_mb": 256 * 1024 - 13107, "memory_gb": 256,
         "gpu_count": 2, "gpu_type": "rtx3090", "gpu_files": "/dev/nvidia[0-1]"}
+    # what the health check insists on: its NFS mounts and the MergerFS union over them
+    assert gpu["slurm_node_mounts"] == ["/corpus", "/mnt/corpus1", "/mnt/corpus2"]
     # storage nodes are not Slurm nodes
     assert rolevars.node_vars(m, m.node("store1")) == {}
     assert not rolevars.is_slurm_node(m, m.node("store1"))
@@ -137,13 +139,14 @@ def test_node_vars_per_role(kit: Any) -> None:
 
 def test_login_node_is_a_client(kit: Any) -> None:
     data = kit.base()
-    data["nodes"].append({"name": "login01", "roles": ["login"],
+    data["nodes"].append({"name": "login01", "roles": ["login"], "os": "ubuntu-24.04",
                           "interfaces": {"management": {"ip": "10.0.0.50"}},
                           "hardware": {"cpu": {"cores_per_socket": 4}, "memory_gb": 16}})
     m = kit.load(data).manifest
     assert rolevars.is_slurm_node(m, m.node("login01"))
     assert rolevars.node_vars(m, m.node("login01")) == {
-        "slurm_is_controller": False, "slurm_is_compute": False, "slurm_node_gres": [], "slurm_node_expected": {}}
+        "slurm_is_controller": False, "slurm_is_compute": False, "slurm_node_gres": [], "slurm_node_expected": {},
+        "slurm_node_mounts": []}
 
 
 def test_disabled_slurm_emits_nothing(kit: Any) -> None:
