@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "plan": "provisioner.commands.plan",
     "apply": "provisioner.commands.apply",
     "bmc": "provisioner.commands.bmc",
+    "image": "provisioner.commands.image",
 }
 VERSION_MODULE = "provisioner.commands.version"
 
@@ -103,6 +104,16 @@ def _parser() -> argparse.ArgumentParser:
     bmc.add_argument("--no-wait", action="store_true", help="do not wait for the power state to settle")
     bmc.add_argument("--yes", "-y", action="store_true",
                      help="do not ask for confirmation of a power or boot change")
+
+    image = sub.add_parser("image", help="node OS images for image deploys",
+                           description="node OS images for image deploys")
+    image_sub = image.add_subparsers(dest="image_action", required=True, metavar="ACTION")
+    build = image_sub.add_parser("build", help="build (or fetch and verify) the node OS image per OS of the manifest",
+                                 description="build (or fetch and verify) the node OS image per OS of the manifest")
+    build.add_argument("manifest", type=Path, help="the cluster manifest (YAML)")
+    build.add_argument("--os", choices=["debian-12", "ubuntu-22.04", "ubuntu-24.04"],
+                       help="only this OS (default: every OS the manifest's nodes use)")
+    build.add_argument("--cache-dir", type=Path, help="image cache (default: .provision/images/ beside the manifest)")
     return p
 
 
