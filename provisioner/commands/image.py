@@ -51,8 +51,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     loaded = load(err, args.manifest)
     cache = image_dir(args.manifest, args.cache_dir)
     for os_name in os_names(loaded.manifest, args.os):
-        out.print(f"{os_name}: {'fetching' if os_name in loaded.manifest.cluster.images else 'building'} ...",
-                  markup=False)
+        what = "fetching" if os_name in loaded.manifest.cluster.images else "building"
+        out.print(f"{os_name}: {what} unless cached ...", markup=False)
         image = make(loaded.manifest, os_name, cache)
         took = f" in {image.seconds:.0f} s" if image.source != "cached" else ""
         out.print(f"{os_name}: {image.source}{took}: {image.path} sha256 {image.sha256}", markup=False)
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         debian = any(n.os == "debian-12" for n in m.nodes)  # the cluster's mirror serves Debian
         r = ramdisk_recipe(m.cluster.mirrors.apt if debian else None, m.cluster.mirrors.apt_proxy,
                            Path(agent.__file__).read_text(encoding="utf-8"))
-        out.print("deploy ramdisk: building ...", markup=False)
+        out.print("deploy ramdisk: building unless cached ...", markup=False)
         ramdisk = build_ramdisk(r, cache)
         took = f" in {ramdisk.seconds:.0f} s" if ramdisk.source != "cached" else ""
         out.print(f"deploy ramdisk: {ramdisk.source}{took}: {ramdisk.directory}", markup=False)

@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 TARGET = Path("/target")
-IMAGE = Path("/run/provision-image")
+# on the ramdisk's root (RAM, half of it at most), not /run (a fifth of it)
+IMAGE = Path("/var/tmp/provision-image")
 CHUNK = 1 << 20
 HTTP_TIMEOUT = 60.0
 DOWNLOAD_TIMEOUT = 1800.0
@@ -257,6 +258,9 @@ def deploy(plan: dict[str, Any], *, run: Run = run_command, target: Path = TARGE
     devices = [str(found[d]) for d in plan["disks"]]
     raid1 = bool(plan["raid1"])
     url, sha = plan["image"]["url"], plan["image"]["sha256"]
+    if not sha:
+        raise StepFailed("download", f"the plan names no checksum for {url}: run `provision image build` and "
+                                     "apply again; no disk was touched")
     flag = tar_flag(url)
     fetch(url, sha, image)  # raises StepFailed("download") before any disk is touched
     try:
@@ -269,6 +273,7 @@ def deploy(plan: dict[str, Any], *, run: Run = run_command, target: Path = TARGE
             run(cmd)
         step = "extract"
         esp = partition_name(devices[0], 2)
+        run(["mkdir", "-p", str(target)])
         run(["mount", root, str(target)])
         run(["mkdir", "-p", f"{target}/boot/efi"])
         run(["mount", esp, f"{target}/boot/efi"])
@@ -285,10 +290,10 @@ def deploy(plan: dict[str, Any], *, run: Run = run_command, target: Path = TARGE
         for mnt in ("dev", "proc", "sys", "run"):
             run(["mount", "--rbind", f"/{mnt}", f"{target}/{mnt}"])
         run(["chroot", str(target), "sh", "-c", user_script(plan["users"])])
-        if raid1:
+        if raid1:  # the image's initramfs must assemble the root array
             conf = run(["mdadm", "--detail", "--scan"])
             Path(f"{target}/etc/mdadm/mdadm.conf").write_text(conf)
-        run(["chroot", str(target), "update-initramfs", "-u", "-k", "all"])
+            run(["chroot", str(target), "update-initramfs", "-u", "-k", "all"])
         step = "bootloader"
         Path(f"{target}/etc/default/grub.d").mkdir(parents=True, exist_ok=True)
         Path(f"{target}/etc/default/grub.d/50-provision.cfg").write_text(

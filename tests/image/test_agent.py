@@ -87,7 +87,7 @@ def test_a_single_disk_deploy_runs_every_step_in_order(tmp_path: Path) -> None:
              "grub-install --target=x86_64-efi", "update-grub", "ssh-keygen -A"]
     at = [next(i for i, n in enumerate(names) if o in n) for o in order]
     assert at == sorted(at), names
-    assert not any("mdadm --create" in n for n in names)
+    assert not any("mdadm --create" in n or "update-initramfs" in n for n in names)  # no array to assemble
     target = tmp_path / "target"
     assert (target / "etc/hostname").read_text() == "pxe1\n"
     assert (target / "etc/fstab").read_text().startswith("UUID=UUID-vda3\t/\text4")
@@ -107,6 +107,7 @@ def test_two_disks_make_a_raid1_root_and_both_boot(tmp_path: Path) -> None:
     assert "chroot {} grub-install --target=i386-pc /dev/vdb".format(tmp_path / "target") in names
     assert "mount /dev/vdb2 /run/esp2" in names  # the second ESP gets the UEFI loader too
     assert (tmp_path / "target/etc/mdadm/mdadm.conf").read_text().startswith("ARRAY /dev/md0")
+    assert any(n.endswith("update-initramfs -u -k all") for n in names)  # the initramfs assembles md0
     assert any("sgdisk -n1:0:+1M" in n and "-t3:fd00" in n for n in names)
 
 
@@ -118,6 +119,16 @@ def test_a_wrong_checksum_fails_before_any_disk_is_touched(tmp_path: Path) -> No
         run_deploy(tmp_path, plan(), machine=m, fetch_ok=False)
     assert info.value.step == "download"
     assert all(c[0] in ("wipefs", "lsblk", "FETCH") and (c[0] != "wipefs" or "--no-act" in c) for c in m.cmds)
+
+
+def test_a_plan_without_a_checksum_is_refused_before_any_disk_is_touched(tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    target.mkdir()
+    m = Machine(target)
+    with pytest.raises(agent.StepFailed, match=r"names no checksum .*run `provision image build`") as info:
+        run_deploy(tmp_path, plan(image={"url": "http://h/images/debian-12.tar.gz", "sha256": ""}), machine=m)
+    assert info.value.step == "download"
+    assert not any(c[0] == "FETCH" or (c[0] == "wipefs" and "--all" in c) for c in m.cmds)
 
 
 def test_the_real_download_checks_the_sum_and_deletes_a_wrong_image(tmp_path: Path) -> None:
