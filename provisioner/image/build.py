@@ -290,3 +290,14 @@ def _link(link: Path, target: str) -> None:
     tmp.unlink(missing_ok=True)
     tmp.symlink_to(target)
     os.replace(tmp, link)
+
+
+def deploy_extra_vars(cache: Path, os_names: list[str]) -> dict[str, object]:
+    """Extra variables for ``playbooks/pxe.yml``: the image cache to publish and the SHA-256
+    of each OS image it holds (of ``os_names``), read from their checksum files. An OS without
+    an image, or a cache without the deploy ramdisk, is left out: the role then refuses the
+    image deploys that need it, naming the command that makes it."""
+    if not (cache / RAMDISK / "SHA256SUMS").is_file():
+        return {"pxe_server_images_src": "", "pxe_server_image_sha256": {}}
+    sums = {name: image.sha256 for name in sorted(set(os_names)) if (image := current(cache, name)) is not None}
+    return {"pxe_server_images_src": str(cache), "pxe_server_image_sha256": sums}

@@ -140,3 +140,14 @@ def test_an_unreachable_named_image_is_an_error_naming_it(tmp_path: Path, served
     missing = url.replace("img.tar.xz", "none.tar.xz")
     with pytest.raises(ib.ImageError, match=f"cannot fetch the debian-12 image {missing}"):
         ib.fetch("debian-12", missing, "0" * 64, tmp_path)
+
+
+def test_apply_passes_the_cache_and_the_checksums_only_with_a_ramdisk(tmp_path: Path) -> None:
+    assert ib.deploy_extra_vars(tmp_path, ["debian-12"]) == {"pxe_server_images_src": "",
+                                                             "pxe_server_image_sha256": {}}
+    image = builder(FakeMmdebstrap(), rc.recipe("debian-12", MIRROR), tmp_path)
+    assert ib.deploy_extra_vars(tmp_path, ["debian-12"])["pxe_server_images_src"] == ""  # no ramdisk yet
+    (tmp_path / "deploy-ramdisk").mkdir()
+    (tmp_path / "deploy-ramdisk" / "SHA256SUMS").write_text("")
+    assert ib.deploy_extra_vars(tmp_path, ["debian-12", "ubuntu-24.04", "debian-12"]) == {
+        "pxe_server_images_src": str(tmp_path), "pxe_server_image_sha256": {"debian-12": image.sha256}}

@@ -14,6 +14,7 @@ by-id name, a disk that carries data while the plan does not allow erasing it).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -39,6 +40,7 @@ LAYOUT: tuple[tuple[int, str, str, str], ...] = (
     (3, "root", "rest", "8300"),
 )
 PLAN_FILE = "deploy.json"
+RAMDISK_DIR = "images/deploy-ramdisk"  # under the PXE web server's root, like images/<os>.tar.gz
 
 
 class DeployRefused(ValueError):
@@ -194,3 +196,36 @@ def destructive_summary(m: Manifest, node: Node, images: Mapping[str, ImageRef] 
 def named_images(m: Manifest) -> dict[str, ImageRef]:
     """The images the manifest names (``cluster.images``), per OS."""
     return {os_name: ImageRef(img.url, img.sha256) for os_name, img in m.cluster.images.items()}
+
+
+def image_url(server: InstallServer, os_name: str) -> str:
+    """Where the PXE server publishes the ``os_name`` image (``provision image build``'s output)."""
+    return f"{server.base_url}/images/{os_name}.tar.gz"
+
+
+def ipxe_deploy_script(m: Manifest, node: Node, server: InstallServer) -> str:
+    """The iPXE script of an armed image-deploy node: the deploy ramdisk with its plan's URL."""
+    net = net_settings(m, node)
+    bootif = "01-" + net.mac.replace(":", "-")
+    ramdisk = f"{server.base_url}/{RAMDISK_DIR}"
+    args = ["initrd=initrd.img", f"provision.plan={server.node_url(node.name, PLAN_FILE)}", f"BOOTIF={bootif}",
+            "console=tty0", "console=ttyS0,115200n8"]
+    return "\n".join([
+        "#!ipxe",
+        f"# {node.name}: {node.os} image deploy, rendered by provisioner from the cluster manifest.",
+        "# Served only while the node is armed; after its report the PXE server boots it from disk.",
+        f"echo provision: deploying the {node.os} image on {node.name}",
+        f"kernel {ramdisk}/vmlinuz {' '.join(args)}",
+        f"initrd {ramdisk}/initrd.img",
+        "boot",
+    ]) + "\n"
+
+
+def deploy_files(m: Manifest, node: Node, server: InstallServer) -> dict[str, str]:
+    """What the PXE server publishes under ``/nodes/<node>/`` for an image deploy: the iPXE
+    script and the deploy plan. The plan's image checksum is left empty here: the built
+    image's checksum is known only where it was built, so the pxe_server role fills it in
+    (``pxe_server_image_sha256``), and the agent refuses a plan without one."""
+    images: dict[str, ImageRef] = {node.os: ImageRef(image_url(server, node.os), "")}
+    plan = deploy_plan(m, node, images, server, erase_allowed=False)
+    return {"install.ipxe": ipxe_deploy_script(m, node, server), PLAN_FILE: json.dumps(plan.to_json(), indent=2)}
