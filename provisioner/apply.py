@@ -41,6 +41,7 @@ from provisioner.bmc import BmcError, resolve_password
 from provisioner.content import project_root
 from provisioner.display import LiveProgress, install_table, print_diffs, print_plan, recap_table
 from provisioner.errors import ProvisionError
+from provisioner.image.build import deploy_extra_vars
 from provisioner.interrupts import Interrupted, Signals
 from provisioner.manifest.load import Loaded
 from provisioner.plan import (
@@ -495,7 +496,8 @@ def install_phase(
         result = run_playbook(
             state=state, run_id=run_id, playbook=project_root() / "playbooks" / "pxe.yml",
             inventory=state.inventory, hosts=[head],
-            extravars={TARGETS_GROUP: TARGETS_GROUP, **baremetal.arm_extra_vars(wipe)},
+            extravars={TARGETS_GROUP: TARGETS_GROUP, **baremetal.arm_extra_vars(wipe),
+                       **deploy_extra_vars(state.root / "images", [m.node(n).os for n in wipe])},
             limit=[head], tracker=tracker, secret_names=declared_secret_envs(loaded),
             stall_timeout=opts.stall_timeout, strategy=opts.strategy, stop=lambda: signals.received,
             verbosity=opts.verbosity,

@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "remove": "provisioner.commands.remove",
     "drain": "provisioner.commands.drain",
     "resume": "provisioner.commands.drain",
+    "image": "provisioner.commands.image",
 }
 VERSION_MODULE = "provisioner.commands.version"
 
@@ -159,6 +160,15 @@ def _parser() -> argparse.ArgumentParser:
     rs = add("resume", "resume drained nodes in Slurm (scontrol on the controller)")
     rs.add_argument("nodes", metavar="NODES", help="names, ranges like gpu[01-04], @role; comma-separated")
     rs.add_argument("--state-dir", type=Path, help="state directory (default: .provision/ beside the manifest)")
+    image = sub.add_parser("image", help="node OS images for image deploys",
+                           description="node OS images for image deploys")
+    image_sub = image.add_subparsers(dest="image_action", required=True, metavar="ACTION")
+    build = image_sub.add_parser("build", help="build (or fetch and verify) the node OS image per OS of the manifest",
+                                 description="build (or fetch and verify) the node OS image per OS of the manifest")
+    build.add_argument("manifest", type=Path, help="the cluster manifest (YAML)")
+    build.add_argument("--os", choices=["debian-12", "ubuntu-22.04", "ubuntu-24.04"],
+                       help="only this OS (default: every OS the manifest's nodes use)")
+    build.add_argument("--cache-dir", type=Path, help="image cache (default: .provision/images/ beside the manifest)")
     return p
 
 

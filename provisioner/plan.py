@@ -17,6 +17,7 @@ import yaml
 from provisioner import overrides
 from provisioner.areas import registry
 from provisioner.areas.baremetal.decide import plan_installs, wiped_disks
+from provisioner.areas.baremetal.deploy import destructive_summary, method
 from provisioner.inventory import groups
 from provisioner.manifest.model import Manifest, Node
 from provisioner.state import State
@@ -56,7 +57,7 @@ def node_sections(m: Manifest, node: Node, heavy_cluster: dict[str, str] | None 
         heavy_cluster = heavy_cluster_fingerprints(m)
     sections: dict[str, str] = {
         # the install intent is no configuration of the node (and older states lack it)
-        "node": fingerprint(node.model_dump(mode="json", exclude={"bmc", "install"})),
+        "node": fingerprint(node.model_dump(mode="json", exclude={"bmc", "install", "install_method"})),
         "bmc": fingerprint(node.bmc.model_dump(mode="json") if node.bmc else None),
     }
     for area in registry.AREAS:
@@ -213,7 +214,10 @@ def compute(
             targets.append(node.name)
         if node.name in installs:
             again = "reinstall" if node.name in (reinstall or []) else "install"
-            plan.install = f"PXE {again}: wipes {wiped_disks(node)}"
+            if method(m, node) == "image":
+                plan.install = f"PXE {again}: {destructive_summary(m, node)}"
+            else:
+                plan.install = f"PXE {again}: wipes {wiped_disks(node)} (the {node.os} installer)"
         node_plans.append(plan)
     for name in sorted(set(state.nodes) - set(names)):
         node_plans.append(NodePlan(name, "removed", [], state.nodes[name].lifecycle))

@@ -113,7 +113,8 @@ def test_validate_errors_exit_1_with_positions(capsys: Capsys, write_manifest: A
     lines = err.splitlines()
     assert lines == [
         f"{path}:{kit.line_of(text, 'colour: blue')}:3: cluster.colour: unknown field; allowed: "
-        "admin_users, allow_reboot, domain, install_media, mirrors, name, ntp_servers, ssh, timezone",
+        "admin_users, allow_reboot, domain, images, install_media, install_method, mirrors, name, ntp_servers, "
+        "ssh, timezone",
         f"{path}:{kit.line_of(text, 'memory_gb: lots')}:5: nodes[0].hardware.memory_gb: "
         "Input should be a valid integer, unable to parse string as an integer",
     ]
@@ -499,7 +500,8 @@ def test_plan_says_which_nodes_apply_will_wipe(capsys: Capsys, example: Path) ->
     data = json.loads(out)
     assert data["installs"] == ["gpu01", "gpu02", "gpu03", "gpu04"]
     gpu01 = next(n for n in data["nodes"] if n["name"] == "gpu01")
-    assert gpu01["install"] == "PXE install: wipes nvme-Samsung_SSD_990_PRO_2TB_S7HENJ0W200001"
+    assert gpu01["install"] == ("PXE install: wipes nvme-Samsung_SSD_990_PRO_2TB_S7HENJ0W200001, "
+                                "writes the ubuntu-22.04 image (GPT: ESP + root)")
     code, out, _ = run(capsys, "plan", str(example))
     assert "PXE installs (they wipe the install disks): gpu01, gpu02, gpu03, gpu04" in out
 

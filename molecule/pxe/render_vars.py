@@ -2,15 +2,20 @@
 """Write the pxe_server variables for the molecule scenario, rendered by the real
 provisioner.areas.baremetal.rolevars from examples/llm-200k.yaml, as YAML.
 
-One change to the example, so both installers are exercised: gpu04 installs Debian 12
-on a RAID1 of two disks (the rest of the example installs Ubuntu 22.04).
+Changes to the example, so every install path is exercised: gpu01 and gpu04 use the OS
+installers (gpu04 Debian 12 on a RAID1 of two disks, gpu01 Ubuntu 22.04 autoinstall), gpu02
+and gpu03 image deploys (the default); a stand-in image cache (a small Ubuntu 22.04 "image"
+and deploy ramdisk) is written beside OUTPUT.yml and passed the way provision apply does.
 
 Usage: render_vars.py OUTPUT.yml   (run with the project's Python)
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import sys
+import tarfile
 from pathlib import Path
 
 import yaml
@@ -19,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from provisioner.areas.baremetal import rolevars as baremetal  # noqa: E402
+from provisioner.image.build import deploy_extra_vars  # noqa: E402
 from provisioner.manifest import Manifest  # noqa: E402
 from provisioner.validate import load_manifest  # noqa: E402
 
@@ -40,16 +46,40 @@ yaml.SafeDumper.add_representer(Unsafe, _unsafe)
 def scenario_manifest() -> Manifest:
     m = load_manifest(EXAMPLE).manifest
     nodes = [
-        n.model_copy(update={"os": "debian-12", "install_disks": ["ata-DISK_A", "ata-DISK_B"]})
-        if n.name == "gpu04" else n
+        n.model_copy(update={"os": "debian-12", "install_disks": ["ata-DISK_A", "ata-DISK_B"],
+                             "install_method": "installer"}) if n.name == "gpu04"
+        else n.model_copy(update={"install_method": "installer"}) if n.name == "gpu01"
+        else n
         for n in m.nodes
     ]
     return m.model_copy(update={"nodes": nodes})
 
 
+def stand_in_cache(cache: Path) -> None:
+    """A small root file system tarball for ubuntu-22.04 and a deploy ramdisk, with the
+    checksum files provision image build writes."""
+    (cache / "deploy-ramdisk").mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        data = b"stand-in root file system\n"
+        info = tarfile.TarInfo("./etc/stand-in")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    image = cache / "ubuntu-22.04.tar.gz"
+    image.write_bytes(buf.getvalue())
+    (cache / "ubuntu-22.04.tar.gz.sha256").write_text(f"{hashlib.sha256(buf.getvalue()).hexdigest()}  {image.name}\n")
+    sums = ""
+    for name in ("vmlinuz", "initrd.img"):
+        (cache / "deploy-ramdisk" / name).write_text(f"FAKE {name} of the deploy ramdisk\n")
+        sums += f"{hashlib.sha256((cache / 'deploy-ramdisk' / name).read_bytes()).hexdigest()}  {name}\n"
+    (cache / "deploy-ramdisk" / "SHA256SUMS").write_text(sums)
+
+
 def main() -> int:
     m = scenario_manifest()
-    data = baremetal.cluster_vars(m)
+    cache = Path(sys.argv[1]).resolve().parent / "images"
+    stand_in_cache(cache)
+    data = baremetal.cluster_vars(m) | deploy_extra_vars(cache, ["ubuntu-22.04"])
     for node in data["pxe_server_nodes"]:
         for file in node["files"]:
             file["content"] = Unsafe(file["content"])

@@ -161,6 +161,34 @@ class InstallMedia(Strict):
         return self
 
 
+class NodeImage(Strict):
+    """A node OS image named in the manifest instead of one built by ``provision image build``:
+    a root file system tarball (.tar.gz, .tar.xz or .tar.zst, e.g. an Ubuntu cloud image's
+    ``*-root.tar.xz``), verified against its SHA-256 before it is written to any disk."""
+
+    url: str = Field(description="http(s):// or file:// URL of the root file system tarball")
+    sha256: str = Field(description="SHA-256 of the tarball (hex)")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not re.match(r"^(https?|file)://[^\s]+\.tar\.(gz|xz|zst)$", v):
+            raise ValueError(f"{v!r} is not an http(s):// or file:// URL of a .tar.gz, .tar.xz or .tar.zst")
+        return v
+
+    @field_validator("sha256", mode="before")
+    @classmethod
+    def _sha256(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = v.strip().lower().removeprefix("sha256:")
+            if not SHA256_RE.match(v):
+                raise ValueError(f"{v[:20]!r}... is not a SHA-256 (64 hex digits)")
+        return v
+
+
+InstallMethod = Literal["image", "installer"]
+
+
 class SshSettings(Strict):
     user: str = "root"
     port: int = Field(default=22, ge=1, le=65535)
@@ -193,6 +221,16 @@ class Cluster(Strict):
         default_factory=dict,
         description="pinned live-server ISO per Ubuntu release; default: the release's current point "
                     "release from releases.ubuntu.com, checked against its SHA256SUMS",
+    )
+    install_method: InstallMethod = Field(
+        default="image",
+        description="how PXE installs put the OS on a node: image (a deploy ramdisk writes the node OS "
+                    "image) or installer (Ubuntu autoinstall / Debian preseed); a node may override it",
+    )
+    images: dict[OsName, NodeImage] = Field(
+        default_factory=dict,
+        description="per OS, a named root file system image {url, sha256} instead of the one "
+                    "`provision image build` builds",
     )
 
     @field_validator("name")
@@ -430,6 +468,8 @@ class Node(Strict):
         description="pxe: while its state is new, apply installs the OS over BMC + PXE (wiping "
         "install_disks); manual: installed by hand, apply only configures it",
     )
+    install_method: InstallMethod | None = Field(
+        default=None, description="image or installer; default: cluster.install_method")
     install_disks: list[str] = Field(default_factory=list, max_length=2)
     interfaces: dict[NetworkName, Interface]
     bmc: Bmc | None = None

@@ -34,6 +34,8 @@ CONTAINER_PROXY_HOST=host.containers.internal
 
 HOST_PACKAGES=(
   podman runc debootstrap apt-cacher-ng
+  # provision image build (node OS images, the deploy ramdisk; tests/lab/test_image_build.py)
+  mmdebstrap
   slirp4netns uidmap iptables
   openssh-client curl ca-certificates
   # used by later tests: BMC (IPMI) client, TFTP client for PXE tests

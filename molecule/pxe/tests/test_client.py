@@ -129,6 +129,33 @@ def test_debian_node_gets_preseed(client: Any, bios_lease: dict[str, str]) -> No
     assert status == 200 and late.startswith("#!/bin/sh\n")
 
 
+def test_image_deploy_node_gets_the_deploy_ramdisk_and_its_plan(client: Any, bios_lease: dict[str, str]) -> None:
+    status, script = curl(client, f"{BASE}/boot/gpu02.ipxe")
+    assert status == 200
+    assert f"kernel {BASE}/images/deploy-ramdisk/vmlinuz " in script
+    assert f"provision.plan={BASE}/nodes/gpu02/deploy.json" in script
+    assert f"initrd {BASE}/images/deploy-ramdisk/initrd.img" in script
+    assert curl(client, f"{BASE}/images/deploy-ramdisk/vmlinuz") == (200, "FAKE vmlinuz of the deploy ramdisk\n")
+    # the image over HTTP, and its checksum in the plan (filled in by the role), armed: may erase
+    assert client.run(f"curl -sSf -o /tmp/image.tar.gz {BASE}/images/ubuntu-22.04.tar.gz").rc == 0
+    served = client.check_output("sha256sum /tmp/image.tar.gz").split()[0]
+    status, text = curl(client, f"{BASE}/nodes/gpu02/deploy.json")
+    assert status == 200
+    plan = json.loads(text)
+    assert plan["image"] == {"url": f"{BASE}/images/ubuntu-22.04.tar.gz", "sha256": served}
+    assert plan["node"] == "gpu02" and plan["mac"] == "3c:ec:ef:10:00:22" and plan["erase_allowed"] is True
+    assert plan["disks"] == ["/dev/disk/by-id/nvme-Samsung_SSD_990_PRO_2TB_S7HENJ0W200002"]
+    assert plan["report_url"] == f"{BASE}/api/installed/gpu02"
+    # a node this run did not arm: its plan may not erase a disk with data on it
+    status, text = curl(client, f"{BASE}/nodes/gpu03/deploy.json")
+    assert status == 200 and json.loads(text)["erase_allowed"] is False
+
+
+def test_a_deploy_failure_for_another_node_is_refused(client: Any, bios_lease: dict[str, str]) -> None:
+    status, body = post(client, f"{BASE}/api/failed/gpu02", "download: checksum mismatch")
+    assert status == 403 and "must come from 10.10.0.22" in body
+
+
 def test_unarmed_node_boots_from_disk(client: Any, bios_lease: dict[str, str]) -> None:
     status, script = curl(client, f"{BASE}/boot/gpu03.ipxe")
     assert status == 200

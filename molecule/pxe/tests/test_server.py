@@ -74,11 +74,18 @@ def test_debian_netboot_published(host: Any) -> None:
 
 def test_node_files_published(host: Any) -> None:
     for node, files in {"gpu01": ["install.ipxe", "user-data", "meta-data", "vendor-data"],
+                        "gpu02": ["install.ipxe", "deploy.json"],
                         "gpu04": ["install.ipxe", "preseed.cfg", "late.sh"]}.items():
         for name in files:
             f = host.file(f"/srv/pxe/http/nodes/{node}/{name}")
             assert f.is_file and f.mode == 0o644, f"{node}/{name}"
     assert not host.file("/srv/pxe/http/nodes/gpu04/user-data").exists
+    assert not host.file("/srv/pxe/http/nodes/gpu02/user-data").exists  # an image deploy needs no seed
+    for name in ("ubuntu-22.04.tar.gz", "ubuntu-22.04.tar.gz.sha256", "deploy-ramdisk/vmlinuz",
+                 "deploy-ramdisk/initrd.img", "deploy-ramdisk/SHA256SUMS"):
+        f = host.file(f"/srv/pxe/http/images/{name}")
+        assert f.is_file and f.mode == 0o644, name
+    assert host.run("cd /srv/pxe/http/images && sha256sum -c ubuntu-22.04.tar.gz.sha256").rc == 0
     assert not host.file("/srv/pxe/http/nodes/head01").exists
 
 

@@ -13,6 +13,7 @@ from provisioner.areas.baremetal.decide import (
     installer_disk_serial,
     not_installable,
 )
+from provisioner.areas.baremetal.deploy import guarded_disk, method
 from provisioner.areas.common.decide import ansible_account_problem
 from provisioner.errors import Diagnostic
 from provisioner.manifest.checks import Check, node_path
@@ -66,6 +67,22 @@ def check_install_disks(m: Manifest, src: Source) -> list[Diagnostic]:
     return out
 
 
+def check_deploy_disks(m: Manifest, src: Source) -> list[Diagnostic]:
+    """An image deploy never takes a disk the manifest's hardware list gives to ZFS or
+    scratch as its install disk (it would erase it)."""
+    out: list[Diagnostic] = []
+    seen: set[tuple[int, int]] = set()
+    for node in m.nodes:
+        if node.install != "pxe" or method(m, node) != "image":
+            continue
+        for i, disk in enumerate(node.install_disks):
+            problem = guarded_disk(node, disk)
+            if problem and (node.source_index, i) not in seen:
+                seen.add((node.source_index, i))
+                out.append(src.diag(node_path(node, "install_disks", i), problem))
+    return out
+
+
 def check_ansible_account(m: Manifest, src: Source) -> list[Diagnostic]:
     """On nodes the installers set up, the account Ansible connects as must get a key it can
     log in with and root through sudo."""
@@ -75,4 +92,4 @@ def check_ansible_account(m: Manifest, src: Source) -> list[Diagnostic]:
     return [src.diag(("cluster", "ssh"), problem)] if problem else []
 
 
-CHECKS: tuple[Check, ...] = (check_pxe_installs, check_install_disks, check_ansible_account)
+CHECKS: tuple[Check, ...] = (check_pxe_installs, check_install_disks, check_deploy_disks, check_ansible_account)

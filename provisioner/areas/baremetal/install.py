@@ -63,11 +63,13 @@ __all__ = ["InstallResult", "Stopped", "plan_installs"]  # decided in decide.py,
 # --------------------------------------------------------------------------- reports
 @dataclass(frozen=True)
 class InstallReport:
-    """A node's state on the PXE server: armed, installed or local (not armed)."""
+    """A node's state on the PXE server: armed, installed, failed (an image deploy said at
+    which step) or local (not armed)."""
 
     state: str
     host_keys: tuple[str, ...] = ()
     since: str | None = None
+    failure: str = ""  # "<step>: <message>" of a failed deploy
 
 
 class ReportError(Exception):
@@ -84,7 +86,8 @@ def parse_report(payload: object) -> InstallReport:
     if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
         raise ReportError("the PXE server answered malformed host keys")
     since = payload.get("since")
-    return InstallReport(payload["state"], tuple(keys), since if isinstance(since, str) else None)
+    failure = f"{payload.get('step')}: {payload.get('message')}" if payload["state"] == "failed" else ""
+    return InstallReport(payload["state"], tuple(keys), since if isinstance(since, str) else None, failure)
 
 
 def http_report_probe(base_url: str, *, timeout: float = 10.0) -> ReportProbe:
@@ -298,6 +301,9 @@ def install_nodes(
                 last_error = ""
                 if report.state == "installed":
                     return report
+                if report.state == "failed":
+                    raise _Failed("install", f"{name}: the image deploy failed at {report.failure}; the node "
+                                  "stays new (it boots its disk until it is armed again)")
                 if report.state != "armed":
                     raise _Failed("install", f"{name}: the PXE server disarmed it during the install "
                                   f"(state {report.state})")

@@ -24,6 +24,7 @@ from provisioner.areas.baremetal.decide import (
     not_installable,
     ubuntu_media,
 )
+from provisioner.areas.baremetal.deploy import deploy_files, method
 from provisioner.manifest.model import Manifest, Node
 
 
@@ -37,13 +38,16 @@ def pxe_node_entry(m: Manifest, node: Node) -> dict[str, Any]:
     server = install_server(m, PXE_HTTP_PORT)
     mac = node.interfaces["management"].mac
     assert mac is not None  # pxe_nodes() keeps only nodes with one
+    how = method(m, node)
+    files = deploy_files(m, node, server) if how == "image" else install_files(m, node, server)
     return {
         "name": node.name,
         "mac": mac,
         "address": str(node.ip),
         "os": node.os,
         "boot_mode": node.bmc.boot_mode if node.bmc is not None else "uefi",
-        "files": [{"name": name, "content": text} for name, text in install_files(m, node, server).items()],
+        "method": how,
+        "files": [{"name": name, "content": text} for name, text in files.items()],
     }
 
 

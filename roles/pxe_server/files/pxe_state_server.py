@@ -11,6 +11,10 @@ Listens on 127.0.0.1 behind nginx and answers:
                                accepted only from the node's own address and only while
                                the node is armed: it flips that node, and only that node,
                                to "installed", so the next PXE boot goes to the disk
+  POST /api/failed/<node>      the deploy agent reports a failed image deploy (body:
+                               "<step>: <message>", one line, 2 KiB at most); same rules
+                               as installed: the node goes to "failed", which boots its
+                               disk (no deploy loop) and shows the step in `provision apply`
   GET  /api/status[/<node>]    JSON state for the provisioner's install lifecycle
 
 States live in one JSON file per node in the state directory: {"state": "armed",
@@ -44,7 +48,9 @@ KEY_RE = re.compile(
 )
 MAX_BODY = 16384
 MAX_KEYS = 8
-STATES = ("armed", "installed", "local")
+STATES = ("armed", "installed", "failed", "local")
+MAX_FAILURE = 2048
+FAILURE_RE = re.compile(r"^([a-z]{1,20}): (\S.*)$")
 
 LOCAL_BOOT = """#!ipxe
 # {node}: installed (or not armed for installation): boot from the local disk
@@ -173,6 +179,25 @@ def report_installed(cfg: Config, node: str, client: str, body: str) -> Reply:
     return _json(200, {"node": node, **new})
 
 
+def report_failed(cfg: Config, node: str, client: str, body: str) -> Reply:
+    if node not in cfg.nodes:
+        return _json(404, {"error": f"unknown node {node}"})
+    expected = cfg.nodes[node]
+    if cfg.check_source and expected is not None and not _same_address(client, expected):
+        return _json(403, {"error": f"reports for {node} must come from {expected}, not {client}"})
+    match = FAILURE_RE.match(body.strip()) if len(body) <= MAX_FAILURE and "\n" not in body.strip() else None
+    if match is None:
+        return _json(400, {"error": "the body must be one line: <step>: <message>"})
+    with cfg.lock:
+        state = read_state(cfg, node)
+        if state["state"] != "armed":
+            return _json(409, {"error": f"{node} is not armed for installation (state {state['state']})"})
+        new = {"state": "failed", "since": now(), "reported_from": client, "step": match.group(1),
+               "message": match.group(2)}
+        write_state(cfg, node, new)
+    return _json(200, {"node": node, **new})
+
+
 def status(cfg: Config, node: str | None) -> Reply:
     if node is None:
         return _json(200, {"nodes": {n: read_state(cfg, n) for n in sorted(cfg.nodes)}})
@@ -191,6 +216,8 @@ def route(cfg: Config, method: str, path: str, client: str, body: str) -> Reply:
     if parts[:1] == ["api"]:
         if method == "POST" and len(parts) == 3 and parts[1] == "installed" and NAME_RE.match(parts[2]):
             return report_installed(cfg, parts[2], client, body)
+        if method == "POST" and len(parts) == 3 and parts[1] == "failed" and NAME_RE.match(parts[2]):
+            return report_failed(cfg, parts[2], client, body)
         if method == "GET" and parts[1:] == ["status"]:
             return status(cfg, None)
         if method == "GET" and len(parts) == 3 and parts[1] == "status" and NAME_RE.match(parts[2]):

@@ -120,6 +120,22 @@ def test_report_flips_only_that_node_and_only_from_its_address(tmp_path: Path) -
     assert pxs.route(cfg, "POST", "/api/installed/gpu09", "10.0.0.29", KEY_A)[0] == 404
 
 
+def test_a_failed_deploy_is_recorded_with_its_step_and_boots_the_disk(tmp_path: Path) -> None:
+    cfg = state_config(tmp_path, {"gpu01": "10.0.0.21", "gpu02": "10.0.0.22"})
+    pxs.write_state(cfg, "gpu01", {"state": "armed"})
+    failure = "download: image checksum mismatch: expected 00, got ff; no disk was touched\n"
+    assert pxs.route(cfg, "POST", "/api/failed/gpu01", "10.0.0.22", failure)[0] == 403
+    assert pxs.route(cfg, "POST", "/api/failed/gpu01", "10.0.0.21", "two\nlines: x")[0] == 400
+    assert pxs.route(cfg, "POST", "/api/failed/gpu02", "10.0.0.22", failure)[0] == 409  # not armed
+    status, _, body = pxs.route(cfg, "POST", "/api/failed/gpu01", "10.0.0.21", failure)
+    assert status == 200 and json.loads(body)["step"] == "download"
+    state = pxs.read_state(cfg, "gpu01")
+    assert state["state"] == "failed" and state["message"].startswith("image checksum mismatch")
+    assert "sanboot" in pxs.route(cfg, "GET", "/boot/gpu01.ipxe", "10.0.0.21", "")[2]  # no deploy loop
+    report = bm.parse_report(json.loads(pxs.route(cfg, "GET", "/api/status/gpu01", "127.0.0.1", "")[2]))
+    assert report.failure == "download: image checksum mismatch: expected 00, got ff; no disk was touched"
+
+
 def test_unarmed_node_cannot_report(tmp_path: Path) -> None:
     cfg = state_config(tmp_path, {"gpu01": "10.0.0.21"})
     assert pxs.route(cfg, "POST", "/api/installed/gpu01", "10.0.0.21", KEY_A)[0] == 409
@@ -322,6 +338,15 @@ def test_missing_install_report_times_out(tmp_path: Path) -> None:
     result, bmc = run_one(lab_manifest(), lambda node: bm.InstallReport("armed"), tmp_path)
     assert not result.ok and result.stage == "install"
     assert "no install report" in result.reason
+    assert bmc.calls == ["pxe-uefi", "cycle", "close"]
+
+
+def test_a_failed_deploy_ends_the_wait_with_its_step(tmp_path: Path) -> None:
+    failed = bm.InstallReport("failed", failure="bootloader: grub-install failed (exit 1)")
+    result, bmc = run_one(lab_manifest(), armed_then(failed), tmp_path)
+    assert not result.ok and result.stage == "install"
+    assert result.reason == ("gpu01: the image deploy failed at bootloader: grub-install failed (exit 1); the node "
+                             "stays new (it boots its disk until it is armed again)")
     assert bmc.calls == ["pxe-uefi", "cycle", "close"]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import yaml
 
 from provisioner.areas.baremetal import rolevars as baremetal
 from provisioner.areas.baremetal.decide import PXE_HTTP_PORT
-from provisioner.validate import load_manifest
+from provisioner.validate import load_manifest, load_text
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
@@ -67,6 +68,20 @@ def test_llm200k_head_vars() -> None:
         (f"gpu0{i}", f"3c:ec:ef:10:00:2{i}", f"10.10.0.2{i}", "ubuntu-22.04") for i in range(1, 5)
     ]
     files = {f["name"]: f["content"] for f in nodes[0]["files"]}
+    # image deploys by default: the deploy ramdisk's iPXE script and the node's deploy plan
+    assert nodes[0]["method"] == "image" and set(files) == {"install.ipxe", "deploy.json"}
+    assert "kernel http://10.10.0.10/images/deploy-ramdisk/vmlinuz " in files["install.ipxe"]
+    assert "provision.plan=http://10.10.0.10/nodes/gpu01/deploy.json" in files["install.ipxe"]
+    plan = json.loads(files["deploy.json"])
+    assert plan["image"] == {"url": "http://10.10.0.10/images/ubuntu-22.04.tar.gz", "sha256": ""}  # the role fills it
+    assert plan["erase_allowed"] is False and plan["mac"] == "3c:ec:ef:10:00:21"
+    # the installer method keeps the autoinstall seed
+    data = yaml.safe_load((ROOT / "examples" / "llm-200k.yaml").read_text())
+    data["cluster"]["install_method"] = "installer"
+    m = load_text(yaml.safe_dump(data), "llm.yaml").manifest
+    entry = baremetal.cluster_vars(m)["pxe_server_nodes"][0]
+    files = {f["name"]: f["content"] for f in entry["files"]}
+    assert entry["method"] == "installer"
     assert set(files) == {"install.ipxe", "user-data", "meta-data", "vendor-data"}
     assert "http://10.10.0.10/nodes/gpu01/" in files["install.ipxe"]
 

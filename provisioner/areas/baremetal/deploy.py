@@ -1,0 +1,231 @@
+"""Image deploy plans, rendered purely from the manifest.
+
+A node installed with ``install_method: image`` (the default) boots the deploy ramdisk over
+PXE; the ramdisk's agent fetches the node's plan (``/nodes/<node>/deploy.json``, the
+:func:`deploy_plan` below as JSON) and does exactly what it says: which disks (by-id; two
+make a RAID1), the boot mode, the image URL and its SHA-256, the node's identity (hostname,
+network configuration for its OS, admin users and their keys) and where to report.
+
+Refusals are decided twice: here, from the manifest (an install disk that the manifest's
+hardware list gives to ZFS or scratch; a node with no image for its OS), so ``plan`` and
+``validate`` show them; and on the node by the agent (a disk that is not present under its
+by-id name, a disk that carries data while the plan does not allow erasing it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from provisioner import yamltext
+from provisioner.areas.baremetal.decide import (
+    InstallServer,
+    NetSettings,
+    boot_mode,
+    disk_path,
+    logins,
+    net_settings,
+    netplan,
+    not_installable,
+)
+from provisioner.manifest.model import Manifest, Node
+
+# Partition layout every deploy writes on each install disk (GPT): a BIOS boot partition
+# for GRUB's core image on legacy machines, an ESP, and the root (or its RAID1 member).
+LAYOUT: tuple[tuple[int, str, str, str], ...] = (
+    (1, "bios", "1MiB", "ef02"),
+    (2, "esp", "512MiB", "ef00"),
+    (3, "root", "rest", "8300"),
+)
+PLAN_FILE = "deploy.json"
+RAMDISK_DIR = "images/deploy-ramdisk"  # under the PXE web server's root, like images/<os>.tar.gz
+
+
+class DeployRefused(ValueError):
+    """The manifest does not allow an image deploy of this node (the message says why)."""
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """A node OS image: a root file system tarball at ``url`` with its SHA-256."""
+
+    url: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class DeployFile:
+    path: str
+    mode: str
+    content: str
+
+
+@dataclass(frozen=True)
+class DeployUser:
+    name: str
+    keys: tuple[str, ...]
+    sudo: bool
+    shell: str
+    uid: int | None
+
+
+@dataclass(frozen=True)
+class DeployPlan:
+    node: str
+    os: str
+    mac: str
+    disks: tuple[str, ...]  # /dev/disk/by-id paths, in the manifest's order
+    raid1: bool
+    boot_mode: str  # uefi or legacy; the boot loader is installed for both either way
+    image: ImageRef
+    hostname: str
+    fqdn: str
+    files: tuple[DeployFile, ...]  # identity files written into the new root
+    users: tuple[DeployUser, ...]
+    report_url: str
+    erase_allowed: bool  # may the agent wipe a disk that carries data (new or --reinstall)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def method(m: Manifest, node: Node) -> str:
+    """``image`` or ``installer``: the node's own setting, else the cluster's."""
+    return node.install_method or m.cluster.install_method
+
+
+def guarded_disk(node: Node, disk_id: str) -> str | None:
+    """Why ``disk_id`` must not be the node's install disk: the manifest's hardware list gives
+    it (or the model it names) to ZFS or scratch. None when it may be."""
+    for disk in node.hardware.disks:
+        if disk.use in ("zfs", "scratch") and (disk_id == disk.id or disk_id.startswith(disk.id)):
+            return (f"{node.name}: install disk {disk_id} is the manifest's {disk.use} disk {disk.id}: "
+                    "a deploy would erase it")
+    return None
+
+
+def deploy_refusals(m: Manifest, node: Node, images: Mapping[str, ImageRef] | None) -> list[str]:
+    """Everything that stops an image deploy of ``node``, in words (empty: it may go).
+    ``images``: the images at hand per OS; None leaves their presence unchecked."""
+    out: list[str] = []
+    problem = not_installable(m, node)
+    if problem:
+        out.append(problem)
+    out += [r for r in (guarded_disk(node, d) for d in node.install_disks) if r]
+    if len(set(node.install_disks)) != len(node.install_disks):
+        out.append(f"{node.name}: install_disks names the same disk twice; a RAID1 needs two disks")
+    if images is not None and node.os not in images:
+        out.append(f"{node.name}: no {node.os} image: run `provision image build MANIFEST --os {node.os}` "
+                   f"or name one in cluster.images.{node.os}")
+    return out
+
+
+def networkd(net: NetSettings) -> list[DeployFile]:
+    """systemd-networkd files (Debian) for the management interface: matched by MAC,
+    renamed when the manifest names the interface, static address."""
+    files: list[DeployFile] = []
+    if net.interface:
+        files.append(DeployFile("/etc/systemd/network/10-provision-mgmt.link", "0644",
+                                f"[Match]\nMACAddress={net.mac}\n\n[Link]\nName={net.interface}\n"))
+    lines = ["[Match]", f"MACAddress={net.mac}", "", "[Link]", f"MTUBytes={net.mtu}", "", "[Network]",
+             f"Address={net.cidr}"]
+    if net.gateway:
+        lines.append(f"Gateway={net.gateway}")
+    lines += [f"DNS={d}" for d in net.dns]
+    lines.append(f"Domains={net.domain}")
+    files.append(DeployFile("/etc/systemd/network/10-provision-mgmt.network", "0644", "\n".join(lines) + "\n"))
+    return files
+
+
+def identity_files(m: Manifest, node: Node) -> list[DeployFile]:
+    """Files that make the image this node: hostname, hosts entry, network configuration
+    for its OS (netplan on Ubuntu, systemd-networkd on Debian)."""
+    net = net_settings(m, node)
+    files = [
+        DeployFile("/etc/hostname", "0644", f"{net.hostname}\n"),
+        DeployFile("/etc/hosts", "0644",
+                   f"127.0.0.1\tlocalhost\n{net.address}\t{net.fqdn}\t{net.hostname}\n"
+                   "::1\tlocalhost ip6-localhost ip6-loopback\n"),
+    ]
+    if node.os.startswith("ubuntu-"):
+        text = yamltext.safe_dump({"network": netplan(net)}, width=1000)
+        files.append(DeployFile("/etc/netplan/50-provision.yaml", "0600",
+                                f"# {node.name}: rendered by provisioner from the cluster manifest\n{text}"))
+    else:
+        files += networkd(net)
+    return files
+
+
+def deploy_plan(m: Manifest, node: Node, images: Mapping[str, ImageRef], server: InstallServer,
+                *, erase_allowed: bool) -> DeployPlan:
+    """The node's deploy plan; raises :class:`DeployRefused` with every refusal."""
+    refusals = deploy_refusals(m, node, images)
+    if refusals:
+        raise DeployRefused("; ".join(refusals))
+    net = net_settings(m, node)
+    users = tuple(DeployUser(u.name, u.keys, u.sudo, u.shell, u.uid) for u in logins(m))
+    return DeployPlan(
+        node=node.name,
+        os=node.os,
+        mac=net.mac,
+        disks=tuple(disk_path(d) for d in node.install_disks),
+        raid1=len(node.install_disks) == 2,
+        boot_mode=boot_mode(node),
+        image=images[node.os],
+        hostname=net.hostname,
+        fqdn=net.fqdn,
+        files=tuple(identity_files(m, node)),
+        users=users,
+        report_url=server.report_url(node.name),
+        erase_allowed=erase_allowed,
+    )
+
+
+def destructive_summary(m: Manifest, node: Node, images: Mapping[str, ImageRef] | None = None) -> str:
+    """What an image deploy of ``node`` erases and writes, in words (for ``plan``)."""
+    disks = " + ".join(node.install_disks) if node.install_disks else "its install disks"
+    layout = "RAID1 over " + disks if len(node.install_disks) == 2 else disks
+    refusals = deploy_refusals(m, node, images)
+    if refusals:
+        return f"image deploy REFUSED: {'; '.join(refusals)}"
+    return f"wipes {layout}, writes the {node.os} image (GPT: ESP + root)"
+
+
+def named_images(m: Manifest) -> dict[str, ImageRef]:
+    """The images the manifest names (``cluster.images``), per OS."""
+    return {os_name: ImageRef(img.url, img.sha256) for os_name, img in m.cluster.images.items()}
+
+
+def image_url(server: InstallServer, os_name: str) -> str:
+    """Where the PXE server publishes the ``os_name`` image (``provision image build``'s output)."""
+    return f"{server.base_url}/images/{os_name}.tar.gz"
+
+
+def ipxe_deploy_script(m: Manifest, node: Node, server: InstallServer) -> str:
+    """The iPXE script of an armed image-deploy node: the deploy ramdisk with its plan's URL."""
+    net = net_settings(m, node)
+    bootif = "01-" + net.mac.replace(":", "-")
+    ramdisk = f"{server.base_url}/{RAMDISK_DIR}"
+    args = ["initrd=initrd.img", f"provision.plan={server.node_url(node.name, PLAN_FILE)}", f"BOOTIF={bootif}",
+            "console=tty0", "console=ttyS0,115200n8"]
+    return "\n".join([
+        "#!ipxe",
+        f"# {node.name}: {node.os} image deploy, rendered by provisioner from the cluster manifest.",
+        "# Served only while the node is armed; after its report the PXE server boots it from disk.",
+        f"echo provision: deploying the {node.os} image on {node.name}",
+        f"kernel {ramdisk}/vmlinuz {' '.join(args)}",
+        f"initrd {ramdisk}/initrd.img",
+        "boot",
+    ]) + "\n"
+
+
+def deploy_files(m: Manifest, node: Node, server: InstallServer) -> dict[str, str]:
+    """What the PXE server publishes under ``/nodes/<node>/`` for an image deploy: the iPXE
+    script and the deploy plan. The plan's image checksum is left empty here: the built
+    image's checksum is known only where it was built, so the pxe_server role fills it in
+    (``pxe_server_image_sha256``), and the agent refuses a plan without one."""
+    images: dict[str, ImageRef] = {node.os: ImageRef(image_url(server, node.os), "")}
+    plan = deploy_plan(m, node, images, server, erase_allowed=False)
+    return {"install.ipxe": ipxe_deploy_script(m, node, server), PLAN_FILE: json.dumps(plan.to_json(), indent=2)}

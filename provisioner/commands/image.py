@@ -1,0 +1,77 @@
+"""`provision image build MANIFEST [--os OS]`: the node OS images of the manifest's image deploys.
+
+Per OS the manifest's nodes use (or ``--os``): the image the manifest names in
+``cluster.images`` is fetched and verified against its SHA-256; otherwise one is built with
+mmdebstrap from ``cluster.mirrors.apt`` (:mod:`provisioner.image`), unless the cache holds
+the same recipe's image already.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+from provisioner.areas.baremetal.deploy import method
+from provisioner.commands.common import guarded, load
+from provisioner.errors import ProvisionError
+from provisioner.image import agent
+from provisioner.image.build import Image, build, build_ramdisk, fetch
+from provisioner.image.recipe import ImageRecipeError, ramdisk_recipe, recipe
+from provisioner.manifest.model import Manifest
+from provisioner.state import StateDir
+
+
+def image_dir(manifest: Path, override: Path | None) -> Path:
+    return override if override is not None else StateDir.beside(manifest).root / "images"
+
+
+def os_names(m: Manifest, only: str | None) -> list[str]:
+    used: list[str] = sorted({str(n.os) for n in m.nodes})
+    if only is None:
+        return used
+    if only not in used:
+        raise ProvisionError(f"--os {only}: no node of the manifest runs it (they run {', '.join(used)})")
+    return [only]
+
+
+def make(m: Manifest, os_name: str, cache: Path) -> Image:
+    named = next((img for name, img in m.cluster.images.items() if name == os_name), None)
+    if named is not None:
+        return fetch(os_name, named.url, named.sha256, cache)
+    mirrors = m.cluster.mirrors
+    try:
+        return build(recipe(os_name, mirrors.apt, mirrors.apt_proxy), cache)
+    except ImageRecipeError as exc:
+        raise ProvisionError(str(exc)) from None
+
+
+def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    loaded = load(err, args.manifest)
+    cache = image_dir(args.manifest, args.cache_dir)
+    for os_name in os_names(loaded.manifest, args.os):
+        what = "fetching" if os_name in loaded.manifest.cluster.images else "building"
+        out.print(f"{os_name}: {what} unless cached ...", markup=False)
+        image = make(loaded.manifest, os_name, cache)
+        took = f" in {image.seconds:.0f} s" if image.source != "cached" else ""
+        out.print(f"{os_name}: {image.source}{took}: {image.path} sha256 {image.sha256}", markup=False)
+    if args.os is None and needs_ramdisk(loaded.manifest):
+        m = loaded.manifest
+        debian = any(n.os == "debian-12" for n in m.nodes)  # the cluster's mirror serves Debian
+        r = ramdisk_recipe(m.cluster.mirrors.apt if debian else None, m.cluster.mirrors.apt_proxy,
+                           Path(agent.__file__).read_text(encoding="utf-8"))
+        out.print("deploy ramdisk: building unless cached ...", markup=False)
+        ramdisk = build_ramdisk(r, cache)
+        took = f" in {ramdisk.seconds:.0f} s" if ramdisk.source != "cached" else ""
+        out.print(f"deploy ramdisk: {ramdisk.source}{took}: {ramdisk.directory}", markup=False)
+    return 0
+
+
+def needs_ramdisk(m: Manifest) -> bool:
+    """Any node installed over PXE with the image method (the ramdisk deploys it)."""
+    return any(n.install == "pxe" and method(m, n) == "image" for n in m.nodes)
+
+
+def main(args: argparse.Namespace) -> int:
+    return guarded(run, args)

@@ -1,0 +1,303 @@
+"""Building, caching, fetching and verifying node OS images (side effects at this edge).
+
+Layout of the image cache (``.provision/images/`` beside the manifest unless given):
+
+* ``<os>-<key>.tar.gz`` and ``<os>-<key>.tar.gz.sha256`` (``sha256sum`` format): a built
+  image, ``key`` the content hash of its recipe (:mod:`provisioner.image.recipe`);
+* ``<os>-named-<sha256[:16]>.<ext>`` (+ ``.sha256``): an image the manifest names, fetched
+  and verified;
+* ``<os>.tar.gz`` / ``<os>.tar.gz.sha256``: the current image of ``os`` for the manifest
+  (a symbolic link to the file above and a copy of its checksum line), what the PXE server
+  publishes.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from provisioner.errors import ProvisionError
+from provisioner.image.recipe import RAMDISK, ImageRecipe, build_environment, mmdebstrap_command
+
+BUILD_TIMEOUT = 3600.0
+FETCH_TIMEOUT = 60.0
+CHUNK = 1 << 20
+
+Runner = Callable[..., Any]
+
+
+class ImageError(ProvisionError):
+    """An image could not be built, fetched or verified (the message says which and why)."""
+
+
+@dataclass(frozen=True)
+class Image:
+    os: str
+    path: Path
+    sha256: str
+    source: str  # built, cached, fetched
+    seconds: float = 0.0
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def sidecar(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def sidecar_line(digest: str, path: Path) -> str:
+    return f"{digest}  {path.name}\n"
+
+
+def read_sidecar(path: Path) -> str | None:
+    """The SHA-256 in ``<path>.sha256``, or None when there is none (or it is not one)."""
+    try:
+        first = sidecar(path).read_text().split()
+    except OSError:
+        return None
+    return first[0] if first and len(first[0]) == 64 else None
+
+
+def verify(path: Path, expected: str, what: str) -> str:
+    """Raise ImageError unless ``path`` hashes to ``expected``; return the digest."""
+    got = sha256_file(path)
+    if got != expected.lower():
+        raise ImageError(f"{what}: SHA-256 mismatch: expected {expected.lower()}, got {got} ({path})")
+    return got
+
+
+def _publish(cache: Path, os_name: str, image: Path, digest: str) -> None:
+    """Point ``<os>.tar.gz`` (link) and its checksum file at ``image``."""
+    current = cache / f"{os_name}.tar.gz"
+    tmp = cache / f".{os_name}.link"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(image.name)
+    os.replace(tmp, current)
+    sidecar(current).write_text(sidecar_line(digest, current))
+
+
+def cached(r: ImageRecipe, cache: Path) -> Image | None:
+    """The built image of ``r`` if the cache holds it with a checksum that still matches."""
+    path = cache / r.file_name
+    expected = read_sidecar(path)
+    if not path.is_file() or expected is None:
+        return None
+    verify(path, expected, f"cached {r.os} image")
+    return Image(r.os, path, expected, "cached")
+
+
+def build(r: ImageRecipe, cache: Path, *, run: Runner = subprocess.run, timeout: float = BUILD_TIMEOUT,
+          which: Callable[[str], str | None] = shutil.which, euid: Callable[[], int] = os.geteuid) -> Image:
+    """Build ``r`` into ``cache`` unless the cache holds it already; publish it as current."""
+    cache.mkdir(parents=True, exist_ok=True)
+    found = cached(r, cache)
+    if found is not None:
+        _publish(cache, r.os, found.path, found.sha256)
+        return found
+    if which("mmdebstrap") is None:
+        raise ImageError("mmdebstrap is not installed: apt-get install mmdebstrap (Debian 12 / Ubuntu 22.04+)")
+    if euid() != 0:
+        raise ImageError("building an image needs root (mmdebstrap --mode=root): run it with sudo")
+    path = cache / r.file_name
+    partial = cache / f".partial-{r.file_name}"
+    partial.unlink(missing_ok=True)
+    start = time.monotonic()
+    try:
+        result = run(mmdebstrap_command(r, str(partial)), env={**os.environ, **build_environment(r)},
+                     timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        partial.unlink(missing_ok=True)
+        raise ImageError(f"building the {r.os} image took longer than {timeout:.0f} s; gave up") from None
+    if result.returncode != 0 or not partial.is_file():
+        partial.unlink(missing_ok=True)
+        raise ImageError(f"mmdebstrap failed building the {r.os} image (exit {result.returncode}) from {r.mirror}")
+    digest = sha256_file(partial)
+    os.replace(partial, path)
+    sidecar(path).write_text(sidecar_line(digest, path))
+    _publish(cache, r.os, path, digest)
+    return Image(r.os, path, digest, "built", time.monotonic() - start)
+
+
+def _suffix(url: str) -> str:
+    for ext in (".tar.gz", ".tar.xz", ".tar.zst"):
+        if url.endswith(ext):
+            return ext
+    raise ImageError(f"{url}: not a .tar.gz, .tar.xz or .tar.zst root file system tarball")
+
+
+def fetch(os_name: str, url: str, sha256: str, cache: Path, *, timeout: float = FETCH_TIMEOUT,
+          total: float = BUILD_TIMEOUT) -> Image:
+    """Download the image the manifest names into the cache and verify it before keeping it:
+    a file whose checksum does not match is deleted and never published. ``timeout`` bounds
+    each read, ``total`` the whole download."""
+    cache.mkdir(parents=True, exist_ok=True)
+    path = cache / f"{os_name}-named-{sha256[:16]}{_suffix(url)}"
+    if path.is_file() and read_sidecar(path) == sha256:
+        verify(path, sha256, f"cached {os_name} image from {url}")
+        _publish(cache, os_name, path, sha256)
+        return Image(os_name, path, sha256, "cached")
+    partial = cache / f".partial-{path.name}"
+    start = time.monotonic()
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response, partial.open("wb") as out:
+            while chunk := response.read(CHUNK):
+                out.write(chunk)
+                if time.monotonic() - start > total:
+                    raise TimeoutError(f"the download took longer than {total:.0f} s")
+        verify(partial, sha256, f"the {os_name} image {url}")
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise ImageError(f"cannot fetch the {os_name} image {url}: {exc}") from None
+    except ImageError:
+        partial.unlink(missing_ok=True)
+        raise
+    os.replace(partial, path)
+    sidecar(path).write_text(sidecar_line(sha256, path))
+    _publish(cache, os_name, path, sha256)
+    return Image(os_name, path, sha256, "fetched", time.monotonic() - start)
+
+
+def current(cache: Path, os_name: str) -> Image | None:
+    """The image published as current for ``os_name`` (None when there is none)."""
+    link = cache / f"{os_name}.tar.gz"
+    digest = read_sidecar(link)
+    if not link.exists() or digest is None:
+        return None
+    return Image(os_name, link.resolve(), digest, "cached")
+
+
+# --------------------------------------------------------------------------- deploy ramdisk
+@dataclass(frozen=True)
+class Ramdisk:
+    directory: Path  # vmlinuz, initrd.img, SHA256SUMS
+    source: str  # built, cached
+    seconds: float = 0.0
+
+    @property
+    def kernel(self) -> Path:
+        return self.directory / "vmlinuz"
+
+    @property
+    def initrd(self) -> Path:
+        return self.directory / "initrd.img"
+
+
+def cpio_header(name: str, mode: int, size: int, *, ino: int, mtime: int = 0, rdev: tuple[int, int] = (0, 0),
+                uid: int = 0, gid: int = 0) -> bytes:
+    """One ``newc`` cpio header with its name, padded to 4 bytes (the kernel's initramfs format)."""
+    encoded = name.encode() + b"\0"
+    fields = (ino, mode, uid, gid, 1, mtime, size, 0, 0, rdev[0], rdev[1], len(encoded), 0)
+    head = b"070701" + b"".join(f"{v:08x}".encode() for v in fields) + encoded
+    return head + b"\0" * (-len(head) % 4)
+
+
+def write_initramfs(tree: Path, out: Path, skip: tuple[str, ...] = ("boot",)) -> None:
+    """``tree`` as a gzip'd newc cpio archive (what the kernel unpacks as its initramfs),
+    without the top-level entries in ``skip``. Owners, modes, links and device nodes kept."""
+    ino = 0
+    with gzip.open(out, "wb", compresslevel=6) as f:
+        for root, dirs, files in os.walk(tree):
+            rel_root = Path(root).relative_to(tree)
+            if rel_root == Path("."):
+                dirs[:] = [d for d in dirs if d not in skip]
+                files = [n for n in files if n not in skip]
+            dirs.sort()
+            for name in sorted(dirs) + sorted(files):
+                path = Path(root) / name
+                rel = str(rel_root / name) if rel_root != Path(".") else name
+                st = path.lstat()
+                ino += 1
+                if stat.S_ISLNK(st.st_mode):
+                    target = os.readlink(path).encode()
+                    f.write(cpio_header(rel, st.st_mode, len(target), ino=ino, uid=st.st_uid, gid=st.st_gid))
+                    f.write(target + b"\0" * (-len(target) % 4))
+                elif stat.S_ISREG(st.st_mode):
+                    f.write(cpio_header(rel, st.st_mode, st.st_size, ino=ino, uid=st.st_uid, gid=st.st_gid))
+                    with path.open("rb") as data:
+                        shutil.copyfileobj(data, f, CHUNK)
+                    f.write(b"\0" * (-st.st_size % 4))
+                else:  # directories, device nodes, fifos
+                    rdev = (os.major(st.st_rdev), os.minor(st.st_rdev)) if (
+                        stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)) else (0, 0)
+                    f.write(cpio_header(rel, st.st_mode, 0, ino=ino, rdev=rdev, uid=st.st_uid, gid=st.st_gid))
+        f.write(cpio_header("TRAILER!!!", 0, 0, ino=0))
+
+
+def build_ramdisk(r: ImageRecipe, cache: Path, *, run: Runner = subprocess.run, timeout: float = BUILD_TIMEOUT,
+                  which: Callable[[str], str | None] = shutil.which, euid: Callable[[], int] = os.geteuid) -> Ramdisk:
+    """The deploy ramdisk (kernel + initramfs) of ``r`` in ``cache/deploy-ramdisk-<key>/``,
+    built unless there; ``cache/deploy-ramdisk`` points at it."""
+    assert r.os == RAMDISK
+    cache.mkdir(parents=True, exist_ok=True)
+    final = cache / f"{RAMDISK}-{r.key}"
+    current = cache / RAMDISK
+    if (final / "SHA256SUMS").is_file():
+        for line in (final / "SHA256SUMS").read_text().splitlines():
+            digest, name = line.split()
+            verify(final / name, digest, f"cached deploy ramdisk {name}")
+        _link(current, final.name)
+        return Ramdisk(final, "cached")
+    if which("mmdebstrap") is None:
+        raise ImageError("mmdebstrap is not installed: apt-get install mmdebstrap (Debian 12 / Ubuntu 22.04+)")
+    if euid() != 0:
+        raise ImageError("building the deploy ramdisk needs root (mmdebstrap --mode=root): run it with sudo")
+    start = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix=".ramdisk-", dir=cache))
+    try:
+        tree = work / "tree"
+        try:
+            result = run(mmdebstrap_command(r, str(tree), "directory"), env={**os.environ, **build_environment(r)},
+                         timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            raise ImageError(f"building the deploy ramdisk took longer than {timeout:.0f} s; gave up") from None
+        kernels = sorted((tree / "boot").glob("vmlinuz-*")) if result.returncode == 0 else []
+        if not kernels:
+            raise ImageError(f"mmdebstrap failed building the deploy ramdisk (exit {result.returncode}) "
+                             f"from {r.mirror}")
+        out = work / "out"
+        out.mkdir()
+        shutil.copyfile(kernels[-1], out / "vmlinuz")
+        write_initramfs(tree, out / "initrd.img")
+        sums = "".join(sidecar_line(sha256_file(out / n), out / n) for n in ("vmlinuz", "initrd.img"))
+        (out / "SHA256SUMS").write_text(sums)
+        out.chmod(0o755)
+        os.replace(out, final)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    _link(current, final.name)
+    return Ramdisk(final, "built", time.monotonic() - start)
+
+
+def _link(link: Path, target: str) -> None:
+    tmp = link.with_name(f".{link.name}.link")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target)
+    os.replace(tmp, link)
+
+
+def deploy_extra_vars(cache: Path, os_names: list[str]) -> dict[str, object]:
+    """Extra variables for ``playbooks/pxe.yml``: the image cache to publish and the SHA-256
+    of each OS image it holds (of ``os_names``), read from their checksum files. An OS without
+    an image, or a cache without the deploy ramdisk, is left out: the role then refuses the
+    image deploys that need it, naming the command that makes it."""
+    if not (cache / RAMDISK / "SHA256SUMS").is_file():
+        return {"pxe_server_images_src": "", "pxe_server_image_sha256": {}}
+    sums = {name: image.sha256 for name in sorted(set(os_names)) if (image := current(cache, name)) is not None}
+    return {"pxe_server_images_src": str(cache), "pxe_server_image_sha256": sums}

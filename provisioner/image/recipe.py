@@ -1,0 +1,199 @@
+"""What a node OS image is made of, and the mmdebstrap command line that builds it. Pure.
+
+An image is a root file system tarball (``<os>.tar.gz``) built by mmdebstrap from the
+manifest's apt mirror (``cluster.mirrors.apt``; its proxy too). It holds the kernel, an SSH
+server, Python, the boot loaders for UEFI and BIOS, mdadm (a RAID1 root) and a first-boot
+unit, and nothing site-specific: no host keys, an empty machine-id, no users but root
+(locked). The deploy agent writes the node's identity on top of it.
+
+The cache key hashes every input of the build (OS, suite, mirror, components, package
+list, the customize hook's text, the first-boot unit, the recipe version): an image is
+rebuilt only when one of them changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+
+RECIPE_VERSION = 1
+DEFAULT_MIRRORS = {"debian": "http://deb.debian.org/debian", "ubuntu": "http://archive.ubuntu.com/ubuntu"}
+SUITES = {"debian-12": ("debian", "bookworm"), "ubuntu-22.04": ("ubuntu", "jammy"),
+          "ubuntu-24.04": ("ubuntu", "noble")}
+COMPONENTS = {"debian": ("main",), "ubuntu": ("main", "universe")}
+COMMON_PACKAGES = (
+    "systemd-sysv", "udev", "kmod", "dbus", "iproute2", "openssh-server", "python3", "sudo",
+    "ca-certificates", "e2fsprogs", "mdadm", "initramfs-tools",
+    "grub-pc-bin", "grub-efi-amd64-bin", "grub2-common",
+)
+KERNEL = {"debian": "linux-image-amd64", "ubuntu": "linux-image-generic"}
+# Ubuntu's netplan writes systemd-networkd files; Debian gets systemd-networkd files directly.
+OS_PACKAGES = {"debian": ("systemd-resolved",), "ubuntu": ("netplan.io", "systemd-resolved")}
+
+FIRSTBOOT_UNIT = """\
+[Unit]
+Description=provision: first boot of a deployed node image
+ConditionPathExists=!/var/lib/provision/firstboot.done
+Before=ssh.service
+After=local-fs.target
+
+[Service]
+Type=oneshot
+# host keys come from the deploy agent (it reported them); make them only if one is missing
+ExecStart=/usr/bin/ssh-keygen -A
+ExecStart=/bin/sh -c 'for f in /etc/provision/firstboot.d/*; do [ -x "$f" ] && "$f"; done; true'
+ExecStart=/bin/sh -c 'mkdir -p /var/lib/provision && touch /var/lib/provision/firstboot.done'
+RemainAfterExit=yes
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+# mmdebstrap --customize-hook: runs on the host with the new root as $1.
+CUSTOMIZE_HOOK = (
+    'set -e; r="$1"; '
+    'rm -f "$r"/etc/ssh/ssh_host_*; '
+    ': > "$r"/etc/machine-id; rm -f "$r"/var/lib/dbus/machine-id; '
+    'install -d "$r"/etc/provision/firstboot.d "$r"/var/lib/provision; '
+    'printf "%s" "$PROVISION_FIRSTBOOT_UNIT" > "$r"/etc/systemd/system/provision-firstboot.service; '
+    'chroot "$r" systemctl enable provision-firstboot.service systemd-networkd.service systemd-resolved.service; '
+    # an empty machine-id makes the first boot a "first boot": systemd-firstboot would ask
+    # for a locale and a time zone on the console and wait there
+    'chroot "$r" systemctl mask systemd-firstboot.service; '
+    'ln -sf ../run/systemd/resolve/stub-resolv.conf "$r"/etc/resolv.conf; '
+    'chroot "$r" passwd -l root; '
+    'rm -f "$r"/etc/hostname; '
+    'rm -rf "$r"/var/cache/apt/archives/*.deb "$r"/var/lib/apt/lists/*'
+)
+
+
+# The deploy ramdisk: a small Debian system that runs from RAM (the whole tree is the
+# initramfs, systemd its init), gets its address over DHCP and runs the deploy agent.
+RAMDISK = "deploy-ramdisk"
+RAMDISK_PACKAGES = (
+    "linux-image-amd64", "systemd-sysv", "udev", "kmod", "iproute2", "python3", "gdisk", "parted",
+    "mdadm", "dosfstools", "e2fsprogs", "util-linux", "tar", "gzip", "xz-utils", "zstd",
+)
+RAMDISK_UNIT = """\
+[Unit]
+Description=provision: deploy this node's OS image (its plan comes from the head node)
+Wants=network-online.target
+After=network-online.target systemd-udev-settle.service
+Wants=systemd-udev-settle.service
+
+[Service]
+Type=oneshot
+StandardOutput=journal+console
+StandardError=journal+console
+# on success the node boots its new disk; on failure it stays here (the failure is reported
+# to the head node, which boots the node from its disk next time)
+ExecStart=/bin/sh -c '/usr/local/sbin/provision-deploy && systemctl reboot'
+
+[Install]
+WantedBy=multi-user.target
+"""
+RAMDISK_NETWORK = "[Match]\nName=e*\n\n[Network]\nDHCP=ipv4\n"
+# kernel modules a deploy never needs (graphics, sound, wireless, media, InfiniBand...):
+# the ramdisk lives in RAM
+RAMDISK_DROP = ("drivers/gpu", "drivers/media", "drivers/net/wireless", "drivers/infiniband", "sound",
+                "drivers/staging", "drivers/bluetooth", "net/wireless", "net/bluetooth", "drivers/iio",
+                "drivers/hid", "drivers/input/touchscreen", "drivers/isdn", "drivers/usb/gadget",
+                "drivers/net/ethernet/mellanox", "drivers/net/can", "fs/ocfs2", "fs/gfs2", "fs/btrfs", "fs/xfs")
+RAMDISK_HOOK = (
+    'set -e; r="$1"; '
+    'printf "%s" "$PROVISION_AGENT" > "$r"/usr/local/sbin/provision-deploy; '
+    'chmod 0755 "$r"/usr/local/sbin/provision-deploy; '
+    'printf "%s" "$PROVISION_DEPLOY_UNIT" > "$r"/etc/systemd/system/provision-deploy.service; '
+    'printf "%s" "$PROVISION_DEPLOY_NETWORK" > "$r"/etc/systemd/network/90-deploy-dhcp.network; '
+    'chroot "$r" systemctl enable provision-deploy.service systemd-networkd.service; '
+    'chroot "$r" systemctl mask systemd-firstboot.service; '
+    ': > "$r"/etc/machine-id; echo deploy > "$r"/etc/hostname; '
+    'chroot "$r" passwd -l root; '
+    'for d in $PROVISION_DROP; do rm -rf "$r"/lib/modules/*/kernel/"$d"; done; '
+    'for k in "$r"/lib/modules/*; do chroot "$r" depmod -a "${k##*/}"; done; '
+    'ln -sf /lib/systemd/systemd "$r"/init; '
+    'rm -rf "$r"/var/cache/apt/archives/*.deb "$r"/var/lib/apt/lists/* "$r"/usr/share/doc "$r"/usr/share/man '
+    '"$r"/usr/share/locale "$r"/boot/initrd.img-*'
+)
+
+
+class ImageRecipeError(ValueError):
+    """The manifest asks for an image this recipe cannot build (the message says why)."""
+
+
+@dataclass(frozen=True)
+class ImageRecipe:
+    os: str
+    distro: str
+    suite: str
+    mirror: str
+    proxy: str | None
+    components: tuple[str, ...]
+    packages: tuple[str, ...]
+    firstboot_unit: str = FIRSTBOOT_UNIT
+    customize_hook: str = CUSTOMIZE_HOOK
+    version: int = RECIPE_VERSION
+    agent: str = ""  # the deploy agent's source (the deploy ramdisk only)
+
+    @property
+    def key(self) -> str:
+        """Content hash of every input of the build (16 hex digits)."""
+        blob = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.os}-{self.key}.tar.gz"
+
+
+def recipe(os_name: str, mirror: str | None, proxy: str | None = None) -> ImageRecipe:
+    """The recipe for ``os_name`` from ``mirror`` (None: the distribution's own archive)."""
+    if os_name not in SUITES:
+        raise ImageRecipeError(f"no image recipe for {os_name!r}; known: {', '.join(sorted(SUITES))}")
+    distro, suite = SUITES[os_name]
+    packages = (KERNEL[distro], *COMMON_PACKAGES, *OS_PACKAGES[distro])
+    return ImageRecipe(os_name, distro, suite, (mirror or DEFAULT_MIRRORS[distro]).rstrip("/"), proxy,
+                       COMPONENTS[distro], tuple(sorted(packages)))
+
+
+def ramdisk_recipe(mirror: str | None, proxy: str | None, agent: str) -> ImageRecipe:
+    """The deploy ramdisk, from the Debian archive (``mirror`` when the cluster's nodes run
+    Debian, else Debian's own); ``agent``: the deploy agent's source text."""
+    return ImageRecipe(RAMDISK, "debian", "bookworm", (mirror or DEFAULT_MIRRORS["debian"]).rstrip("/"), proxy,
+                       COMPONENTS["debian"], tuple(sorted(RAMDISK_PACKAGES)), RAMDISK_UNIT, RAMDISK_HOOK,
+                       RECIPE_VERSION, agent)
+
+
+def mmdebstrap_command(r: ImageRecipe, output: str, fmt: str = "tar") -> list[str]:
+    """The mmdebstrap command line that builds ``r`` into the tarball ``output`` (the
+    extension .tar.gz makes mmdebstrap compress it; ``fmt`` directory: a tree). Needs root
+    (``--mode=root``); the texts the hook writes come in the environment
+    (:func:`build_environment`)."""
+    cmd = [
+        "mmdebstrap", "--mode=root", "--variant=apt", f"--format={fmt}",
+        f"--components={','.join(r.components)}",
+        f"--include={','.join(r.packages)}",
+        "--aptopt=Acquire::Retries \"3\"",
+        "--aptopt=Acquire::http::Timeout \"60\"",
+        "--dpkgopt=path-exclude=/usr/share/doc/*",
+        "--dpkgopt=path-include=/usr/share/doc/*/copyright",
+        "--dpkgopt=path-exclude=/usr/share/man/*",
+        "--dpkgopt=path-exclude=/usr/share/locale/*",
+        f"--customize-hook={r.customize_hook}",
+    ]
+    if r.proxy:
+        cmd.append(f"--aptopt=Acquire::http::Proxy \"{r.proxy}\"")
+    if r.distro == "debian":
+        cmd.append("--keyring=/usr/share/keyrings/debian-archive-keyring.gpg")
+    cmd += [r.suite, output, f"deb {r.mirror} {r.suite} {' '.join(r.components)}"]
+    return cmd
+
+
+def build_environment(r: ImageRecipe) -> dict[str, str]:
+    """Variables the build's hook reads (added to the caller's environment)."""
+    env = {"PROVISION_FIRSTBOOT_UNIT": r.firstboot_unit, "SOURCE_DATE_EPOCH": "0"}
+    if r.os == RAMDISK:
+        env |= {"PROVISION_AGENT": r.agent, "PROVISION_DEPLOY_UNIT": r.firstboot_unit,
+                "PROVISION_DEPLOY_NETWORK": RAMDISK_NETWORK, "PROVISION_DROP": " ".join(RAMDISK_DROP)}
+    return env

@@ -1,0 +1,176 @@
+"""provisioner.areas.baremetal.deploy: the image deploy plan (disks, RAID1, refusals, identity)."""
+
+from __future__ import annotations
+
+import configparser
+from typing import Any
+
+import pytest
+import yaml
+
+from provisioner.areas.baremetal import deploy
+from provisioner.areas.baremetal.decide import install_server
+from provisioner.manifest.model import Manifest
+from provisioner.plan import compute
+from provisioner.state import State
+
+SHA = "a" * 64
+IMAGES = {os_name: deploy.ImageRef(f"http://10.0.0.10/images/{os_name}.tar.gz", SHA)
+          for os_name in ("debian-12", "ubuntu-22.04", "ubuntu-24.04")}
+
+
+def debian_base(kit: Any) -> dict[str, Any]:
+    """The test manifest with its compute nodes on Debian 12."""
+    return kit.on_os(kit.base(), "debian-12", (1,))  # type: ignore[no-any-return]
+
+
+def pxe_manifest(kit: Any, *, disks: list[str], os_name: str = "debian-12", **node: Any) -> Manifest:
+    data = kit.on_os(kit.base(), os_name, (1,))
+    data["nodes"][1].update(install="pxe", install_disks=disks, **node)
+    return kit.load(data).manifest  # type: ignore[no-any-return]
+
+
+def plan_of(m: Manifest, name: str = "node01", *, erase: bool = True,
+            images: dict[str, deploy.ImageRef] | None = None) -> deploy.DeployPlan:
+    return deploy.deploy_plan(m, m.node(name), IMAGES if images is None else images, install_server(m),
+                              erase_allowed=erase)
+
+
+def files(plan: deploy.DeployPlan) -> dict[str, deploy.DeployFile]:
+    return {f.path: f for f in plan.files}
+
+
+def test_one_disk_is_named_by_id_without_raid(kit: Any) -> None:
+    m = pxe_manifest(kit, disks=["nvme-DISK_A_[1-2]"])
+    p1, p2 = plan_of(m, "node01"), plan_of(m, "node02")
+    assert p1.disks == ("/dev/disk/by-id/nvme-DISK_A_1",) and not p1.raid1
+    assert p2.disks == ("/dev/disk/by-id/nvme-DISK_A_2",)
+    assert p1.image == IMAGES["debian-12"] and p1.boot_mode == "uefi"
+    assert p1.report_url == "http://10.0.0.10/api/installed/node01"
+
+
+def test_two_disks_make_a_raid1_in_manifest_order(kit: Any) -> None:
+    m = pxe_manifest(kit, disks=["ata-X_[1-2]", "ata-Y_[1-2]"])
+    p = plan_of(m, "node02")
+    assert p.raid1 and p.disks == ("/dev/disk/by-id/ata-X_2", "/dev/disk/by-id/ata-Y_2")
+
+
+def test_legacy_boot_mode_comes_from_the_bmc(kit: Any) -> None:
+    data = debian_base(kit)
+    data["nodes"][1].update(install="pxe", install_disks=["ata-D_[1-2]"])
+    data["nodes"][1]["bmc"]["boot_mode"] = "legacy"
+    assert plan_of(kit.load(data).manifest).boot_mode == "legacy"
+
+
+def test_debian_gets_systemd_networkd_for_its_management_address(kit: Any) -> None:
+    p = plan_of(pxe_manifest(kit, disks=["ata-D_[1-2]"]))
+    f = files(p)
+    assert f["/etc/hostname"].content == "node01\n"
+    assert "10.0.0.21\tnode01.test.internal\tnode01" in f["/etc/hosts"].content
+    net = configparser.ConfigParser(strict=False)
+    net.read_string(f["/etc/systemd/network/10-provision-mgmt.network"].content)
+    assert net["Match"]["MACAddress"] == "52:54:00:00:00:21"
+    assert net["Network"]["Address"] == "10.0.0.21/24" and net["Network"]["Gateway"] == "10.0.0.1"
+    link = configparser.ConfigParser()
+    link.read_string(f["/etc/systemd/network/10-provision-mgmt.link"].content)
+    assert link["Link"]["Name"] == "eno1"
+    assert not any(path.startswith("/etc/netplan") for path in f)
+
+
+def test_ubuntu_gets_netplan_readable_by_root_only(kit: Any) -> None:
+    p = plan_of(pxe_manifest(kit, disks=["ata-D_[1-2]"], os_name="ubuntu-24.04"), "node02")
+    f = files(p)["/etc/netplan/50-provision.yaml"]
+    assert f.mode == "0600"
+    eth = yaml.safe_load(f.content)["network"]["ethernets"]["eno1"]
+    assert eth["match"]["macaddress"] == "52:54:00:00:00:22" and eth["addresses"] == ["10.0.0.22/24"]
+    assert not any("systemd/network" in path for path in files(p))
+
+
+def test_root_gets_only_the_keys_allowed_root(kit: Any) -> None:
+    data = debian_base(kit)
+    data["nodes"][1].update(install="pxe", install_disks=["ata-D_[1-2]"])
+    nosudo = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB guest"
+    data["cluster"]["admin_users"].append({"name": "guest", "ssh_keys": [nosudo], "sudo": False})
+    p = plan_of(kit.load(data).manifest)
+    users = {u.name: u for u in p.users}
+    assert nosudo in users["guest"].keys and not users["guest"].sudo
+    assert nosudo not in users["root"].keys and kit.ssh_key in users["root"].keys
+
+
+def test_the_plan_is_plain_json(kit: Any) -> None:
+    p = plan_of(pxe_manifest(kit, disks=["ata-D_[1-2]"]), erase=False)
+    data = p.to_json()
+    assert data["erase_allowed"] is False and data["image"]["sha256"] == SHA
+    assert data["files"][0] == {"path": "/etc/hostname", "mode": "0644", "content": "node01\n"}
+
+
+# --------------------------------------------------------------------------- refusals
+def test_a_zfs_or_scratch_disk_is_refused_as_install_disk(kit: Any) -> None:
+    data = debian_base(kit)
+    data["nodes"][1].update(install="pxe", install_disks=["ata-POOL_1"])
+    data["nodes"][1]["hardware"]["disks"] = [{"id": "ata-POOL", "use": "zfs"}]
+    text = kit.text(data)
+    diag = kit.error(text, "is the manifest's zfs disk ata-POOL")
+    assert diag.line == kit.line_of(text, "ata-POOL_1")
+    # the installer method is not this check's business (its installer asks nothing about it)
+    data["nodes"][1]["install_method"] = "installer"
+    m = kit.load(data).manifest
+    with pytest.raises(deploy.DeployRefused, match="a deploy would erase it"):
+        plan_of(m)
+
+
+def test_the_os_disk_of_the_hardware_list_is_fine(kit: Any) -> None:
+    data = debian_base(kit)
+    data["nodes"][1].update(install="pxe", install_disks=["ata-OS_1"])
+    data["nodes"][1]["hardware"]["disks"] = [{"id": "ata-OS", "use": "os"}, {"id": "ata-SCR", "use": "scratch"}]
+    assert plan_of(kit.load(data).manifest).disks == ("/dev/disk/by-id/ata-OS_1",)
+
+
+def test_no_image_for_the_os_is_refused_with_the_way_out(kit: Any) -> None:
+    m = pxe_manifest(kit, disks=["ata-D_[1-2]"])
+    with pytest.raises(deploy.DeployRefused, match=r"no debian-12 image: run `provision image build"):
+        plan_of(m, images={})
+    assert "REFUSED" in deploy.destructive_summary(m, m.node("node01"), {})
+
+
+def test_the_head_and_nodes_without_disks_are_refused(kit: Any) -> None:
+    m = pxe_manifest(kit, disks=["ata-D_[1-2]"])
+    with pytest.raises(deploy.DeployRefused, match="head node"):
+        plan_of(m, "head01")
+    bare = m.node("node01").model_copy(update={"install_disks": []})
+    assert any("no install_disks" in r for r in deploy.deploy_refusals(m, bare, IMAGES))
+    twice = m.node("node01").model_copy(update={"install_disks": ["ata-A", "ata-A"]})
+    assert any("same disk twice" in r for r in deploy.deploy_refusals(m, twice, IMAGES))
+
+
+def test_method_defaults_to_image_and_a_node_overrides_the_cluster(kit: Any) -> None:
+    data = kit.base()
+    m = kit.load(data).manifest
+    assert deploy.method(m, m.node("node01")) == "image"
+    data["cluster"]["install_method"] = "installer"
+    data["nodes"][1]["install_method"] = "image"
+    m = kit.load(data).manifest
+    assert deploy.method(m, m.node("node01")) == "image" and deploy.method(m, m.head) == "installer"
+
+
+def test_named_images_are_verified_urls(kit: Any) -> None:
+    data = kit.base()
+    data["cluster"]["images"] = {"debian-12": {"url": "http://10.0.0.10/d.tar.xz", "sha256": "sha256:" + "B" * 64}}
+    m = kit.load(data).manifest
+    assert deploy.named_images(m) == {"debian-12": deploy.ImageRef("http://10.0.0.10/d.tar.xz", "b" * 64)}
+    data["cluster"]["images"] = {"debian-12": {"url": "http://10.0.0.10/d.qcow2", "sha256": SHA}}
+    kit.error(data, "is not an http(s):// or file:// URL of a .tar.gz")
+    data["cluster"]["images"] = {"debian-12": {"url": "http://10.0.0.10/d.tar.gz", "sha256": "abc"}}
+    kit.error(data, "is not a SHA-256")
+
+
+def test_plan_shows_the_installer_method_apart(kit: Any) -> None:
+    data = kit.base()
+    data["nodes"][1].update(install="pxe", install_disks=["ata-D_[1-2]", "ata-E_[1-2]"], install_method="installer")
+    m = kit.load(data).manifest
+    node01 = next(n for n in compute(m, State(), []).nodes if n.name == "node01")
+    assert node01.install == "PXE install: wipes ata-D_1, ata-E_1 (the ubuntu-24.04 installer)"
+    data["nodes"][1]["install_method"] = "image"
+    node01 = next(n for n in compute(kit.load(data).manifest, State(), []).nodes if n.name == "node01")
+    assert node01.install == (
+        "PXE install: wipes RAID1 over ata-D_1 + ata-E_1, writes the ubuntu-24.04 image (GPT: ESP + root)")

@@ -1,0 +1,199 @@
+"""provisioner.image.agent: the deploy agent's refusals and its steps, in order, with the
+commands faked (the real run is the VM lab's)."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from provisioner.image import agent
+
+SHA = hashlib.sha256(b"image").hexdigest()
+D1, D2 = "/dev/disk/by-id/virtio-os1", "/dev/disk/by-id/virtio-os2"
+
+
+def plan(**update: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "node": "pxe1", "mac": "52:54:00:d9:00:20", "disks": [D1], "raid1": False, "boot_mode": "uefi",
+        "image": {"url": "http://10.0.0.10/images/debian-12.tar.gz", "sha256": SHA},
+        "hostname": "pxe1", "fqdn": "pxe1.lab.test",
+        "files": [{"path": "/etc/hostname", "mode": "0644", "content": "pxe1\n"}],
+        "users": [{"name": "root", "keys": ["ssh-ed25519 AAAA root"], "sudo": True, "shell": "/bin/bash", "uid": None},
+                  {"name": "ops", "keys": ["ssh-ed25519 AAAA ops"], "sudo": True, "shell": "/bin/bash", "uid": 1500}],
+        "report_url": "http://10.0.0.10/api/installed/pxe1", "erase_allowed": True,
+    }
+    return base | update
+
+
+class Machine:
+    """Fake commands: records them, answers wipefs/lsblk/blkid/mdadm, makes host keys."""
+
+    def __init__(self, target: Path, data_on: Sequence[str] = ()) -> None:
+        self.target = target
+        self.cmds: list[list[str]] = []
+        self.data_on = set(data_on)
+
+    def __call__(self, cmd: Sequence[str]) -> str:
+        cmd = list(cmd)
+        self.cmds.append(cmd)
+        if cmd[:2] == ["wipefs", "--no-act"]:
+            return "# offset,uuid,label,type\n0x438,abc,,ext4\n" if cmd[-1] in self.data_on else ""
+        if cmd[0] == "lsblk":
+            return cmd[-1] + "\n"
+        if cmd[0] == "blkid":
+            return "UUID-" + cmd[-1].rsplit("/", 1)[-1] + "\n"
+        if cmd[:2] == ["mdadm", "--detail"]:
+            return "ARRAY /dev/md0 metadata=1.2 UUID=x\n"
+        if cmd[0] == "tar":
+            for d in ("etc/ssh", "etc/mdadm"):
+                (self.target / d).mkdir(parents=True, exist_ok=True)
+        if cmd[-2:] == ["ssh-keygen", "-A"]:
+            (self.target / "etc/ssh/ssh_host_ed25519_key.pub").write_text("ssh-ed25519 AAAAHOST root@pxe1\n")
+        return ""
+
+    def names(self) -> list[str]:
+        return [" ".join(c) for c in self.cmds]
+
+
+def run_deploy(tmp_path: Path, p: dict[str, Any], machine: Machine | None = None,
+               devices: dict[str, str | None] | None = None, fetch_ok: bool = True) -> tuple[Machine, list[str]]:
+    target = tmp_path / "target"
+    target.mkdir(exist_ok=True)
+    m = machine or Machine(target)
+    devs = devices if devices is not None else {D1: "/dev/vda", D2: "/dev/vdb"}
+
+    def fetch(url: str, sha: str, dest: Path) -> None:
+        m.cmds.append(["FETCH", url])
+        if not fetch_ok:
+            raise agent.StepFailed("download", "image checksum mismatch: expected x, got y; no disk was touched")
+
+    keys = agent.deploy(p, run=m, target=target, image=tmp_path / "img", nics=lambda: ["52:54:00:D9:00:20"],
+                        fetch=fetch, resolve=devs.get)
+    return m, keys
+
+
+def test_a_single_disk_deploy_runs_every_step_in_order(tmp_path: Path) -> None:
+    m, keys = run_deploy(tmp_path, plan())
+    assert keys == ["ssh-ed25519 AAAAHOST root@pxe1"]
+    names = m.names()
+    order = ["wipefs --no-act --parsable /dev/vda", "FETCH http://10.0.0.10/images/debian-12.tar.gz",
+             "sgdisk --zap-all /dev/vda", "mkfs.vfat -F 32 -n ESP /dev/vda2", "mkfs.ext4 -q -F -L root /dev/vda3",
+             "mount /dev/vda3 " + str(tmp_path / "target"), "tar -x -z -p", "grub-install --target=i386-pc /dev/vda",
+             "grub-install --target=x86_64-efi", "update-grub", "ssh-keygen -A"]
+    at = [next(i for i, n in enumerate(names) if o in n) for o in order]
+    assert at == sorted(at), names
+    assert not any("mdadm --create" in n or "update-initramfs" in n for n in names)  # no array to assemble
+    target = tmp_path / "target"
+    assert (target / "etc/hostname").read_text() == "pxe1\n"
+    assert (target / "etc/fstab").read_text().startswith("UUID=UUID-vda3\t/\text4")
+    assert "UUID=UUID-vda2\t/boot/efi\tvfat" in (target / "etc/fstab").read_text()
+    users = next(c for c in m.cmds if c[:2] == ["chroot", str(target)] and c[2:4] == ["sh", "-c"])[-1]
+    assert "useradd --create-home --shell /bin/bash --uid 1500 ops" in users
+    assert "/etc/sudoers.d/90-provision-ops" in users
+    subprocess.run(["sh", "-n", "-c", users], check=True)
+
+
+def test_two_disks_make_a_raid1_root_and_both_boot(tmp_path: Path) -> None:
+    m, _ = run_deploy(tmp_path, plan(disks=[D1, D2], raid1=True))
+    names = m.names()
+    assert "mdadm --create /dev/md0 --run --level=1 --raid-devices=2 --metadata=1.2 --homehost=any /dev/vda3 " \
+           "/dev/vdb3" in names
+    assert "mkfs.ext4 -q -F -L root /dev/md0" in names
+    assert "chroot {} grub-install --target=i386-pc /dev/vdb".format(tmp_path / "target") in names
+    assert "mount /dev/vdb2 /run/esp2" in names  # the second ESP gets the UEFI loader too
+    assert (tmp_path / "target/etc/mdadm/mdadm.conf").read_text().startswith("ARRAY /dev/md0")
+    assert any(n.endswith("update-initramfs -u -k all") for n in names)  # the initramfs assembles md0
+    assert any("sgdisk -n1:0:+1M" in n and "-t3:fd00" in n for n in names)
+
+
+def test_a_wrong_checksum_fails_before_any_disk_is_touched(tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    target.mkdir()
+    m = Machine(target)
+    with pytest.raises(agent.StepFailed) as info:
+        run_deploy(tmp_path, plan(), machine=m, fetch_ok=False)
+    assert info.value.step == "download"
+    assert all(c[0] in ("wipefs", "lsblk", "FETCH") and (c[0] != "wipefs" or "--no-act" in c) for c in m.cmds)
+
+
+def test_a_plan_without_a_checksum_is_refused_before_any_disk_is_touched(tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    target.mkdir()
+    m = Machine(target)
+    with pytest.raises(agent.StepFailed, match=r"names no checksum .*run `provision image build`") as info:
+        run_deploy(tmp_path, plan(image={"url": "http://h/images/debian-12.tar.gz", "sha256": ""}), machine=m)
+    assert info.value.step == "download"
+    assert not any(c[0] == "FETCH" or (c[0] == "wipefs" and "--all" in c) for c in m.cmds)
+
+
+def test_the_real_download_checks_the_sum_and_deletes_a_wrong_image(tmp_path: Path) -> None:
+    src = tmp_path / "image.tar.gz"
+    src.write_bytes(b"image")
+    agent.download(src.as_uri(), SHA, tmp_path / "ok")
+    assert (tmp_path / "ok").read_bytes() == b"image"
+    with pytest.raises(agent.StepFailed, match=f"image checksum mismatch: expected {'0' * 64}, got {SHA}"):
+        agent.download(src.as_uri(), "0" * 64, tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()
+
+
+def test_a_missing_disk_is_refused_and_no_other_disk_is_taken(tmp_path: Path) -> None:
+    with pytest.raises(agent.StepFailed, match=r"virtio-os2 is not present .*not touching any other disk") as info:
+        run_deploy(tmp_path, plan(disks=[D1, D2], raid1=True), devices={D1: "/dev/vda", D2: None})
+    assert info.value.step == "disks"
+
+
+def test_a_disk_with_data_is_refused_unless_erasing_is_allowed(tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    target.mkdir()
+    with pytest.raises(agent.StepFailed, match=r"carries data \(/dev/disk/by-id/virtio-os1: ext4\) and the node is "
+                                                r"neither new nor named with --reinstall"):
+        run_deploy(tmp_path, plan(erase_allowed=False), machine=Machine(target, data_on=["/dev/vda"]))
+    m, _ = run_deploy(tmp_path, plan(erase_allowed=True), machine=Machine(target, data_on=["/dev/vda"]))
+    assert "wipefs --all --force /dev/vda" in m.names()
+    _, keys = run_deploy(tmp_path, plan(erase_allowed=False))  # an empty disk needs no permission
+    assert keys
+
+
+def test_the_same_device_twice_is_refused() -> None:
+    why = agent.disk_refusal(plan(disks=[D1, D2]), {D1: "/dev/vda", D2: "/dev/vda"}, {})
+    assert why == f"install disks {D1}, {D2} are the same device /dev/vda"
+
+
+def test_the_plan_must_be_this_machines() -> None:
+    agent.check_identity(plan(), ["52:54:00:D9:00:20", "aa:bb:cc:dd:ee:ff"])
+    with pytest.raises(agent.StepFailed, match=r"the plan is for pxe1 .*this machine has aa:bb"):
+        agent.check_identity(plan(), ["aa:bb:cc:dd:ee:ff"])
+
+
+def test_a_failing_command_is_reported_with_its_step(tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    target.mkdir()
+
+    class Broken(Machine):
+        def __call__(self, cmd: Sequence[str]) -> str:
+            if cmd[:2] == ["chroot", str(target)] and "grub-install" in cmd:
+                raise RuntimeError("grub-install failed (exit 1): no such device")
+            return super().__call__(cmd)
+
+    with pytest.raises(agent.StepFailed) as info:
+        run_deploy(tmp_path, plan(), machine=Broken(target))
+    assert (info.value.step, info.value.message) == ("bootloader", "grub-install failed (exit 1): no such device")
+
+
+def test_small_pure_pieces() -> None:
+    assert agent.plan_url("BOOT_IMAGE=x quiet provision.plan=http://h/nodes/a/deploy.json") == \
+        "http://h/nodes/a/deploy.json"
+    with pytest.raises(agent.StepFailed, match=r"no provision\.plan"):
+        agent.plan_url("quiet")
+    assert agent.partition_name("/dev/nvme0n1", 2) == "/dev/nvme0n1p2"
+    assert agent.partition_name("/dev/sda", 3) == "/dev/sda3"
+    assert agent.failed_url("http://h:8080/api/installed/pxe1", "pxe1") == "http://h:8080/api/failed/pxe1"
+    assert agent.wipefs_types("# offset,uuid,label,type\n0x200,,,gpt\n0x1fe,,,PMBR\n") == ["gpt", "PMBR"]
+    assert agent.tar_flag("x.tar.xz") == "-J"
+    with pytest.raises(agent.StepFailed, match=r"not a \.tar\.gz"):
+        agent.tar_flag("x.qcow2")

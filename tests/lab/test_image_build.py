@@ -1,0 +1,91 @@
+"""`provision image build` for real: a Debian 12 node image built with mmdebstrap from the
+test bed's apt-cacher-ng, then found in the cache on the second run. Lab lane (root, minutes:
+~3-4 min on 2 cores the first time; the cache under LAB_CACHE keeps it between runs)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.lab
+
+ROOT = Path(__file__).resolve().parents[2]
+MIRROR = "http://127.0.0.1:3142/deb.debian.org/debian"
+ANY_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIC8kTz5vP3wJ9tYl0c0cA0mH7f2Jb3Yx1uY8R9n2kQ1a lab"
+CACHE = Path(os.environ.get("LAB_CACHE", "/var/cache/provision-lab")) / "images"
+
+
+def _skip_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "building an image needs root"
+    if shutil.which("mmdebstrap") is None:
+        return "mmdebstrap is not installed (tests/testbed/setup.sh installs it)"
+    try:
+        urllib.request.urlopen(f"{MIRROR}/dists/bookworm/Release", timeout=10).close()
+    except OSError:
+        return "the test bed's apt-cacher-ng does not answer on 127.0.0.1:3142 (tests/testbed/setup.sh)"
+    return None
+
+
+def provision(*args: str) -> subprocess.CompletedProcess[str]:
+    # this checkout's provisioner (cwd first on sys.path), whichever one the venv installed
+    return subprocess.run([sys.executable, "-m", "provisioner.cli", *args], capture_output=True, text=True,
+                          timeout=1800, cwd=ROOT)
+
+
+def test_debian_12_image_is_built_once_and_holds_what_a_node_needs(tmp_path: Path) -> None:
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    data = yaml.safe_load((ROOT / "tests" / "lab" / "lab.yaml").read_text())
+    data["cluster"]["mirrors"] = {"apt": MIRROR}
+    # test_lab.py fills in the lab's own key; any key will do for building an image
+    data["cluster"]["ssh"]["public_key"] = ANY_KEY
+    manifest = tmp_path / "lab.yaml"
+    manifest.write_text(yaml.safe_dump(data))
+    start = time.monotonic()
+    first = provision("image", "build", str(manifest), "--os", "debian-12", "--cache-dir", str(CACHE))
+    took = time.monotonic() - start
+    assert first.returncode == 0, first.stdout + first.stderr
+    print(f"\nimage build: {first.stdout.strip().splitlines()[-1]} ({took:.0f} s)")
+    match = re.search(r"debian-12: (built|cached).*: (\S+) sha256 ([0-9a-f]{64})", first.stdout)
+    assert match, first.stdout
+    image = Path(match.group(2))
+    # the checksum file beside it is sha256sum's
+    subprocess.run(["sha256sum", "-c", f"{image.name}.sha256"], cwd=image.parent, check=True, capture_output=True)
+    with tarfile.open(image) as tar:
+        names = set(tar.getnames())
+        machine_id = tar.extractfile("./etc/machine-id")
+        assert machine_id is not None and machine_id.read() == b""
+        unit = tar.extractfile("./etc/systemd/system/provision-firstboot.service")
+        assert unit is not None and b"ssh-keygen -A" in unit.read()
+    assert any(re.match(r"\./boot/vmlinuz-\d", n) for n in names)
+    assert any(re.match(r"\./boot/initrd\.img-\d", n) for n in names)
+    for path in ("./usr/sbin/sshd", "./usr/bin/python3", "./usr/sbin/grub-install", "./sbin/mdadm",
+                 "./usr/lib/grub/i386-pc/boot.img", "./usr/lib/grub/x86_64-efi/linux.mod",
+                 "./etc/systemd/system/multi-user.target.wants/provision-firstboot.service"):
+        assert path in names or path.replace("./sbin/", "./usr/sbin/") in names, path
+    assert not [n for n in names if n.startswith("./etc/ssh/ssh_host_")]  # every node makes its own
+    assert "./etc/hostname" not in names
+    mask = tar_names_link(image, "./etc/systemd/system/systemd-firstboot.service")
+    assert mask == "/dev/null"  # no console prompt on the first boot
+    # same inputs: found in the cache, not rebuilt
+    start = time.monotonic()
+    again = provision("image", "build", str(manifest), "--os", "debian-12", "--cache-dir", str(CACHE))
+    assert again.returncode == 0 and f"debian-12: cached: {image} sha256 {match.group(3)}" in again.stdout, again.stdout
+    assert time.monotonic() - start < 60
+
+
+def tar_names_link(image: Path, name: str) -> str:
+    with tarfile.open(image) as tar:
+        return tar.getmember(name).linkname
