@@ -6,8 +6,10 @@ the `hosts` entry point).
 
 from __future__ import annotations
 
+import os
 import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +28,12 @@ ALICE_KEYS = [
 BOB_KEYS = [
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIN1LtpoDuBg+JKVQtSPeco8jNEIPSI9dBmFXDQgK9qA9 bob@workstation",
 ]
+
+# the key pairs prepare.yml made for this run (the head holds the private halves)
+TEST_KEYS = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"])
+ALICE_KEYS.append((TEST_KEYS / "alice_ed25519.pub").read_text().strip())
+BOB_KEYS.append((TEST_KEYS / "bob_ed25519.pub").read_text().strip())
+COMPUTE_IP = "10.213.17.11"
 
 
 def node(host) -> str:
@@ -213,6 +221,38 @@ def test_bob(host):
     keys = host.file("/home/bob/.ssh/authorized_keys")
     assert keys.user == "bob" and keys.mode == 0o600
     assert keys.content_string.splitlines() == BOB_KEYS
+
+
+def test_root_has_only_the_keys_of_admins_with_sudo(host):
+    """Issue 19 item 20: prepare.yml gave root bob's key (sudo: false) in authorized_keys and
+    authorized_keys2; the role leaves exactly the keys allowed root."""
+    keys = host.file("/root/.ssh/authorized_keys")
+    assert keys.user == "root" and keys.group == "root" and keys.mode == 0o600
+    listed = [line for line in keys.content_string.splitlines() if not line.startswith("#")]
+    assert listed == ALICE_KEYS
+    assert not set(BOB_KEYS) & set(keys.content_string.splitlines())
+    assert not host.file("/root/.ssh/authorized_keys2").exists
+    assert host.file("/root/.ssh").mode == 0o700
+
+
+def ssh_from_head(host, key: str, user: str):
+    return host.run(
+        "ssh -i /root/molecule-keys/%s -o BatchMode=yes -o StrictHostKeyChecking=no "
+        "-o UserKnownHostsFile=/dev/null -o ConnectTimeout=10 %s@%s id -un",
+        key, user, COMPUTE_IP,
+    )
+
+
+def test_a_non_sudo_admin_cannot_log_in_as_root(host):
+    """Real SSH logins from the head to the compute node's sshd."""
+    if not is_head(host):
+        pytest.skip("the head is the SSH client")
+    as_bob = ssh_from_head(host, "bob", "bob")
+    assert as_bob.rc == 0 and as_bob.stdout.strip() == "bob", as_bob.stderr  # bob's key works ...
+    bob_as_root = ssh_from_head(host, "bob", "root")
+    assert bob_as_root.rc == 255 and "Permission denied (publickey" in bob_as_root.stderr  # ... not for root
+    alice_as_root = ssh_from_head(host, "alice", "root")
+    assert alice_as_root.rc == 0 and alice_as_root.stdout.strip() == "root", alice_as_root.stderr
 
 
 def test_accounts_not_locked(host):

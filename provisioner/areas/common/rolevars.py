@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.areas.common.decide import DATA_NETWORKS
+from provisioner.areas.common.decide import DATA_NETWORKS, enforced_root_keys
 from provisioner.manifest.model import Manifest, Node
 
 
@@ -35,6 +35,8 @@ def cluster_vars(m: Manifest) -> dict[str, Any]:
             | ({"uid": u.uid} if u.uid is not None else {})
             for u in m.cluster.admin_users
         ],
+        # enforced on every apply: a sudo: false admin's key never reaches root
+        "common_root_authorized_keys": enforced_root_keys(m),
         "common_apt_mirror": mirrors.apt or "",
         "common_apt_proxy": mirrors.apt_proxy or "",
         "common_pip_index_url": mirrors.pip or "",

@@ -57,6 +57,7 @@ def test_cluster_vars(kit: Any) -> None:
         {"name": "ops", "ssh_keys": [kit.ssh_key], "sudo": True, "shell": "/bin/bash"},
         {"name": "bob", "ssh_keys": [kit.ssh_key], "sudo": False, "shell": "/bin/bash", "uid": 2001},
     ]
+    assert cv["common_root_authorized_keys"] == [kit.ssh_key]  # ops's (sudo); bob's only as bob's own
     assert cv["common_apt_mirror"] == "http://mirror/ubuntu"
     assert cv["common_apt_proxy"] == ""
     assert cv["common_pip_index_url"] == "https://mirror/pypi/simple"
@@ -120,6 +121,23 @@ def test_no_data_interfaces_on_infiniband_only_nodes(kit: Any) -> None:
         {"interface": "enp65s0f0", "mtu": 9000}
     ]
     assert common.node_vars(music, music.node("labhead"))["common_data_interfaces"] == []
+
+
+def test_root_keys_exclude_a_non_sudo_admin(kit: Any) -> None:
+    """Issue 19 item 20: the role enforces root's authorized_keys from the installers' decision."""
+    data = kit.base()
+    bob = kit.ssh_key.replace("ops@test", "bob@test")
+    data["cluster"]["admin_users"].append({"name": "bob", "ssh_keys": [bob], "sudo": False})
+    cv = common.cluster_vars(kit.load(data).manifest)
+    assert bob not in cv["common_root_authorized_keys"]
+    assert cv["common_root_authorized_keys"] == [kit.ssh_key]
+    data["cluster"]["admin_users"][1]["sudo"] = True
+    assert common.cluster_vars(kit.load(data).manifest)["common_root_authorized_keys"] == [kit.ssh_key, bob]
+    data["cluster"]["ssh"] = {"user": "ansible"}  # Ansible's own account has the keys; root none
+    assert common.cluster_vars(kit.load(data).manifest)["common_root_authorized_keys"] == []
+    data["cluster"]["ssh"] = {}
+    data["cluster"]["admin_users"][0]["sudo"] = data["cluster"]["admin_users"][1]["sudo"] = False
+    assert common.cluster_vars(kit.load(data).manifest)["common_root_authorized_keys"] is None  # left alone
 
 
 def test_node_vars_keys(kit: Any) -> None:
