@@ -9,8 +9,8 @@ configurations (provisioner.areas.baremetal.decide) use this, and the common rol
 the same list in root's authorized_keys on every apply (``common_root_authorized_keys``).
 
 The data network (issue 19 item 11) is configured by the common role from
-``common_data_interfaces``; :func:`data_interfaces` and the two renderers are what that
-variable and the role's files are to carry (address, MTU, no route), per OS.
+``common_data_interfaces`` (:func:`data_interfaces`); the two renderers say what the role's
+files carry per OS (address, MTU, no route), and the tests hold the role's templates to them.
 """
 
 from __future__ import annotations
@@ -91,20 +91,26 @@ def data_interfaces(m: Manifest, node: Node) -> list[dict[str, Any]]:
 
 
 def netplan_data_config(interfaces: list[dict[str, Any]]) -> dict[str, Any]:
-    """Ubuntu: a netplan file for the data interfaces (static, no DHCP, no routes)."""
+    """Ubuntu: a netplan file for the data interfaces: static, no DHCP, no router
+    advertisements or link-local addresses, no routes; ``optional`` so that a data link
+    without carrier does not hold up boot (network-online waits for management only).
+    roles/common/templates/netplan-data.yaml.j2 renders the same (tests compare them)."""
     ethernets = {
-        i["interface"]: {"dhcp4": False, "dhcp6": False, "accept-ra": False, "addresses": [i["address"]],
-                         "mtu": i["mtu"]}
+        i["interface"]: {"dhcp4": False, "dhcp6": False, "accept-ra": False, "link-local": [],
+                         "optional": True, "addresses": [i["address"]], "mtu": i["mtu"]}
         for i in interfaces
     }
     return {"network": {"version": 2, "ethernets": ethernets}}
 
 
 def networkd_data_unit(interface: dict[str, Any]) -> str:
-    """Debian 12: a systemd-networkd .network file for one data interface."""
+    """Debian 12: a systemd-networkd .network file for one data interface (the management
+    interface stays with ifupdown): address and MTU, no gateway, no link-local or RA, not
+    required for network-online, no LLDP. roles/common/templates/networkd-data.network.j2
+    renders the same (tests compare them)."""
     return "\n".join([
         "[Match]", f"Name={interface['interface']}", "",
-        "[Link]", f"MTUBytes={interface['mtu']}", "",
+        "[Link]", f"MTUBytes={interface['mtu']}", "RequiredForOnline=no", "",
         "[Network]", f"Address={interface['address']}", "LinkLocalAddressing=no", "IPv6AcceptRA=no",
-        "ConfigureWithoutCarrier=yes", "",
+        "ConfigureWithoutCarrier=yes", "LLDP=no", "EmitLLDP=no", "",
     ])

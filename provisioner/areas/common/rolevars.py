@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.areas.common.decide import DATA_NETWORKS, enforced_root_keys
+from provisioner.areas.common.decide import data_interfaces, enforced_root_keys
 from provisioner.manifest.model import Manifest, Node
 
 
@@ -57,15 +57,9 @@ def ntp_for(m: Manifest, node: Node) -> tuple[list[str], list[str]]:
 
 def node_vars(m: Manifest, node: Node) -> dict[str, Any]:
     servers, served = ntp_for(m, node)
-    data_ifaces = []
-    for net_name in DATA_NETWORKS:
-        iface = node.interfaces.get(net_name)
-        net = getattr(m.networks, net_name)
-        if iface is not None and iface.interface and net is not None:
-            data_ifaces.append({"interface": iface.interface, "mtu": net.mtu})
     return {
         "common_hostname": node.name,
         "common_ntp_servers": servers,
         "common_ntp_serve_networks": served,
-        "common_data_interfaces": data_ifaces,
+        "common_data_interfaces": data_interfaces(m, node),
     }

@@ -93,9 +93,11 @@ def test_without_a_head_everyone_follows_the_manifest_servers(kit: Any) -> None:
 
 
 # --------------------------------------------------------------------------- node vars
-def test_data_interface_mtu(kit: Any) -> None:
+def test_data_interface_address_and_mtu(kit: Any) -> None:
     m = kit.load(kit.base()).manifest
-    assert common.node_vars(m, m.node("node02"))["common_data_interfaces"] == [{"interface": "ens1", "mtu": 9000}]
+    assert common.node_vars(m, m.node("node02"))["common_data_interfaces"] == [
+        {"interface": "ens1", "address": "10.0.2.22/24", "mtu": 9000}
+    ]
 
 
 def test_data_interface_needs_a_name(kit: Any) -> None:
@@ -103,14 +105,18 @@ def test_data_interface_needs_a_name(kit: Any) -> None:
     del data["nodes"][0]["interfaces"]["data"]["interface"]
     m = kit.load(data).manifest
     assert common.node_vars(m, m.node("head01"))["common_data_interfaces"] == []
-    assert common.node_vars(m, m.node("node01"))["common_data_interfaces"] == [{"interface": "ens1", "mtu": 9000}]
+    assert common.node_vars(m, m.node("node01"))["common_data_interfaces"] == [
+        {"interface": "ens1", "address": "10.0.2.21/24", "mtu": 9000}
+    ]
 
 
 def test_data_interface_default_mtu(kit: Any) -> None:
     data = kit.base()
     del data["networks"]["data"]["mtu"]
     m = kit.load(data).manifest
-    assert common.node_vars(m, m.node("node01"))["common_data_interfaces"] == [{"interface": "ens1", "mtu": 1500}]
+    assert common.node_vars(m, m.node("node01"))["common_data_interfaces"] == [
+        {"interface": "ens1", "address": "10.0.2.21/24", "mtu": 1500}
+    ]
 
 
 def test_no_data_interfaces_on_infiniband_only_nodes(kit: Any) -> None:
@@ -118,7 +124,7 @@ def test_no_data_interfaces_on_infiniband_only_nodes(kit: Any) -> None:
     assert common.node_vars(m, m.node("gpu01"))["common_data_interfaces"] == []
     music = load_manifest(kit.examples / "music-lab.yaml").manifest
     assert common.node_vars(music, music.node("store2"))["common_data_interfaces"] == [
-        {"interface": "enp65s0f0", "mtu": 9000}
+        {"interface": "enp65s0f0", "address": "192.168.60.12/24", "mtu": 9000}
     ]
     assert common.node_vars(music, music.node("labhead"))["common_data_interfaces"] == []
 
