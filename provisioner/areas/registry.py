@@ -17,6 +17,7 @@ from typing import Any
 
 from provisioner.areas.baremetal import checks as baremetal_checks
 from provisioner.areas.baremetal import rolevars as baremetal
+from provisioner.areas.common import checks as common_checks
 from provisioner.areas.common import rolevars as common
 from provisioner.areas.gpu import checks as gpu_checks
 from provisioner.areas.gpu import rolevars as gpu
@@ -48,7 +49,8 @@ class Area:
 
 # This order names the plan's sections (per node: which areas changed).
 AREAS: tuple[Area, ...] = (
-    Area("common", common.cluster_vars, common.node_vars, frozenset({"common_hosts"})),
+    Area("common", common.cluster_vars, common.node_vars, frozenset({"common_hosts"}),
+         checks=common_checks.CHECKS),
     Area("storage", storage.cluster_vars, storage.node_vars, checks=storage_checks.CHECKS),
     Area("gpu", gpu.cluster_vars, gpu.node_vars, checks=gpu_checks.CHECKS),
     Area("slurm", slurm.cluster_vars, slurm.node_vars, slurm.LIGHT_KEYS, checks=slurm_checks.CHECKS,

@@ -344,6 +344,10 @@ class Bmc(Strict):
     verify_tls: bool = False
     system_id: str | None = Field(default=None, description="Redfish system path; default: the first")
     boot_mode: Literal["uefi", "legacy"] = "uefi"
+    secure_boot: bool | None = Field(
+        default=None,
+        description="whether the UEFI firmware has Secure Boot on; a PXE install needs it off (unsigned iPXE)",
+    )
 
     @model_validator(mode="before")
     @classmethod

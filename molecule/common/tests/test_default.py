@@ -6,8 +6,10 @@ the `hosts` entry point).
 
 from __future__ import annotations
 
+import os
 import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +28,12 @@ ALICE_KEYS = [
 BOB_KEYS = [
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIN1LtpoDuBg+JKVQtSPeco8jNEIPSI9dBmFXDQgK9qA9 bob@workstation",
 ]
+
+# the key pairs prepare.yml made for this run (the head holds the private halves)
+TEST_KEYS = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"])
+ALICE_KEYS.append((TEST_KEYS / "alice_ed25519.pub").read_text().strip())
+BOB_KEYS.append((TEST_KEYS / "bob_ed25519.pub").read_text().strip())
+COMPUTE_IP = "10.213.17.11"
 
 
 def node(host) -> str:
@@ -217,6 +225,38 @@ def test_bob(host):
     assert keys.content_string.splitlines() == BOB_KEYS
 
 
+def test_root_has_only_the_keys_of_admins_with_sudo(host):
+    """Issue 19 item 20: prepare.yml gave root bob's key (sudo: false) in authorized_keys and
+    authorized_keys2; the role leaves exactly the keys allowed root."""
+    keys = host.file("/root/.ssh/authorized_keys")
+    assert keys.user == "root" and keys.group == "root" and keys.mode == 0o600
+    listed = [line for line in keys.content_string.splitlines() if not line.startswith("#")]
+    assert listed == ALICE_KEYS
+    assert not set(BOB_KEYS) & set(keys.content_string.splitlines())
+    assert not host.file("/root/.ssh/authorized_keys2").exists
+    assert host.file("/root/.ssh").mode == 0o700
+
+
+def ssh_from_head(host, key: str, user: str):
+    return host.run(
+        "ssh -i /root/molecule-keys/%s -o BatchMode=yes -o StrictHostKeyChecking=no "
+        "-o UserKnownHostsFile=/dev/null -o ConnectTimeout=10 %s@%s id -un",
+        key, user, COMPUTE_IP,
+    )
+
+
+def test_a_non_sudo_admin_cannot_log_in_as_root(host):
+    """Real SSH logins from the head to the compute node's sshd."""
+    if not is_head(host):
+        pytest.skip("the head is the SSH client")
+    as_bob = ssh_from_head(host, "bob", "bob")
+    assert as_bob.rc == 0 and as_bob.stdout.strip() == "bob", as_bob.stderr  # bob's key works ...
+    bob_as_root = ssh_from_head(host, "bob", "root")
+    assert bob_as_root.rc == 255 and "Permission denied (publickey" in bob_as_root.stderr  # ... not for root
+    alice_as_root = ssh_from_head(host, "alice", "root")
+    assert alice_as_root.rc == 0 and alice_as_root.stdout.strip() == "root", alice_as_root.stderr
+
+
 def test_accounts_not_locked(host):
     # "*" = no password, but not "!"-locked: key logins work
     for user in ("alice", "bob"):
@@ -267,10 +307,45 @@ def test_limits(host):
     assert host.run("su - alice -c true").rc == 0
 
 
-def test_mtu_udev_rule(host):
-    rules = host.file("/etc/udev/rules.d/99-provision-mtu.rules").content_string
-    assert host.file("/etc/udev/rules.d/99-provision-mtu.rules").mode == 0o644
-    nic = "eth0" if is_head(host) else "ens1f0"
-    assert f'NAME=="{nic}", RUN+="/sbin/ip link set dev {nic} mtu 9000"' in rules
-    # live change skipped in the container: eth0 keeps podman's MTU
-    assert host.interface("eth0").exists
+def data_ip(host) -> str:
+    return "10.213.18.10" if is_head(host) else "10.213.18.11"
+
+
+def test_data_network_file(host):
+    """Issue 19 item 11: Debian 12's data interfaces are systemd-networkd's."""
+    unit = host.file("/etc/systemd/network/90-provision-data-eth1.network")
+    assert unit.user == "root" and unit.mode == 0o644
+    text = unit.content_string.splitlines()
+    for line in ("Name=eth1", f"Address={data_ip(host)}/24", "MTUBytes=1400", "RequiredForOnline=no"):
+        assert line in text
+    assert not [line for line in text if line.startswith(("Gateway=", "DHCP=", "[Route]"))]
+    assert not host.file("/etc/udev/rules.d/99-provision-mtu.rules").exists  # the MTU-only rule is gone
+
+
+def test_data_address_is_live_and_management_untouched(host):
+    assert host.service("systemd-networkd").is_running and host.service("systemd-networkd").is_enabled
+    assert not host.service("systemd-networkd-wait-online").is_enabled
+    eth1 = host.check_output("ip addr show dev eth1")
+    assert f" {data_ip(host)}/24 " in eth1 and " mtu 1400 " in eth1
+    assert "inet6 fe80" not in eth1  # no link-local address on the data network
+    state = host.check_output("networkctl list --no-legend")
+    assert re.search(r"\beth1\s+ether\s+\S+\s+configured", state), state
+    assert re.search(r"\beth0\s+ether\s+\S+\s+unmanaged", state), state  # management: not networkd's
+    eth0 = host.check_output("ip addr show dev eth0")
+    assert f" {'10.213.17.10' if is_head(host) else COMPUTE_IP}/24 " in eth0
+    routes = host.check_output("ip route show default")
+    assert routes.startswith("default via 10.213.17.1 dev eth0") and "eth1" not in routes
+
+
+def test_traffic_flows_over_the_data_network(host):
+    """The head logs in to gpu01-data (/etc/hosts: 10.213.18.11): the data addresses work."""
+    if not is_head(host):
+        pytest.skip("the head is the SSH client")
+    route = host.check_output("ip route get 10.213.18.11")
+    assert "dev eth1" in route and "via" not in route
+    out = host.run(
+        "ssh -i /root/molecule-keys/alice -o BatchMode=yes -o StrictHostKeyChecking=no "
+        "-o UserKnownHostsFile=/dev/null -o ConnectTimeout=10 alice@gpu01-data "
+        "ip -o addr show to 10.213.18.11"
+    )
+    assert out.rc == 0 and " eth1 " in out.stdout, out.stderr

@@ -25,6 +25,13 @@ def test_package(host):
     assert host.package("mergerfs").is_installed
 
 
+def test_refused_install_left_the_packages_alone(host):
+    """side_effect.yml: the role refused an install that would remove fuse."""
+    assert host.package("fuse").is_installed  # mergerfs's FUSE 2, still there
+    assert not host.package("fuse3").is_installed
+    assert host.run("apt-get check -q").rc == 0  # nothing half-installed
+
+
 def test_union_mounted(host):
     assert host.service(UNION).is_running
     assert host.service(UNION).is_enabled

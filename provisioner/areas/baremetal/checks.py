@@ -10,6 +10,7 @@ import re
 from provisioner.areas.baremetal.decide import (
     NVME_NSID_SERIAL_OS,
     InstallConfigError,
+    boot_mode,
     installer_disk_serial,
     not_installable,
 )
@@ -92,4 +93,29 @@ def check_ansible_account(m: Manifest, src: Source) -> list[Diagnostic]:
     return [src.diag(("cluster", "ssh"), problem)] if problem else []
 
 
-CHECKS: tuple[Check, ...] = (check_pxe_installs, check_install_disks, check_deploy_disks, check_ansible_account)
+def check_secure_boot(m: Manifest, src: Source) -> list[Diagnostic]:
+    """UEFI nodes installed over PXE boot the head's iPXE, which is not signed for Secure Boot
+    (issue 19 item 12): ``bmc.secure_boot: true`` is refused, unset is a warning that it must
+    be off (once per manifest entry), ``false`` is the operator saying it is."""
+    out: list[Diagnostic] = []
+    seen: set[int] = set()
+    for node in m.nodes:
+        if (node.source_index in seen or node.install != "pxe" or node.bmc is None or boot_mode(node) != "uefi"
+                or node.bmc.secure_boot is False):
+            continue
+        seen.add(node.source_index)
+        why = ("the PXE chain's iPXE (snponly.efi/ipxe.efi) is not signed, so a Secure Boot firmware refuses to "
+               "run it (docs/baremetal.md, Secure Boot)")
+        if node.bmc.secure_boot:
+            out.append(src.diag(node_path(node, "bmc", "secure_boot"), (
+                f"{node.name} installs over PXE in UEFI mode with Secure Boot on: {why}; turn Secure Boot off "
+                "in its firmware and set secure_boot: false")))
+        else:
+            out.append(src.diag(node_path(node, "install"), (
+                f"{node.name} installs over PXE in UEFI mode: its firmware must have Secure Boot off, since {why}; "
+                "set bmc.secure_boot: false once it is"), "warning"))
+    return out
+
+
+CHECKS: tuple[Check, ...] = (check_pxe_installs, check_install_disks, check_deploy_disks, check_ansible_account,
+                             check_secure_boot)

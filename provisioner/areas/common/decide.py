@@ -5,12 +5,12 @@ root, and a non-root account Ansible connects as (``cluster.ssh.user``, which ge
 password-less sudo), are root on every node. So they carry only the SSH keys of admins
 allowed root (``sudo: true``) plus the dedicated automation key ``cluster.ssh.public_key``;
 an admin with ``sudo: false`` must not reach root through them. The installer
-configurations (provisioner.areas.baremetal.decide) use this; the common role is to enforce
-the same list on every apply (role variable to come: ``common_root_authorized_keys``).
+configurations (provisioner.areas.baremetal.decide) use this, and the common role enforces
+the same list in root's authorized_keys on every apply (``common_root_authorized_keys``).
 
 The data network (issue 19 item 11) is configured by the common role from
-``common_data_interfaces``; :func:`data_interfaces` and the two renderers are what that
-variable and the role's files are to carry (address, MTU, no route), per OS.
+``common_data_interfaces`` (:func:`data_interfaces`); the two renderers say what the role's
+files carry per OS (address, MTU, no route), and the tests hold the role's templates to them.
 """
 
 from __future__ import annotations
@@ -36,6 +36,26 @@ def root_authorized_keys(m: Manifest) -> list[str]:
     """root's authorized_keys: the privileged keys when Ansible connects as root, else none
     (root logs in with no key)."""
     return privileged_keys(m) if m.cluster.ssh.user == "root" else []
+
+
+def enforced_root_keys(m: Manifest) -> list[str] | None:
+    """What the common role writes to root's authorized_keys on every apply: the keys of
+    :func:`root_authorized_keys`; None (leave root's keys alone) when Ansible connects as
+    root and no key is allowed root, since an empty file would lock Ansible out (validate
+    warns: :func:`unmanaged_root_keys_problem`)."""
+    if m.cluster.ssh.user == "root" and not privileged_keys(m):
+        return None
+    return root_authorized_keys(m)
+
+
+def unmanaged_root_keys_problem(m: Manifest) -> str | None:
+    """Why root's keys are left as they are (None: the role enforces them)."""
+    if enforced_root_keys(m) is not None:
+        return None
+    return ("no admin has sudo: true and cluster.ssh.public_key is unset, so no key is allowed root and "
+            "apply leaves root's authorized_keys as they are (an empty list would lock Ansible out); "
+            "keys already there, an admin's with sudo: false included, keep reaching root: give an admin "
+            "sudo or set cluster.ssh.public_key")
 
 
 def ansible_account_problem(m: Manifest) -> str | None:
@@ -71,20 +91,26 @@ def data_interfaces(m: Manifest, node: Node) -> list[dict[str, Any]]:
 
 
 def netplan_data_config(interfaces: list[dict[str, Any]]) -> dict[str, Any]:
-    """Ubuntu: a netplan file for the data interfaces (static, no DHCP, no routes)."""
+    """Ubuntu: a netplan file for the data interfaces: static, no DHCP, no router
+    advertisements or link-local addresses, no routes; ``optional`` so that a data link
+    without carrier does not hold up boot (network-online waits for management only).
+    roles/common/templates/netplan-data.yaml.j2 renders the same (tests compare them)."""
     ethernets = {
-        i["interface"]: {"dhcp4": False, "dhcp6": False, "accept-ra": False, "addresses": [i["address"]],
-                         "mtu": i["mtu"]}
+        i["interface"]: {"dhcp4": False, "dhcp6": False, "accept-ra": False, "link-local": [],
+                         "optional": True, "addresses": [i["address"]], "mtu": i["mtu"]}
         for i in interfaces
     }
     return {"network": {"version": 2, "ethernets": ethernets}}
 
 
 def networkd_data_unit(interface: dict[str, Any]) -> str:
-    """Debian 12: a systemd-networkd .network file for one data interface."""
+    """Debian 12: a systemd-networkd .network file for one data interface (the management
+    interface stays with ifupdown): address and MTU, no gateway, no link-local or RA, not
+    required for network-online, no LLDP. roles/common/templates/networkd-data.network.j2
+    renders the same (tests compare them)."""
     return "\n".join([
         "[Match]", f"Name={interface['interface']}", "",
-        "[Link]", f"MTUBytes={interface['mtu']}", "",
+        "[Link]", f"MTUBytes={interface['mtu']}", "RequiredForOnline=no", "",
         "[Network]", f"Address={interface['address']}", "LinkLocalAddressing=no", "IPv6AcceptRA=no",
-        "ConfigureWithoutCarrier=yes", "",
+        "ConfigureWithoutCarrier=yes", "LLDP=no", "EmitLLDP=no", "",
     ])

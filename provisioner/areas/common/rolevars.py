@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.areas.common.decide import DATA_NETWORKS
+from provisioner.areas.common.decide import data_interfaces, enforced_root_keys
 from provisioner.manifest.model import Manifest, Node
 
 
@@ -35,6 +35,8 @@ def cluster_vars(m: Manifest) -> dict[str, Any]:
             | ({"uid": u.uid} if u.uid is not None else {})
             for u in m.cluster.admin_users
         ],
+        # enforced on every apply: a sudo: false admin's key never reaches root
+        "common_root_authorized_keys": enforced_root_keys(m),
         "common_apt_mirror": mirrors.apt or "",
         "common_apt_proxy": mirrors.apt_proxy or "",
         "common_pip_index_url": mirrors.pip or "",
@@ -55,15 +57,9 @@ def ntp_for(m: Manifest, node: Node) -> tuple[list[str], list[str]]:
 
 def node_vars(m: Manifest, node: Node) -> dict[str, Any]:
     servers, served = ntp_for(m, node)
-    data_ifaces = []
-    for net_name in DATA_NETWORKS:
-        iface = node.interfaces.get(net_name)
-        net = getattr(m.networks, net_name)
-        if iface is not None and iface.interface and net is not None:
-            data_ifaces.append({"interface": iface.interface, "mtu": net.mtu})
     return {
         "common_hostname": node.name,
         "common_ntp_servers": servers,
         "common_ntp_serve_networks": served,
-        "common_data_interfaces": data_ifaces,
+        "common_data_interfaces": data_interfaces(m, node),
     }

@@ -66,3 +66,19 @@ def test_a_data_interface_without_a_name_is_left_out(kit: Any) -> None:
     del data["nodes"][1]["interfaces"]["data"]["interface"]
     m = kit.load(data).manifest
     assert common.data_interfaces(m, m.node("node01")) == []
+
+
+def test_root_keys_are_enforced_unless_none_is_allowed_root(kit: Any) -> None:
+    """Issue 19 item 20: the common role writes exactly these keys to root's authorized_keys."""
+    data = _admins(kit)
+    alice = kit.ssh_key.replace("ops@test", "alice")
+    assert common.enforced_root_keys(kit.load(data).manifest) == [alice]
+    assert common.unmanaged_root_keys_problem(kit.load(data).manifest) is None
+    data["cluster"]["admin_users"] = [data["cluster"]["admin_users"][1]]  # bob only: sudo false
+    m = kit.load(data).manifest
+    assert common.enforced_root_keys(m) is None  # [] would lock Ansible (root) out
+    assert "sudo: false included" in str(common.unmanaged_root_keys_problem(m))
+    data["cluster"]["ssh"] = {"public_key": AUTOMATION_KEY}
+    assert common.enforced_root_keys(kit.load(data).manifest) == [AUTOMATION_KEY]  # bob's key goes
+    data["cluster"]["ssh"] = {"user": "ansible", "public_key": AUTOMATION_KEY}
+    assert common.enforced_root_keys(kit.load(data).manifest) == []  # root: no key at all

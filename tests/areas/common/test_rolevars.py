@@ -57,6 +57,7 @@ def test_cluster_vars(kit: Any) -> None:
         {"name": "ops", "ssh_keys": [kit.ssh_key], "sudo": True, "shell": "/bin/bash"},
         {"name": "bob", "ssh_keys": [kit.ssh_key], "sudo": False, "shell": "/bin/bash", "uid": 2001},
     ]
+    assert cv["common_root_authorized_keys"] == [kit.ssh_key]  # ops's (sudo); bob's only as bob's own
     assert cv["common_apt_mirror"] == "http://mirror/ubuntu"
     assert cv["common_apt_proxy"] == ""
     assert cv["common_pip_index_url"] == "https://mirror/pypi/simple"
@@ -92,9 +93,11 @@ def test_without_a_head_everyone_follows_the_manifest_servers(kit: Any) -> None:
 
 
 # --------------------------------------------------------------------------- node vars
-def test_data_interface_mtu(kit: Any) -> None:
+def test_data_interface_address_and_mtu(kit: Any) -> None:
     m = kit.load(kit.base()).manifest
-    assert common.node_vars(m, m.node("node02"))["common_data_interfaces"] == [{"interface": "ens1", "mtu": 9000}]
+    assert common.node_vars(m, m.node("node02"))["common_data_interfaces"] == [
+        {"interface": "ens1", "address": "10.0.2.22/24", "mtu": 9000}
+    ]
 
 
 def test_data_interface_needs_a_name(kit: Any) -> None:
@@ -102,14 +105,18 @@ def test_data_interface_needs_a_name(kit: Any) -> None:
     del data["nodes"][0]["interfaces"]["data"]["interface"]
     m = kit.load(data).manifest
     assert common.node_vars(m, m.node("head01"))["common_data_interfaces"] == []
-    assert common.node_vars(m, m.node("node01"))["common_data_interfaces"] == [{"interface": "ens1", "mtu": 9000}]
+    assert common.node_vars(m, m.node("node01"))["common_data_interfaces"] == [
+        {"interface": "ens1", "address": "10.0.2.21/24", "mtu": 9000}
+    ]
 
 
 def test_data_interface_default_mtu(kit: Any) -> None:
     data = kit.base()
     del data["networks"]["data"]["mtu"]
     m = kit.load(data).manifest
-    assert common.node_vars(m, m.node("node01"))["common_data_interfaces"] == [{"interface": "ens1", "mtu": 1500}]
+    assert common.node_vars(m, m.node("node01"))["common_data_interfaces"] == [
+        {"interface": "ens1", "address": "10.0.2.21/24", "mtu": 1500}
+    ]
 
 
 def test_no_data_interfaces_on_infiniband_only_nodes(kit: Any) -> None:
@@ -117,9 +124,26 @@ def test_no_data_interfaces_on_infiniband_only_nodes(kit: Any) -> None:
     assert common.node_vars(m, m.node("gpu01"))["common_data_interfaces"] == []
     music = load_manifest(kit.examples / "music-lab.yaml").manifest
     assert common.node_vars(music, music.node("store2"))["common_data_interfaces"] == [
-        {"interface": "enp65s0f0", "mtu": 9000}
+        {"interface": "enp65s0f0", "address": "192.168.60.12/24", "mtu": 9000}
     ]
     assert common.node_vars(music, music.node("labhead"))["common_data_interfaces"] == []
+
+
+def test_root_keys_exclude_a_non_sudo_admin(kit: Any) -> None:
+    """Issue 19 item 20: the role enforces root's authorized_keys from the installers' decision."""
+    data = kit.base()
+    bob = kit.ssh_key.replace("ops@test", "bob@test")
+    data["cluster"]["admin_users"].append({"name": "bob", "ssh_keys": [bob], "sudo": False})
+    cv = common.cluster_vars(kit.load(data).manifest)
+    assert bob not in cv["common_root_authorized_keys"]
+    assert cv["common_root_authorized_keys"] == [kit.ssh_key]
+    data["cluster"]["admin_users"][1]["sudo"] = True
+    assert common.cluster_vars(kit.load(data).manifest)["common_root_authorized_keys"] == [kit.ssh_key, bob]
+    data["cluster"]["ssh"] = {"user": "ansible"}  # Ansible's own account has the keys; root none
+    assert common.cluster_vars(kit.load(data).manifest)["common_root_authorized_keys"] == []
+    data["cluster"]["ssh"] = {}
+    data["cluster"]["admin_users"][0]["sudo"] = data["cluster"]["admin_users"][1]["sudo"] = False
+    assert common.cluster_vars(kit.load(data).manifest)["common_root_authorized_keys"] is None  # left alone
 
 
 def test_node_vars_keys(kit: Any) -> None:
