@@ -11,7 +11,7 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,24 +43,24 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number of seconds: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 second: {text!r}")
-    return value
+def _whole_number(minimum: int, unit: str) -> Callable[[str], int]:
+    """An argparse type: a whole number of ``unit`` of at least ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number of {unit}: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}: {text!r}")
+        return value
+
+    return parse
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number of seconds: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
-    return value
+_positive_int = _whole_number(1, "seconds")
+_non_negative_int = _whole_number(0, "seconds")
+_batch_size = _whole_number(1, "nodes")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -112,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="Slurm compute nodes with node-local changes go a batch at a time: drained (jobs waited "
                          "for), their plays, a reboot when needed and cluster.allow_reboot, verify, resumed; a "
                          "failure stops the roll and leaves that node drained with the reason")
-    ap.add_argument("--batch", type=_positive_int, metavar="N", default=1,
+    ap.add_argument("--batch", type=_batch_size, metavar="N", default=1,
                     help="with --rolling: nodes per batch (default 1)")
     ap.add_argument("--drain-timeout", type=_positive_int, metavar="SECONDS", default=3600,
                     help="with --rolling: wait this long for a drained node's jobs (default 3600); never killed")

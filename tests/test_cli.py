@@ -642,3 +642,17 @@ def test_unreachable_nodes_fail_at_once_and_the_others_run(
     code, out, _ = run(capsys, "apply", str(example), "--yes")
     assert code == 1 and len(no_ansible) == 1  # nobody reachable: Ansible is not started
     assert "Ansible did not run: no node was reachable" in out
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--batch", "0"], "--batch: must be at least 1: '0'"),
+    (["--batch", "two"], "--batch: not a whole number of nodes: 'two'"),
+    (["--stall-timeout", "0"], "--stall-timeout: must be at least 1: '0'"),
+    (["--drain-timeout", "1.5"], "--drain-timeout: not a whole number of seconds: '1.5'"),
+])
+def test_whole_number_options_name_their_unit(args: list[str], said: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["apply", "m.yaml", "--rolling", *args])
+    assert e.value.code == 2
+    assert said in capsys.readouterr().err

@@ -128,6 +128,16 @@ class Mirrors(Strict):
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
+def normalized_sha256(v: Any) -> Any:
+    """A SHA-256 given as text, lower-cased and without a ``sha256:`` prefix; other values
+    pass through to pydantic's own type check."""
+    if isinstance(v, str):
+        v = v.strip().lower().removeprefix("sha256:")
+        if not SHA256_RE.match(v):
+            raise ValueError(f"{v[:20]!r}... is not a SHA-256 (64 hex digits)")
+    return v
+
+
 class InstallMedia(Strict):
     """A pinned Ubuntu live-server ISO: a URL with its SHA-256 (e.g. a site mirror), or a
     file already on the head node."""
@@ -146,11 +156,7 @@ class InstallMedia(Strict):
     @field_validator("sha256", mode="before")
     @classmethod
     def _sha256(cls, v: Any) -> Any:
-        if isinstance(v, str):
-            v = v.strip().lower().removeprefix("sha256:")
-            if not SHA256_RE.match(v):
-                raise ValueError(f"{v[:20]!r}... is not a SHA-256 (64 hex digits)")
-        return v
+        return normalized_sha256(v)
 
     @model_validator(mode="after")
     def _one_source(self) -> InstallMedia:
@@ -179,11 +185,7 @@ class NodeImage(Strict):
     @field_validator("sha256", mode="before")
     @classmethod
     def _sha256(cls, v: Any) -> Any:
-        if isinstance(v, str):
-            v = v.strip().lower().removeprefix("sha256:")
-            if not SHA256_RE.match(v):
-                raise ValueError(f"{v[:20]!r}... is not a SHA-256 (64 hex digits)")
-        return v
+        return normalized_sha256(v)
 
 
 InstallMethod = Literal["image", "installer"]

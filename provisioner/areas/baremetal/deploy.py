@@ -22,6 +22,7 @@ from typing import Any
 from provisioner import yamltext
 from provisioner.areas.baremetal.decide import (
     InstallServer,
+    Login,
     NetSettings,
     boot_mode,
     disk_path,
@@ -62,14 +63,6 @@ class DeployFile:
     content: str
 
 
-@dataclass(frozen=True)
-class DeployUser:
-    name: str
-    keys: tuple[str, ...]
-    sudo: bool
-    shell: str
-    uid: int | None
-
 
 @dataclass(frozen=True)
 class DeployPlan:
@@ -83,7 +76,7 @@ class DeployPlan:
     hostname: str
     fqdn: str
     files: tuple[DeployFile, ...]  # identity files written into the new root
-    users: tuple[DeployUser, ...]
+    users: tuple[Login, ...]  # the installer configs' accounts: root only with keys allowed root
     report_url: str
     erase_allowed: bool  # may the agent wipe a disk that carries data (new or --reinstall)
 
@@ -165,7 +158,7 @@ def deploy_plan(m: Manifest, node: Node, images: Mapping[str, ImageRef], server:
     if refusals:
         raise DeployRefused("; ".join(refusals))
     net = net_settings(m, node)
-    users = tuple(DeployUser(u.name, u.keys, u.sudo, u.shell, u.uid) for u in logins(m))
+    users = tuple(logins(m))
     return DeployPlan(
         node=node.name,
         os=node.os,
