@@ -83,7 +83,10 @@ deb $MIRROR $SUITE-updates main contrib non-free non-free-firmware
 deb $SECURITY_MIRROR $SUITE-security main contrib non-free non-free-firmware
 SRC
 # Guests reach the host's apt cache through qemu's user network (10.0.2.2).
-echo 'Acquire::http::Proxy "http://10.0.2.2:3142";' >"$ROOTFS/etc/apt/apt.conf.d/01proxy"
+# Retries at once: a delayed retry can leave bookworm's apt stuck for good (LP: #2003851,
+# tests/testbed/README.md); the common role writes the same on every node it configures.
+printf '%s\n' 'Acquire::http::Proxy "http://10.0.2.2:3142";' 'Acquire::Retries::Delay "false";' \
+  >"$ROOTFS/etc/apt/apt.conf.d/01proxy"
 printf '#!/bin/sh\nexit 101\n' >"$ROOTFS/usr/sbin/policy-rc.d"
 chmod 0755 "$ROOTFS/usr/sbin/policy-rc.d"
 for m in proc sys dev dev/pts; do mount --bind "/$m" "$ROOTFS/$m"; done
