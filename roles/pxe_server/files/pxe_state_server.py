@@ -159,12 +159,21 @@ def _same_address(a: str, b: str) -> bool:
         return a == b
 
 
-def report_installed(cfg: Config, node: str, client: str, body: str) -> Reply:
+def _reporter_refused(cfg: Config, node: str, client: str) -> Reply | None:
+    """Why a report for ``node`` from ``client`` is not taken (an unknown node, or a source
+    address other than the node's own), or None."""
     if node not in cfg.nodes:
         return _json(404, {"error": f"unknown node {node}"})
     expected = cfg.nodes[node]
     if cfg.check_source and expected is not None and not _same_address(client, expected):
         return _json(403, {"error": f"reports for {node} must come from {expected}, not {client}"})
+    return None
+
+
+def report_installed(cfg: Config, node: str, client: str, body: str) -> Reply:
+    refused = _reporter_refused(cfg, node, client)
+    if refused is not None:
+        return refused
     keys = parse_keys(body)
     if keys is None:
         return _json(400, {"error": "the body must be SSH public keys, one per line (at most 8)"})
@@ -180,11 +189,9 @@ def report_installed(cfg: Config, node: str, client: str, body: str) -> Reply:
 
 
 def report_failed(cfg: Config, node: str, client: str, body: str) -> Reply:
-    if node not in cfg.nodes:
-        return _json(404, {"error": f"unknown node {node}"})
-    expected = cfg.nodes[node]
-    if cfg.check_source and expected is not None and not _same_address(client, expected):
-        return _json(403, {"error": f"reports for {node} must come from {expected}, not {client}"})
+    refused = _reporter_refused(cfg, node, client)
+    if refused is not None:
+        return refused
     match = FAILURE_RE.match(body.strip()) if len(body) <= MAX_FAILURE and "\n" not in body.strip() else None
     if match is None:
         return _json(400, {"error": "the body must be one line: <step>: <message>"})

@@ -149,6 +149,17 @@ def observe(dev_dir: Path, proc_mounts: Path, driver_dir: Path) -> Observed:
     return Observed(gpus=gpu_indexes(names), mounts=mount_points(proc_mounts.read_text()), xids=xids)
 
 
+def _attempt(cmd: list[str]) -> tuple[subprocess.CompletedProcess[str] | None, str]:
+    """``run(cmd)``, and None with why when it could not start, timed out or failed."""
+    try:
+        done = run(cmd)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, str(exc)
+    if done.returncode != 0:
+        return None, done.stderr.strip()
+    return done, ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", type=Path, default=Path("/etc/slurm/provision-healthcheck.json"))
@@ -161,27 +172,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     seen = observe(args.dev, args.mounts, args.driver)
     problems = findings(config, seen)
     xid_note = "XID: skipped (no NVIDIA driver loaded)" if seen.xids is None else "XID: checked"
-    try:
-        sinfo = run(["sinfo", "-h", "-N", "-n", config.node, "-o", "%T|%E"])
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        print(f"{config.node}: {'; '.join(problems) or 'healthy'}; {xid_note}; sinfo failed: {exc}")
-        return 1
-    if sinfo.returncode != 0:
-        print(f"{config.node}: {'; '.join(problems) or 'healthy'}; {xid_note}; sinfo failed: {sinfo.stderr.strip()}")
+    summary = f"{config.node}: {'; '.join(problems) or 'healthy'}; {xid_note}"
+    sinfo, error = _attempt(["sinfo", "-h", "-N", "-n", config.node, "-o", "%T|%E"])
+    if sinfo is None:
+        print(f"{summary}; sinfo failed: {error}")
         return 1
     state, reason = parse_node_state(sinfo.stdout)
     action = decide(problems, state, reason)
-    summary = f"{config.node}: {'; '.join(problems) or 'healthy'}; {xid_note}"
     if action.kind == "none" or args.dry_run:
         print(f"{summary}; {action.kind if args.dry_run else 'no change'} ({action.why or action.reason})")
         return 0
-    try:
-        done = run(scontrol_args(config.node, action))
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        print(f"{summary}; {action.kind} failed: {exc}")
-        return 1
-    if done.returncode != 0:
-        print(f"{summary}; {action.kind} failed: {done.stderr.strip()}")
+    done, error = _attempt(scontrol_args(config.node, action))
+    if done is None:
+        print(f"{summary}; {action.kind} failed: {error}")
         return 1
     print(f"{summary}; resumed" if action.kind == "resume" else f"{summary}; drained ({action.reason})")
     return 0
