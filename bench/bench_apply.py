@@ -3,6 +3,7 @@ with Mitogen's.
 
 Run: .venv/bin/python bench/bench_apply.py [--strategies linear mitogen] [--json FILE]
      [--doc docs/benchmarks.md]
+     (``--from-json FILE [--doc ...]`` prints or writes the figures of an earlier run)
 
 Needs the test bed (tests/testbed/setup.sh: podman, localhost/provision-base:bookworm, the
 host's apt-cacher-ng) and root. It creates the podman network ``bench-apply``
@@ -436,7 +437,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write every number to this file")
     parser.add_argument("--doc", type=Path, help="refresh the results block of this Markdown file")
     parser.add_argument("--keep-runs", type=Path, metavar="DIR", help="copy every run's Ansible artifacts here")
+    parser.add_argument("--from-json", type=Path, metavar="FILE",
+                        help="measure nothing: print (and with --doc, write) the figures of an earlier run's --json")
     args = parser.parse_args(argv)
+    if args.from_json:
+        return report(json.loads(args.from_json.read_text()), args.doc)
     missing = testbed_missing()
     if missing:
         print(f"bench_apply: {missing}", file=sys.stderr)
@@ -471,16 +476,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             bed.close()
     result["machine"]["load_1m_end"] = round(os.getloadavg()[0], 2)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    report(result, args.doc)
+    return 1 if failed else 0
+
+
+def report(result: dict[str, Any], doc: Path | None) -> int:
+    """Print the figures next to their goals; with ``doc``, refresh its results block."""
     print()
     rows = figures(result)
     width = max((len(r[0]) for r in rows), default=10)
     for figure, measured, goal, verdict in rows:
         print(f"{figure:<{width}}  {measured:<32} {goal:<9} {verdict}")
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-    if args.doc:
-        write_doc(args.doc, markdown(result))
-    return 1 if failed else 0
+    if doc:
+        write_doc(doc, markdown(result))
+    return 0
 
 
 if __name__ == "__main__":

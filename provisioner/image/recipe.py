@@ -175,6 +175,9 @@ def mmdebstrap_command(r: ImageRecipe, output: str, fmt: str = "tar") -> list[st
         f"--components={','.join(r.components)}",
         f"--include={','.join(r.packages)}",
         "--aptopt=Acquire::Retries \"3\"",
+        # retry at once: a delayed retry can leave apt's queue stuck for good (LP: #2003851,
+        # tests/testbed/README.md); the image keeps these options (99mmdebstrap)
+        "--aptopt=Acquire::Retries::Delay \"false\"",
         "--aptopt=Acquire::http::Timeout \"60\"",
         "--dpkgopt=path-exclude=/usr/share/doc/*",
         "--dpkgopt=path-include=/usr/share/doc/*/copyright",

@@ -58,6 +58,7 @@ def test_command_line_builds_a_compressed_tarball_from_the_mirror() -> None:
     assert f"--include={','.join(r.packages)}" in cmd
     assert '--aptopt=Acquire::http::Proxy "http://proxy.example.org:3128"' in cmd
     assert '--aptopt=Acquire::http::Timeout "60"' in cmd  # no apt step waits forever
+    assert '--aptopt=Acquire::Retries::Delay "false"' in cmd  # no stuck queue after a retry (LP: #2003851)
     assert f"--customize-hook={r.customize_hook}" in cmd
     assert not any("Proxy" in c for c in rc.mmdebstrap_command(rc.recipe("debian-12", MIRROR), "x.tar.gz"))
     assert rc.build_environment(r)["PROVISION_FIRSTBOOT_UNIT"] == r.firstboot_unit
