@@ -54,6 +54,7 @@ GATEWAY = "10.213.30.1"
 PREFIX = "bench-"  # container names
 STRATEGIES = ("linear", "mitogen")
 
+APT_CACHE = "http://127.0.0.1:3142"  # the test bed's apt-cacher-ng (the containers' apt proxy)
 APPLY_TIMEOUT = 1200  # seconds, one `provision apply`
 PODMAN_TIMEOUT = 120
 SSH_WAIT = 180
@@ -98,6 +99,10 @@ def testbed_missing() -> str | None:
         return "the container test bed needs root"
     if run(["podman", "image", "exists", IMAGE], 60, check=False).returncode != 0:
         return f"{IMAGE} is missing (run tests/testbed/setup.sh)"
+    if run(["curl", "-fsS", "-o", "/dev/null", "--max-time", "5", f"{APT_CACHE}/acng-report.html"], 30,
+           check=False).returncode != 0:
+        # the containers would go straight to the mirror: every figure would time the network
+        return f"the host's apt-cacher-ng does not answer at {APT_CACHE} (run tests/testbed/setup.sh)"
     return None
 
 
@@ -377,7 +382,7 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         f"Measured {mach['date']} on {mach['cpus']} cores ({mach['cpu_model'] or 'unknown CPU'}), load average "
         f"{mach['load_1m_start']} at the start and {mach['load_1m_end']} at the end; containers from {IMAGE}, apt "
-        f"through the host's apt-cacher-ng (warm); one run.",
+        f"{mach.get('apt', 'through the host apt-cacher-ng (warm)')}; one run.",
         "",
         "| figure | measured | goal | |",
         "|---|---|---|---|",

@@ -39,9 +39,11 @@ ROLE_PACKAGES=(
   rdma-core ibverbs-providers ibverbs-utils infiniband-diags perftest
   # pxe_server (head)
   dnsmasq dnsmasq-base nginx ipxe libarchive-tools curl debian-installer-12-netboot-amd64
+  # munge, slurm (head: the controller; the deployed compute node installs its own)
+  munge slurmctld slurm-client libpmix2
 )
 # Services the roles enable where they belong; off in the image so every VM starts clean.
-DISABLED_SERVICES=(nginx dnsmasq nfs-server zfs-zed)
+DISABLED_SERVICES=(nginx dnsmasq nfs-server zfs-zed munge slurmctld)
 
 log() { printf '[lab-image] %s\n' "$*" >&2; }
 

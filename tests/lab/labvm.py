@@ -161,13 +161,14 @@ class VmSpec:
     name: str
     memory_mb: int
     nics: list[Nic]
-    ssh_port: int | None = None  # None: a diskless machine that netboots
+    ssh_port: int | None = None  # None: a machine that netboots (its disks start blank)
     disks: list[Disk] = field(default_factory=list)
 
 
 class Vm:
-    """One qemu process. Disk guests boot the lab image's kernel directly; a diskless
-    guest boots from its first NIC's iPXE ROM (BIOS), like a new bare-metal node."""
+    """One qemu process. Guests with an SSH port boot the lab image's kernel directly; the
+    others boot from their first NIC's iPXE ROM (BIOS), like a new bare-metal node (with
+    blank disks, when the spec has any)."""
 
     def __init__(self, spec: VmSpec, image: Path, workdir: Path, netns: Netns) -> None:
         self.spec = spec
@@ -177,6 +178,7 @@ class Vm:
         self.proc: subprocess.Popen[bytes] | None = None
         self.console = self.dir / "console.log"
         self.qmp = self.dir / "qmp.sock"
+        self.prepared = False
 
     @property
     def pidfile(self) -> Path:
@@ -196,12 +198,15 @@ class Vm:
                                          "systemd.show_status=0", *addrs])]
             cmd += ["-drive", f"file={self.dir / 'root.qcow2'},if=none,id=root,format=qcow2",
                     "-device", "virtio-blk-pci,drive=root"]
-            for i, d in enumerate(s.disks):
-                cmd += ["-drive", f"file={self.dir / d.serial}.raw,if=none,id=d{i},format=raw",
-                        "-device", f"virtio-blk-pci,drive=d{i},serial={d.serial}"]
+        for i, d in enumerate(s.disks):
+            cmd += ["-drive", f"file={self.dir / d.serial}.raw,if=none,id=d{i},format=raw",
+                    "-device", f"virtio-blk-pci,drive=d{i},serial={d.serial}"]
+        if s.ssh_port is not None:
             cmd += ["-netdev", f"user,id=user0,hostfwd=tcp:127.0.0.1:{s.ssh_port}-:22",
                     "-device", "virtio-net-pci,netdev=user0,romfile="]
         else:
+            # network first, always (a deployed node's PXE server sends it on to its disk),
+            # like a server whose boot order starts with PXE
             cmd += ["-boot", "n"]
         for i, (nic, fd) in enumerate(zip(s.nics, tap_fds, strict=True)):
             # the diskless machine keeps qemu's own iPXE ROM (found on qemu's firmware path)
@@ -211,11 +216,14 @@ class Vm:
         return cmd
 
     def prepare(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        if self.spec.ssh_port is None:
+        """New disks for this VM: once (a restart, e.g. after the guest rebooted, keeps them)."""
+        if self.prepared:
             return
-        run("qemu-img", "create", "-q", "-f", "qcow2", "-b", str(self.image / "root.raw"), "-F", "raw",
-            str(self.dir / "root.qcow2"))
+        self.prepared = True
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if self.spec.ssh_port is not None:
+            run("qemu-img", "create", "-q", "-f", "qcow2", "-b", str(self.image / "root.raw"), "-F", "raw",
+                str(self.dir / "root.qcow2"))
         for d in self.spec.disks:
             path = self.dir / f"{d.serial}.raw"
             path.unlink(missing_ok=True)
@@ -337,20 +345,25 @@ def kill_stale(netns_name: str) -> list[str]:
 # --------------------------------------------------------------------------- SSH
 @dataclass
 class Ssh:
-    """``ssh root@127.0.0.1 -p PORT`` into a lab guest (the lab's own checks)."""
+    """``ssh root@127.0.0.1 -p PORT`` into a lab guest (the lab's own checks); with
+    ``known_hosts``, into ``host`` accepting only the host keys recorded there."""
 
     key: Path
     port: int
+    host: str = "127.0.0.1"
+    known_hosts: Path | None = None
 
     def argv(self, command: str) -> list[str]:
-        return ["ssh", "-i", str(self.key), "-p", str(self.port), "-o", "BatchMode=yes",
-                "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
-                "-o", "ConnectTimeout=10", "root@127.0.0.1", command]
+        trust = (["-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={self.known_hosts}"]
+                 if self.known_hosts else ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"])
+        return ["ssh", "-i", str(self.key), "-p", str(self.port), "-o", "BatchMode=yes", *trust,
+                "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=10", f"root@{self.host}", command]
 
     def run(self, command: str, *, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         r = subprocess.run(self.argv(command), capture_output=True, text=True, timeout=timeout)
         if check and r.returncode != 0:
-            raise AssertionError(f"guest :{self.port}: {command!r} exited {r.returncode}:\n{r.stdout}{r.stderr}")
+            raise AssertionError(f"guest {self.host}:{self.port}: {command!r} exited {r.returncode}:\n"
+                                 f"{r.stdout}{r.stderr}")
         return r
 
     def out(self, command: str, *, timeout: float = 300) -> str:

@@ -1,12 +1,19 @@
 """The VM lab: `provision apply` onto qemu guests with real kernels, then assertions there.
 
 What containers cannot show is proven here: the zfs role builds the manifest's pool of
-mirrors from virtual disks and refuses a disk with a filesystem on it; kernel NFS exports a
-datasets and the head mounts them (over RDMA on soft-RoCE from store1, over TCP from
-store2); MergerFS unions NFS mounts of the two servers and a write lands where its policy
-says; the ofed role sees the RDMA device and
-ib_write_bw runs between two guests; a diskless guest netboots from the head's PXE server,
-powered on through its (emulated) IPMI BMC by `provision apply`, and fetches its preseed.
+mirrors from virtual disks and refuses a disk with a filesystem on it; kernel NFS exports
+datasets and the head mounts them (over RDMA on soft-RoCE from store1, over TCP on the data
+network from store2, whose addresses the common role configured); MergerFS unions NFS
+mounts of the two servers and a write lands where its policy says; the ofed role sees the
+RDMA device and ib_write_bw runs between two guests.
+
+And the whole bare-metal chain, driven by `provision apply` alone: a node with blank disks
+is powered on through its (emulated) IPMI BMC, netboots the deploy ramdisk from the head's
+PXE server, which writes the debian-12 image built by `provision image build`; it reboots
+from its own disk, answers SSH with the host key it reported, and the same apply configures
+it (common, NFS client + MergerFS, munge + slurmd); `srun -w pxe1` then runs on it from the
+head. A second apply changes nothing and does not reinstall it; a reinstall without
+confirmation is refused.
 
 Run: `scripts/test.sh lab` (or `pytest -s -m lab tests/lab`). Needs root, qemu and the test
 bed's apt cache (tests/testbed/setup.sh); tests/lab/build-image.sh builds and caches the VM
@@ -42,12 +49,15 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 NETNS = "provlab"
-MGMT, FABRIC = "br-mgmt", "br-ib"
+MGMT, FABRIC, DATA = "br-mgmt", "br-ib", "br-data"
 HOST_ADDRESS = "10.213.9.254/24"
 BMC_PASSWORD_ENV = "LAB_BMC_PASSWORD"
 BMC_PASSWORD = "lab-Bmc-Secret-51c2"
 SSH_PORTS = {"head1": 2310, "store1": 2311, "store2": 2312}
 FS_DISK = "labdisk5"  # carries an ext4 filesystem: a pool there must be refused without force
+# node images and the deploy ramdisk for the lab's manifest (through its apt proxy), kept between runs
+LAB_IMAGES = Path(os.environ.get("LAB_CACHE", "/var/cache/provision-lab")) / "lab-images"
+PXE1 = "10.213.9.20"
 
 
 def _specs() -> list[VmSpec]:
@@ -55,15 +65,19 @@ def _specs() -> list[VmSpec]:
         return [Nic(MGMT, f"52:54:00:d9:00:{octet}", f"10.213.9.{octet}/24"),
                 Nic(FABRIC, f"52:54:00:da:00:{octet}")]  # the ofed role addresses eth2
 
+    # data NICs come up without an address: the common role gives them the manifest's
     return [
-        VmSpec("head1", 1536, nics(10), SSH_PORTS["head1"]),
+        VmSpec("head1", 1536, [*nics(10), Nic(DATA, "52:54:00:db:00:10")], SSH_PORTS["head1"]),
         VmSpec("store1", 2048, nics(11), SSH_PORTS["store1"],
                disks=[*(Disk(f"labdisk{i}") for i in range(1, 5)), Disk(FS_DISK, ext4=True)]),
-        VmSpec("store2", 1024, [Nic(MGMT, "52:54:00:d9:00:12", "10.213.9.12/24")], SSH_PORTS["store2"]),
+        VmSpec("store2", 1024, [Nic(MGMT, "52:54:00:d9:00:12", "10.213.9.12/24"), Nic(DATA, "52:54:00:db:00:12")],
+               SSH_PORTS["store2"]),
     ]
 
 
-PXE_SPEC = VmSpec("pxe1", 1024, [Nic(MGMT, "52:54:00:d9:00:20")])
+# blank until apply deploys the image onto it (the manifest's install disk, virtio-labroot);
+# 2 GiB: the deploy ramdisk runs from RAM
+PXE_SPEC = VmSpec("pxe1", 2048, [Nic(MGMT, "52:54:00:d9:00:20")], disks=[Disk("labroot", size="4G")])
 
 
 def _skip_reason() -> str | None:
@@ -87,19 +101,26 @@ class Lab:
     ssh: dict[str, Ssh] = field(default_factory=dict)
     applies: dict[str, subprocess.CompletedProcess[str]] = field(default_factory=dict)
     machine: Machine | None = None
+    images: Future[subprocess.CompletedProcess[str]] | None = None
     pxe_apply: Future[subprocess.CompletedProcess[str]] | None = None
     pxe_state: Path | None = None
 
     def provision(self, *args: str, manifest: Path | None = None,
                   timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+        """``provision COMMAND MANIFEST ARGS...``, never on a terminal (a confirmation is refused)."""
+        return self.cli(args[0], str(manifest or self.manifest), *args[1:], timeout=timeout)
+
+    def cli(self, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
         exe = Path(sys.executable).with_name("provision")
         # Mitogen: one persistent Python per guest instead of one per task (a task costs
         # seconds under software emulation); LAB_STRATEGY=linear runs Ansible's own
         env = dict(os.environ, **{BMC_PASSWORD_ENV: BMC_PASSWORD,
                                   "PROVISION_STRATEGY": os.environ.get("LAB_STRATEGY", "mitogen")})
-        cmd = [str(exe), args[0], str(manifest or self.manifest), *args[1:]]
-        r = subprocess.run(cmd, cwd=self.work, env=env, capture_output=True, text=True, timeout=timeout)
-        (self.work / "provision.log").open("a").write(f"$ {' '.join(cmd)}\n{r.stdout}{r.stderr}\nexit {r.returncode}\n")
+        cmd = [str(exe), *args]
+        r = subprocess.run(cmd, cwd=self.work, env=env, capture_output=True, text=True, timeout=timeout,
+                           stdin=subprocess.DEVNULL)
+        with (self.work / "provision.log").open("a") as log:
+            log.write(f"$ {' '.join(cmd)}\n{r.stdout}{r.stderr}\nexit {r.returncode}\n")
         return r
 
     def state(self, state_dir: Path | None = None) -> dict[str, Any]:
@@ -127,14 +148,20 @@ def _build_image(timings: Timings) -> Path:
 
 
 class Machine(threading.Thread):
-    """The diskless node's "hardware": follows its emulated BMC. Power on with a network
-    boot starts the VM (iPXE); power off stops it."""
+    """pxe1's "hardware": follows its emulated BMC. A power on (or cycle) with a network boot
+    starts the VM (iPXE); power off stops it. When the guest reboots itself (qemu runs with
+    -no-reboot, so it exits) while the power is on, the machine comes back up the way a
+    server does: through its boot order, which starts with the network."""
+
+    MAX_REBOOTS = 5  # more: the guest is crashing in a loop (reported, not restarted)
 
     def __init__(self, vm: Vm, bmc: IpmiEmulator) -> None:
         super().__init__(name="pxe1-machine", daemon=True)
         self.vm, self.bmc = vm, bmc
         self.halt = threading.Event()
-        self.boots: list[str] = []
+        self.boots: list[str] = []  # boots the BMC asked for (after a power on or cycle)
+        self.reboots = 0  # reboots of the guest's own
+        self.on = False
         self.error: str | None = None
 
     def run(self) -> None:
@@ -142,16 +169,24 @@ class Machine(threading.Thread):
         while not self.halt.wait(1.0):
             try:
                 state = self.bmc.state()
-                if state["power"] == "off" and self.vm.running():
-                    self.vm.stop()
+                if state["power"] == "off":
+                    self.on = False
+                    if self.vm.running():
+                        self.vm.stop()
                 boots = state["boots"]
                 if len(boots) > seen and state["power"] == "on":
                     seen = len(boots)
                     device = boots[-1]["device"]
                     self.boots.append(device)
                     self.vm.stop()
-                    if device == "network":
+                    self.on = device == "network"
+                    if self.on:
                         self.vm.start()
+                elif self.on and state["power"] == "on" and not self.vm.running():
+                    self.reboots += 1
+                    if self.reboots > self.MAX_REBOOTS:
+                        raise RuntimeError(f"the guest stopped {self.reboots} times by itself: a boot loop?")
+                    self.vm.start()
             except Exception as exc:  # reported by the test
                 self.error = f"{type(exc).__name__}: {exc}"
                 return
@@ -168,7 +203,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     killed = kill_stale(NETNS)
     if killed:
         print(f"[lab] stopped leftovers of an earlier run: {', '.join(killed)}")
-    netns = Netns(NETNS, [Bridge(MGMT, HOST_ADDRESS), Bridge(FABRIC)])
+    netns = Netns(NETNS, [Bridge(MGMT, HOST_ADDRESS), Bridge(FABRIC), Bridge(DATA)])
     key = work / "id_ed25519"
     shutil.copy(image / "id_ed25519", key)
     shutil.copy(image / "id_ed25519.pub", work / "id_ed25519.pub")
@@ -176,9 +211,20 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     lab = Lab(work, image, work / "lab.yaml", netns, timings)
     bmc = IpmiEmulator(work / "bmc", "admin", BMC_PASSWORD, boot_delay=2.0)
     left: list[str] = []
+    builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lab-images")
     try:
+        bmc.start()
+        lab.manifest.write_text(yaml.safe_dump(_manifest(key, bmc.port), sort_keys=False))
         with timings.stage("network namespace + boot VMs"):
             netns.create()
+
+            def images() -> subprocess.CompletedProcess[str]:
+                # through the manifest's apt proxy, the host's end of the management bridge
+                with timings.stage("pxe: provision image build (or cache; beside the boots and applies)"):
+                    return lab.cli("image", "build", str(lab.manifest), "--cache-dir", str(LAB_IMAGES), timeout=1800)
+
+            lab.images = builder.submit(images)
+            builder.shutdown(wait=False)
             for spec in _specs():
                 vm = Vm(spec, image, work, netns)
                 vm.start()
@@ -195,8 +241,6 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
                 ssh.run("mkdir -p /var/lib/apt/periodic && touch /var/lib/apt/periodic/update-success-stamp")
                 if name in ("head1", "store1"):  # the nodes on the "infiniband" network
                     ssh.run("modprobe rdma_rxe && rdma link add rxe0 type rxe netdev eth2")
-        bmc.start()
-        lab.manifest.write_text(yaml.safe_dump(_manifest(key, bmc.port), sort_keys=False))
         with timings.stage("provision validate + plan"):
             r = lab.provision("validate")
             assert r.returncode == 0, r.stdout + r.stderr
@@ -212,17 +256,24 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         lab.vms["pxe1"] = machine.vm
         machine.start()
         lab.machine = machine
-        # The diskless node's install runs beside the storage and fabric checks (it only
-        # touches head1's PXE server and pxe1), with its own copy of the state directory so
-        # that the checks' applies do not wait for its lock.
+        # pxe1's deploy and configuration run beside the storage and fabric checks (they
+        # touch only head1's PXE server, its Slurm controller and pxe1), with their own copy of
+        # the state directory so that the checks' applies do not wait for its lock; the
+        # images come from the lab's cache (`apply` publishes what <state>/images holds).
         lab.pxe_state = work / ".provision-pxe"
-        shutil.copytree(work / ".provision", lab.pxe_state, ignore=shutil.ignore_patterns("lock"))
+        shutil.copytree(work / ".provision", lab.pxe_state, ignore=shutil.ignore_patterns("lock", "images"))
+        (lab.pxe_state / "images").symlink_to(LAB_IMAGES)
         background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pxe-apply")
+        built = lab.images
+        assert built is not None
 
         def pxe_apply() -> subprocess.CompletedProcess[str]:
-            with timings.stage("pxe: apply installs pxe1 (until the preseed; beside the checks)"):
-                return lab.provision("apply", "--yes", "--limit", "pxe1", "--install-timeout", "300",
-                                     "--state-dir", str(lab.pxe_state), timeout=1500)
+            made = built.result(timeout=1800)
+            if made.returncode != 0:
+                return made
+            with timings.stage("pxe: apply deploys pxe1 and configures it (beside the checks)"):
+                return lab.provision("apply", "--yes", "--limit", "pxe1", "--install-timeout", "900",
+                                     "--state-dir", str(lab.pxe_state), timeout=2700)
 
         lab.pxe_apply = background.submit(pxe_apply)
         background.shutdown(wait=False)
@@ -232,10 +283,11 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             if os.environ.get("LAB_KEEP") == "1":
                 print(f"[lab] LAB_KEEP=1: VMs left running; workdir {work}; clean up with: ip netns del {NETNS}")
             else:
-                if lab.pxe_apply is not None and not lab.pxe_apply.done():
-                    print("[lab] waiting for the PXE apply before teardown")
-                    with contextlib.suppress(Exception):
-                        lab.pxe_apply.result(timeout=1500)
+                for name, job in (("image build", lab.images), ("PXE apply", lab.pxe_apply)):
+                    if job is not None and not job.done():
+                        print(f"[lab] waiting for the {name} before teardown")
+                        with contextlib.suppress(Exception):
+                            job.result(timeout=2700)
                 if lab.machine is not None:
                     lab.machine.halt.set()
                     lab.machine.join(timeout=10)
@@ -306,12 +358,26 @@ def _mounts(ssh: Ssh) -> dict[str, list[str]]:
     return {line.split()[1]: line.split() for line in ssh.out("cat /proc/mounts").splitlines()}
 
 
-def test_kernel_nfs_export_and_tcp_mount(lab: Lab) -> None:
+def test_data_network_addresses_from_the_common_role(lab: Lab) -> None:
+    # the NICs came up with no address (lab.up=): the manifest's data addresses are the role's
+    for name, dev, address in (("head1", "eth3", "10.213.11.10/24"), ("store2", "eth2", "10.213.11.12/24")):
+        ssh = lab.ssh[name]
+        assert address in ssh.out(f"ip -o -4 addr show dev {dev}"), name
+        assert f"dev {dev}" not in ssh.out("ip -4 route show default"), f"{name}: a default route on the data network"
+        assert ssh.out(f"grep -ls '^Name={dev}$' /etc/systemd/network/*.network").strip(), name
+    # across the data bridge, and management still answers (the applies after it reached them)
+    lab.ssh["head1"].run("ping -c 2 -W 5 10.213.11.12")
+
+
+def test_kernel_nfs_export_and_tcp_mount_over_the_data_network(lab: Lab) -> None:
     store2, head = lab.ssh["store2"], lab.ssh["head1"]
     exports = store2.out("exportfs -v")
-    assert re.search(r"^/srv/c\s+10\.213\.9\.0/24\(.*no_root_squash", exports, re.M), exports
+    # the export allows both networks the manifest names; head1 mounts it on the data network
+    for net in (r"10\.213\.11\.0/24", r"10\.213\.9\.0/24"):
+        assert re.search(rf"^/srv/c\s+{net}\(.*no_root_squash", exports, re.M), exports
     c = _mounts(head)["/mnt/c"]
-    assert c[0] == "10.213.9.12:/srv/c" and c[2] == "nfs4", c
+    assert c[0] == "10.213.11.12:/srv/c" and c[2] == "nfs4", c
+    assert "clientaddr=10.213.11.10" in c[3], c
     assert {"vers=4.2", "proto=tcp", "nconnect=2", "hard"} <= set(c[3].split(",")), c
     # rsize/wsize are what the unit asks for; the kernel settles them with the server
     # (knfsd on a 1 GiB VM offers at most 128k)
@@ -416,32 +482,103 @@ def _logged_at(line: str) -> dt.datetime:
     return dt.datetime.strptime(stamp.group(1), "%d/%b/%Y:%H:%M:%S %z")
 
 
-# pxe1 boots through qemu's own iPXE ROM (BIOS), like a new machine's NIC firmware; the
-# installer's screen is saved as pxe1.screen.png in the lab's work directory at teardown.
-def test_diskless_node_netboots_into_the_installer(lab: Lab) -> None:
-    head = lab.ssh["head1"]
-    machine = lab.machine
+# pxe1 boots through qemu's own iPXE ROM (BIOS), like a new machine's NIC firmware; its last
+# screen is saved as pxe1.screen.png in the lab's work directory at teardown.
+def _pxe(lab: Lab) -> subprocess.CompletedProcess[str]:
+    assert lab.pxe_apply is not None and lab.machine is not None
+    r = lab.pxe_apply.result(timeout=3600)
+    assert lab.machine.error is None, lab.machine.error
+    assert r.returncode == 0, f"boots: {lab.machine.boots}, reboots: {lab.machine.reboots}\n{_recap(r)}"
+    return r
+
+
+def _pxe1(lab: Lab) -> Ssh:
+    """SSH into pxe1 on its management address, trusting only the host keys apply recorded
+    (the ones its deploy reported)."""
+    assert lab.pxe_state is not None
+    return Ssh(lab.work / "id_ed25519", 22, host=PXE1, known_hosts=lab.pxe_state / "known_hosts")
+
+
+def test_apply_deploys_the_image_onto_the_new_node(lab: Lab) -> None:
+    r = _pxe(lab)
+    machine, head = lab.machine, lab.ssh["head1"]
     assert machine is not None
-    assert lab.pxe_apply is not None
-    r = lab.pxe_apply.result(timeout=1600)
-    assert machine.error is None, machine.error
-    assert machine.boots and machine.boots[0] == "network", f"boots: {machine.boots}\n{_recap(r)}"
-    # the install cannot finish here: the lab network has no route to a Debian mirror (the
-    # installer stops at "Bad archive mirror" after the preseed; the test bed's mirror
-    # also lacks some installer packages): apply says so for pxe1 and leaves it 'new'
-    assert r.returncode != 0, _recap(r)
-    assert "pxe1" in r.stdout and "no install report" in r.stdout, _recap(r)
-    assert lab.state(lab.pxe_state)["nodes"]["pxe1"]["lifecycle"] == "new"
+    assert "installing over PXE: pxe1" in r.stdout, _recap(r)
+    # powered on by apply through the BMC, straight to the network; the deploy's own reboot
+    # came back through the boot order (network, then the PXE server's "boot your disk")
+    assert machine.boots == ["network"], machine.boots
+    assert machine.reboots >= 1, machine.reboots
+    took = re.search(r"pxe1\W+ok\W+done\W+(\d+)", r.stdout)
+    assert took, _recap(r)
+    print(f"[lab] pxe1: BMC power-on -> SSH with the reported host key: {took.group(1)} s (goal: 240 s)")
+    assert lab.state(lab.pxe_state)["nodes"]["pxe1"]["lifecycle"] == "configured"
     log = head.out("cat /var/log/nginx/pxe.access.log")
-    fetched = [ln for ln in log.splitlines() if ln.startswith("10.213.9.20 ")]
+    fetched = [ln for ln in log.splitlines() if ln.startswith(f"{PXE1} ")]
     shown = "\n".join(fetched) or log[-3000:]
-    script = next((ln for ln in fetched if "GET /boot/pxe1.ipxe" in ln), None)
-    assert script, shown
-    preseed = next((ln for ln in fetched if re.search(r"GET \S*pxe1\S*/preseed\.cfg HTTP/1\.[01]\" 200", ln)), None)
-    assert preseed, f"{shown}\n(the installer's last screen is saved as pxe1.screen.png in {lab.work})"
-    took = (_logged_at(preseed) - _logged_at(script)).total_seconds()
-    print(f"[lab] pxe1: iPXE script to preseed fetch: {took:.0f} s")
-    # the lease dnsmasq handed out: the manifest's MAC got the manifest's address
+    for path in ("/boot/pxe1.ipxe", "/images/deploy-ramdisk/vmlinuz", "/images/deploy-ramdisk/initrd.img",
+                 "/nodes/pxe1/deploy.json", "/images/debian-12.tar.gz"):
+        assert any(re.search(rf'"GET {re.escape(path)} HTTP/1\.[01]" 200 ', ln) for ln in fetched), f"{path}\n{shown}"
+    assert any("POST /api/installed/pxe1 " in ln for ln in fetched), shown
+    # after the report the PXE server sends it to its disk: the script fetched last says so
+    script = head.out("curl -s http://127.0.0.1/boot/pxe1.ipxe")
+    assert "sanboot" in script, script
     leases = head.out("cat /var/lib/misc/dnsmasq.leases")
-    assert re.search(r"\b52:54:00:d9:00:20 10\.213\.9\.20 pxe1\b", leases), leases
+    assert re.search(rf"\b52:54:00:d9:00:20 {re.escape(PXE1)} pxe1\b", leases), leases
     assert BMC_PASSWORD not in r.stdout + r.stderr
+
+
+def test_the_node_runs_from_its_own_disk_and_was_configured(lab: Lab) -> None:
+    _pxe(lab)
+    node = _pxe1(lab)
+    out = node.out("hostname; findmnt -no SOURCE /; cat /etc/machine-id; systemctl is-active munge slurmd").split()
+    assert out[:2] == ["pxe1", "/dev/vda3"], out
+    assert len(out[2]) == 32, out  # its own machine id, made at first boot
+    assert out[3:] == ["active", "active"], out
+    # the NFS client (store2 over management: pxe1 is not on the data network) and the union
+    mounts = _mounts(node)
+    assert mounts["/mnt/c"][0] == "10.213.9.12:/srv/c" and mounts["/mnt/c"][2] == "nfs4", mounts["/mnt/c"]
+    assert mounts["/union"][2] == "fuse.mergerfs", mounts["/union"]
+    node.run("echo from-pxe1 > /union/pxe1.txt && sync")
+    assert node.out("cat /srv/local/pxe1.txt /mnt/c/pxe1.txt 2>/dev/null").strip() == "from-pxe1"
+    # root takes only the cluster key (no admin here)
+    keys = node.out("cat /root/.ssh/authorized_keys")
+    assert (lab.work / "id_ed25519.pub").read_text().split()[1] in keys
+
+
+def test_srun_runs_on_the_deployed_node(lab: Lab) -> None:
+    _pxe(lab)
+    head = lab.ssh["head1"]
+    # slurmd registered with the controller on head1 (munge with the cluster's key)
+    state = head.out("for i in $(seq 60); do s=$(sinfo -h -n pxe1 -o %T); case $s in idle*) break;; esac; "
+                     "sleep 3; done; sinfo -h -n pxe1 -o %T", timeout=240).strip()
+    assert state.startswith("idle"), head.out("sinfo -N -l; scontrol show node pxe1")
+    r = head.run("timeout 180 srun -w pxe1 -N 1 -t 2 hostname", timeout=240)
+    assert r.stdout.strip() == "pxe1", r.stdout + r.stderr
+
+
+def test_a_second_apply_changes_nothing_and_does_not_reinstall(lab: Lab) -> None:
+    _pxe(lab)
+    assert lab.machine is not None and lab.pxe_state is not None
+    boots, reboots = list(lab.machine.boots), lab.machine.reboots
+    r = lab.provision("apply", "--yes", "--limit", "pxe1", "--state-dir", str(lab.pxe_state), timeout=1200)
+    assert r.returncode == 0, _recap(r)
+    assert "installing over PXE" not in r.stdout, _recap(r)
+    assert (lab.machine.boots, lab.machine.reboots) == (boots, reboots)
+    last = lab.state(lab.pxe_state)["runs"][-1]
+    assert last["changed"] == {"pxe1": 0}, last
+
+
+def test_a_reinstall_without_confirmation_is_refused(lab: Lab) -> None:
+    _pxe(lab)
+    assert lab.machine is not None and lab.pxe_state is not None
+    boots = list(lab.machine.boots)
+    uptime = _pxe1(lab).out("cat /proc/sys/kernel/random/boot_id").strip()
+    # no --yes and no terminal: nothing is powered, nothing is wiped
+    r = lab.provision("apply", "--reinstall", "pxe1", "--limit", "pxe1", "--state-dir", str(lab.pxe_state),
+                      timeout=600)
+    assert r.returncode != 0, _recap(r)
+    assert "refusing to install over PXE (wiping pxe1) without confirmation" in r.stdout + r.stderr, _recap(r)
+    time.sleep(3)
+    assert lab.machine.boots == boots
+    assert _pxe1(lab).out("cat /proc/sys/kernel/random/boot_id").strip() == uptime
+    assert lab.state(lab.pxe_state)["nodes"]["pxe1"]["lifecycle"] == "configured"
