@@ -67,6 +67,7 @@ curl -fsS -o /dev/null --max-time 5 "$ACNG/acng-report.html" \
 
 mkdir -p "$CACHE_ROOT"
 ROOTFS=$(mktemp -d "$CACHE_ROOT/rootfs.XXXXXX")
+chmod 0755 "$ROOTFS"  # the guests' / (mktemp makes it 0700: no user but root could reach anything)
 cleanup() {
   for m in dev/pts dev proc sys; do umount -l "$ROOTFS/$m" 2>/dev/null || true; done
   rm -rf --one-file-system "$ROOTFS"

@@ -488,8 +488,18 @@ def _pxe(lab: Lab) -> subprocess.CompletedProcess[str]:
     assert lab.pxe_apply is not None and lab.machine is not None
     r = lab.pxe_apply.result(timeout=3600)
     assert lab.machine.error is None, lab.machine.error
-    assert r.returncode == 0, f"boots: {lab.machine.boots}, reboots: {lab.machine.reboots}\n{_recap(r)}"
+    assert r.returncode == 0, (f"boots: {lab.machine.boots}, reboots: {lab.machine.reboots}\n{_recap(r)}\n"
+                               f"--- pxe1's journal\n{_pxe1_journal(lab)}")
     return r
+
+
+def _pxe1_journal(lab: Lab) -> str:
+    """The end of the deployed node's journal (what a failed step on it left), when it answers."""
+    try:
+        r = _pxe1(lab).run("journalctl -b --no-pager -q -n 60 -p info; dmesg | tail -20", check=False, timeout=60)
+    except (subprocess.TimeoutExpired, AssertionError) as exc:
+        return f"(not reached: {exc})"
+    return (r.stdout + r.stderr)[-8000:]
 
 
 def _pxe1(lab: Lab) -> Ssh:
@@ -530,16 +540,20 @@ def test_apply_deploys_the_image_onto_the_new_node(lab: Lab) -> None:
 def test_the_node_runs_from_its_own_disk_and_was_configured(lab: Lab) -> None:
     _pxe(lab)
     node = _pxe1(lab)
-    out = node.out("hostname; findmnt -no SOURCE /; cat /etc/machine-id; systemctl is-active munge slurmd").split()
-    assert out[:2] == ["pxe1", "/dev/vda3"], out
+    out = node.out("hostname; findmnt -no SOURCE /; cat /etc/machine-id; "
+                   "systemctl is-active provision-firstboot ssh systemd-networkd munge slurmd").split()
+    assert out[:2] == ["pxe1", "/dev/vda3"], out  # root on the image's partition of virtio-labroot
     assert len(out[2]) == 32, out  # its own machine id, made at first boot
-    assert out[3:] == ["active", "active"], out
+    assert out[3:] == ["active"] * 5, out
+    # the manifest's static address on the boot NIC (named by its MAC), from the deploy
+    assert f"inet {PXE1}/24" in node.out("ip -4 -o addr show dev eth0")
     # the NFS client (store2 over management: pxe1 is not on the data network) and the union
     mounts = _mounts(node)
     assert mounts["/mnt/c"][0] == "10.213.9.12:/srv/c" and mounts["/mnt/c"][2] == "nfs4", mounts["/mnt/c"]
     assert mounts["/union"][2] == "fuse.mergerfs", mounts["/union"]
     node.run("echo from-pxe1 > /union/pxe1.txt && sync")
-    assert node.out("cat /srv/local/pxe1.txt /mnt/c/pxe1.txt 2>/dev/null").strip() == "from-pxe1"
+    assert node.out("cat /union/pxe1.txt").strip() == "from-pxe1"
+    node.run("test -e /srv/pxe1.txt || test -e /mnt/c/pxe1.txt")  # on one of the branches
     # root takes only the cluster key (no admin here)
     keys = node.out("cat /root/.ssh/authorized_keys")
     assert (lab.work / "id_ed25519.pub").read_text().split()[1] in keys
