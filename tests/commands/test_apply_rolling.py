@@ -57,6 +57,7 @@ def test_only_compute_nodes_with_node_local_changes_roll(changed: Path) -> None:
 def fakes(monkeypatch: pytest.MonkeyPatch, broken: str = "") -> list[str]:
     """Fake apply and nodes; ``broken``: a node whose clock fails verify."""
     log: list[str] = []
+    drained: dict[str, str] = {}  # node -> reason, as the controller has it
 
     def fake_apply(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Any) -> int:
         log.append(f"apply {','.join(opts.limit or ['all'])}")
@@ -66,6 +67,11 @@ def fakes(monkeypatch: pytest.MonkeyPatch, broken: str = "") -> list[str]:
         def execute(host: str, text: str, timeout: int) -> Output:
             if text.startswith("scontrol update"):
                 log.append(text.replace("scontrol update NodeName=", "scontrol "))
+                node, _, rest = text.removeprefix("scontrol update NodeName=").partition(" ")
+                if "State=DRAIN" in rest:
+                    drained[node] = rest.partition("Reason=")[2].strip("'")
+                else:
+                    drained.pop(node, None)
             if text == parsers.CONTEXT_COMMAND:
                 return Output(stdout="container=none\ngpu_devices=0\n")
             if text.startswith("cat /etc/hosts"):
@@ -74,8 +80,11 @@ def fakes(monkeypatch: pytest.MonkeyPatch, broken: str = "") -> list[str]:
                 return Output(rc=1, stderr="506 Cannot talk to daemon") if host == broken else Output(stdout=TRACKING)
             if text.startswith("test -e /var/run/reboot-required"):
                 return Output(rc=1)
-            if text.startswith("scontrol show"):
-                return Output(stdout=f"NodeName={host} State=IDLE")
+            if text.startswith("scontrol show"):  # as Slurm shows a drained node: verify runs before the resume
+                node = text.split()[3]
+                if node in drained:
+                    return Output(stdout=f"NodeName={node} State=IDLE+DRAIN Reason={drained[node]} [root@2026-11-23]")
+                return Output(stdout=f"NodeName={node} State=IDLE")
             if text.startswith("ping"):
                 return Output(stdout="3 packets transmitted, 3 received, 0% packet loss")
             return Output()
@@ -115,3 +124,4 @@ def test_rolling_needs_slurm(write_manifest: Any, kit: Any, capsys: Capsys) -> N
     data["slurm"] = {"enabled": False}
     assert main(["apply", str(write_manifest(data)), "--rolling", "--yes"]) == 1
     assert "--rolling drains nodes in Slurm" in capsys.readouterr().err
+
