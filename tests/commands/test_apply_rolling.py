@@ -125,3 +125,36 @@ def test_rolling_needs_slurm(write_manifest: Any, kit: Any, capsys: Capsys) -> N
     assert main(["apply", str(write_manifest(data)), "--rolling", "--yes"]) == 1
     assert "--rolling drains nodes in Slurm" in capsys.readouterr().err
 
+
+def test_a_whole_roll_settles_the_cluster_files(changed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each apply of the roll has a --limit; once the whole roll ended well every node has the
+    manifest's cluster-wide files, and the plan says so (as after a whole apply)."""
+    fakes(monkeypatch)
+    m = load_manifest(changed).manifest
+    state = StateDir.beside(changed)
+    assert state.load().cluster_fingerprint != cluster_fingerprint(m)  # the memory change is in slurm.conf
+    assert main(["apply", str(changed), "--rolling", "--yes"]) == 0
+    assert state.load().cluster_fingerprint == cluster_fingerprint(m)
+
+
+def test_a_stopped_or_limited_roll_leaves_the_cluster_files_unsettled(changed: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    fakes(monkeypatch, broken="node02")
+    state = StateDir.beside(changed)
+    before = state.load().cluster_fingerprint
+    assert main(["apply", str(changed), "--rolling", "--yes"]) == 1
+    assert state.load().cluster_fingerprint == before
+    fakes(monkeypatch)
+    assert main(["apply", str(changed), "--rolling", "--yes", "--limit", "node01"]) == 0
+    assert state.load().cluster_fingerprint == before
+
+
+def test_nothing_to_roll_is_a_whole_apply(changed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without compute nodes to roll, --rolling is a plain apply of every node (no --limit)."""
+    log = fakes(monkeypatch)
+    assert main(["apply", str(changed), "--rolling", "--yes", "--limit", "head01"]) == 0
+    assert log == ["apply head01"]
+    settle(changed)
+    log.clear()
+    assert main(["apply", str(changed), "--rolling", "--yes"]) == 0
+    assert log == ["apply all"]
