@@ -158,3 +158,15 @@ def test_nothing_to_roll_is_a_whole_apply(changed: Path, monkeypatch: pytest.Mon
     log.clear()
     assert main(["apply", str(changed), "--rolling", "--yes"]) == 0
     assert log == ["apply all"]
+
+
+def test_a_whole_roll_records_nodes_the_manifest_no_longer_lists_as_removed(changed: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    state = StateDir.beside(changed)
+    st = state.load()
+    st.nodes["node09"] = NodeState(lifecycle="configured", fingerprints={"node": "x"})
+    state.save(st)
+    fakes(monkeypatch)
+    assert main(["apply", str(changed), "--rolling", "--yes"]) == 0
+    gone = state.load().nodes["node09"]
+    assert gone.lifecycle == "removed" and gone.fingerprints == {} and gone.removed_at
