@@ -261,6 +261,22 @@ def mark_removed(st: State, name: str) -> None:
         ns.lifecycle, ns.fingerprints, ns.removed_at = "removed", {}, now()
 
 
+def settle_cluster_files(loaded: Loaded, state: StateDir) -> None:
+    """After ``apply --rolling`` of the whole cluster ended well: every node ran the light
+    plays in one of its applies (the others first, then each batch), so the cluster-wide
+    files are the manifest's everywhere. Record it as a whole apply does (the cluster
+    fingerprint; nodes the manifest no longer lists are removed), which those applies, each
+    with a --limit, could not."""
+    m = loaded.manifest
+    with state.lock("apply"):
+        st = state.load_for(m.cluster.name)
+        st.cluster_fingerprint = cluster_fingerprint(m)
+        names = set(m.node_names())
+        for name in [n for n in st.nodes if n not in names]:
+            mark_removed(st, name)
+        state.save(st)
+
+
 def close_abandoned_runs(st: State) -> None:
     """Runs still marked running when we hold the lock ended without recording a result
     (the process was killed): say so instead of 'running' forever."""

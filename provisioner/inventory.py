@@ -94,9 +94,13 @@ def mark_unsafe(data: Any) -> Any:
 
 
 def literal(data: Any) -> Any:
-    """Copy of ``data`` with every string wrapped in :class:`Unsafe` (no Jinja)."""
+    """Copy of ``data`` that Ansible reads as data, never as Jinja: every string that could
+    hold a template (Jinja's delimiters all start with "{") is wrapped in :class:`Unsafe`.
+    Other strings stay plain (quoted where YAML needs it): ansible-core 2.19 resolves the
+    type of an ``!unsafe`` scalar again, so ``!unsafe "*"`` fails to load and ``!unsafe
+    "yes"`` reads as true."""
     if isinstance(data, str):
-        return Unsafe(data)
+        return Unsafe(data) if "{" in data else data
     if isinstance(data, dict):
         return {k: literal(v) for k, v in data.items()}
     if isinstance(data, list):

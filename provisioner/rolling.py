@@ -10,8 +10,8 @@ The roll (pure; its side effects are the injected :class:`Steps`, faked in the t
 4. each node passes ``verify`` for itself;
 5. each node is resumed.
 
-A failure stops the roll: the failing node stays drained with the reason in Slurm, and the
-nodes of later batches are not touched.
+A failure stops the roll (an apply that raises ProvisionError is one too): the failing node
+stays drained with the reason in Slurm, and the nodes of later batches are not touched.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from provisioner.drain import Drained
+from provisioner.errors import ProvisionError
 
 REASON_PREFIX = "provision apply --rolling"
 
@@ -85,7 +86,10 @@ def roll(groups: list[list[str]], steps: Steps, allow_reboot: bool) -> Roll:
                 return stop(i, node, "drain", d.detail, [*drained, node])
             result.events.append(Event(node, "drain", True, d.detail))
             drained.append(node)
-        rc = steps.apply(group)
+        try:
+            rc = steps.apply(group)
+        except ProvisionError as exc:  # apply stopped before its recap (e.g. Ansible could not start)
+            return stop(i, "", "apply", str(exc), drained)
         if rc != 0:
             return stop(i, "", "apply", f"apply exited {rc} (see its recap)", drained)
         result.events.append(Event("", "apply", True, f"node-local plays on {', '.join(group)}"))

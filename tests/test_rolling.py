@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from provisioner.drain import Drained
+from provisioner.errors import ProvisionError
 from provisioner.rolling import Steps, batches, roll
 
 
@@ -32,6 +33,8 @@ class Cluster:
         def apply(nodes: list[str]) -> int:
             self.log.append(f"apply {','.join(nodes)}")
             assert all(n in self.drained for n in nodes), "apply before drain"
+            if any(self._bad("raise", n) for n in nodes):
+                raise ProvisionError("ansible-playbook failed (rc 4): YAML parsing failed")
             return 2 if any(self._bad("apply", n) for n in nodes) else 0
 
         def reboot(n: str) -> str:
@@ -116,3 +119,15 @@ def test_in_a_batch_a_later_failure_keeps_the_unresumed_nodes_drained() -> None:
     r = roll([["a", "b", "c"]], c.steps(), allow_reboot=True)
     assert r.done == ["a"] and set(c.reasons) == {"b", "c"}
     assert c.reasons["c"].startswith("provision apply --rolling: verify failed on b:")
+
+
+def test_an_apply_that_raises_stops_the_roll_like_a_failed_one() -> None:
+    """apply can stop with an error before any recap (Ansible could not read the inventory):
+    the roll stops there, its batch left drained with that error as the reason."""
+    c = Cluster(fail=("raise", "a"))
+    r = roll(batches(["a", "b"], 1), c.steps(), allow_reboot=True)
+    assert not r.ok and r.failed == "a" and r.untouched == ["b"]
+    assert c.log == ["drain a", "apply a"]
+    assert c.reasons == {"a": "provision apply --rolling: apply failed: ansible-playbook failed (rc 4): YAML parsing "
+                              "failed"}
+    assert [(e.stage, e.ok) for e in r.events] == [("drain", True), ("apply", False)]

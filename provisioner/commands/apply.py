@@ -10,7 +10,7 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from provisioner.apply import ApplyOptions, apply
+from provisioner.apply import ApplyOptions, apply, settle_cluster_files
 from provisioner.commands.common import guarded, limit, load
 from provisioner.content import project_root
 from provisioner.drain import COMMAND_TIMEOUT, drain_command, drain_node, resume_node
@@ -62,7 +62,9 @@ def steps(loaded: Loaded, state: StateDir, args: argparse.Namespace, out: Consol
     head = m.head.name
 
     def node_verify(node: str) -> list[str]:
-        results = verify(catalog.plan(m, [node]), [node], execute, m.verify.command_timeout)
+        # drained by this roll: that drain is expected (its reason), any other bad state fails
+        checks = catalog.plan(m, [node], drained_by=REASON_PREFIX)
+        results = verify(checks, [node], execute, m.verify.command_timeout)
         return [f"{r.check}: {r.detail}" for r in results if r.status == "FAIL"]
 
     def leave(node: str, reason: str) -> None:
@@ -101,7 +103,7 @@ def run_rolling(loaded: Loaded, state: StateDir, args: argparse.Namespace, out: 
     rolling = rolling_nodes(loaded, state, chosen, args.full)
     rest = [n for n in (chosen or m.node_names()) if n not in rolling]
     if rest:  # everything else (and the cluster-wide files) first, as a plain apply
-        rc = apply(loaded, state, options(loaded, args, rest), out)
+        rc = apply(loaded, state, options(loaded, args, rest if chosen or rolling else None), out)
         if rc != 0 or not rolling:
             return rc
     if not rolling:
@@ -119,6 +121,8 @@ def run_rolling(loaded: Loaded, state: StateDir, args: argparse.Namespace, out: 
                   + (f"; not rolled: {', '.join(result.untouched)}" if result.untouched else ""),
                   style="red", highlight=False, markup=False)
         return 1
+    if chosen is None:
+        settle_cluster_files(loaded, state)
     return 0
 
 

@@ -309,17 +309,22 @@ def pool_verdict(pool: str) -> Callable[[parsers.PoolStatus], Outcome]:
     return verdict
 
 
-def slurm_verdict(expected_gres: str) -> Callable[[parsers.SlurmNode], Outcome]:
+def slurm_verdict(expected_gres: str, drained_by: str = "") -> Callable[[parsers.SlurmNode], Outcome]:
+    """``drained_by``: a drain whose reason starts with it is expected (``apply --rolling``
+    verifies a node it drained itself before resuming it); any other drain, and every other
+    bad flag, still fails."""
     def verdict(n: parsers.SlurmNode) -> Outcome:
         flags = set(n.state.split("+"))
         base = n.state.split("+")[0]
-        bad = sorted(flags & BAD_SLURM_FLAGS)
+        ours = bool(drained_by) and n.reason.startswith(drained_by)
+        bad = sorted(flags & BAD_SLURM_FLAGS - ({"DRAIN"} if ours else set()))
         if bad or base not in GOOD_SLURM_STATES:
             why = f" ({n.reason})" if n.reason else ""
             return Outcome("FAIL", f"state {n.state}{why}")
         if expected_gres and expected_gres not in n.gres.split(","):
             return Outcome("FAIL", f"Gres {n.gres}, manifest says {expected_gres}")
-        return Outcome("PASS", f"{n.state}" + (f", {n.gres}" if expected_gres else ""))
+        note = f" ({drained_by}: resumed after verify)" if ours and "DRAIN" in flags else ""
+        return Outcome("PASS", f"{n.state}{note}" + (f", {n.gres}" if expected_gres else ""))
     return verdict
 
 
@@ -383,8 +388,8 @@ def _peer(m: Manifest, node: Node, net: str) -> Node | None:
     return on[(on.index(node) + 1) % len(on)]
 
 
-def checks_for(m: Manifest, node: Node) -> list[Check]:
-    """Every check that applies to ``node``, in table order."""
+def checks_for(m: Manifest, node: Node, drained_by: str = "") -> list[Check]:
+    """Every check that applies to ``node``, in table order (``drained_by``: see slurm_verdict)."""
     t = m.verify.command_timeout
     name = node.name
     out: list[Check] = []
@@ -466,7 +471,7 @@ def checks_for(m: Manifest, node: Node) -> list[Check]:
     if m.slurm.enabled and node.has_role("compute"):
         gres = f"gpu:{hw.gres_type}:{hw.count}" if hw is not None else ""
         add("slurm.node", f"scontrol show node {shlex.quote(name)} --oneliner",
-            judged(parsers.parse_scontrol_node, slurm_verdict(gres)), host=m.head.name)
+            judged(parsers.parse_scontrol_node, slurm_verdict(gres, drained_by)), host=m.head.name)
 
     if name in docker_nodes(m):
         want_nvidia = m.docker.nvidia_runtime and hw is not None
@@ -482,6 +487,7 @@ def checks_for(m: Manifest, node: Node) -> list[Check]:
     return out
 
 
-def plan(m: Manifest, names: list[str] | None = None) -> list[Check]:
-    """The checks of ``names`` (every node when None), node by node in manifest order."""
-    return [c for node in m.nodes if names is None or node.name in names for c in checks_for(m, node)]
+def plan(m: Manifest, names: list[str] | None = None, drained_by: str = "") -> list[Check]:
+    """The checks of ``names`` (every node when None), node by node in manifest order;
+    ``drained_by``: a Slurm drain with a reason starting so is expected (slurm_verdict)."""
+    return [c for node in m.nodes if names is None or node.name in names for c in checks_for(m, node, drained_by)]

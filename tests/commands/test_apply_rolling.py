@@ -57,6 +57,7 @@ def test_only_compute_nodes_with_node_local_changes_roll(changed: Path) -> None:
 def fakes(monkeypatch: pytest.MonkeyPatch, broken: str = "") -> list[str]:
     """Fake apply and nodes; ``broken``: a node whose clock fails verify."""
     log: list[str] = []
+    drained: dict[str, str] = {}  # node -> reason, as the controller has it
 
     def fake_apply(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Any) -> int:
         log.append(f"apply {','.join(opts.limit or ['all'])}")
@@ -66,6 +67,11 @@ def fakes(monkeypatch: pytest.MonkeyPatch, broken: str = "") -> list[str]:
         def execute(host: str, text: str, timeout: int) -> Output:
             if text.startswith("scontrol update"):
                 log.append(text.replace("scontrol update NodeName=", "scontrol "))
+                node, _, rest = text.removeprefix("scontrol update NodeName=").partition(" ")
+                if "State=DRAIN" in rest:
+                    drained[node] = rest.partition("Reason=")[2].strip("'")
+                else:
+                    drained.pop(node, None)
             if text == parsers.CONTEXT_COMMAND:
                 return Output(stdout="container=none\ngpu_devices=0\n")
             if text.startswith("cat /etc/hosts"):
@@ -74,8 +80,11 @@ def fakes(monkeypatch: pytest.MonkeyPatch, broken: str = "") -> list[str]:
                 return Output(rc=1, stderr="506 Cannot talk to daemon") if host == broken else Output(stdout=TRACKING)
             if text.startswith("test -e /var/run/reboot-required"):
                 return Output(rc=1)
-            if text.startswith("scontrol show"):
-                return Output(stdout=f"NodeName={host} State=IDLE")
+            if text.startswith("scontrol show"):  # as Slurm shows a drained node: verify runs before the resume
+                node = text.split()[3]
+                if node in drained:
+                    return Output(stdout=f"NodeName={node} State=IDLE+DRAIN Reason={drained[node]} [root@2026-11-23]")
+                return Output(stdout=f"NodeName={node} State=IDLE")
             if text.startswith("ping"):
                 return Output(stdout="3 packets transmitted, 3 received, 0% packet loss")
             return Output()
@@ -115,3 +124,49 @@ def test_rolling_needs_slurm(write_manifest: Any, kit: Any, capsys: Capsys) -> N
     data["slurm"] = {"enabled": False}
     assert main(["apply", str(write_manifest(data)), "--rolling", "--yes"]) == 1
     assert "--rolling drains nodes in Slurm" in capsys.readouterr().err
+
+
+def test_a_whole_roll_settles_the_cluster_files(changed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each apply of the roll has a --limit; once the whole roll ended well every node has the
+    manifest's cluster-wide files, and the plan says so (as after a whole apply)."""
+    fakes(monkeypatch)
+    m = load_manifest(changed).manifest
+    state = StateDir.beside(changed)
+    assert state.load().cluster_fingerprint != cluster_fingerprint(m)  # the memory change is in slurm.conf
+    assert main(["apply", str(changed), "--rolling", "--yes"]) == 0
+    assert state.load().cluster_fingerprint == cluster_fingerprint(m)
+
+
+def test_a_stopped_or_limited_roll_leaves_the_cluster_files_unsettled(changed: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    fakes(monkeypatch, broken="node02")
+    state = StateDir.beside(changed)
+    before = state.load().cluster_fingerprint
+    assert main(["apply", str(changed), "--rolling", "--yes"]) == 1
+    assert state.load().cluster_fingerprint == before
+    fakes(monkeypatch)
+    assert main(["apply", str(changed), "--rolling", "--yes", "--limit", "node01"]) == 0
+    assert state.load().cluster_fingerprint == before
+
+
+def test_nothing_to_roll_is_a_whole_apply(changed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without compute nodes to roll, --rolling is a plain apply of every node (no --limit)."""
+    log = fakes(monkeypatch)
+    assert main(["apply", str(changed), "--rolling", "--yes", "--limit", "head01"]) == 0
+    assert log == ["apply head01"]
+    settle(changed)
+    log.clear()
+    assert main(["apply", str(changed), "--rolling", "--yes"]) == 0
+    assert log == ["apply all"]
+
+
+def test_a_whole_roll_records_nodes_the_manifest_no_longer_lists_as_removed(changed: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    state = StateDir.beside(changed)
+    st = state.load()
+    st.nodes["node09"] = NodeState(lifecycle="configured", fingerprints={"node": "x"})
+    state.save(st)
+    fakes(monkeypatch)
+    assert main(["apply", str(changed), "--rolling", "--yes"]) == 0
+    gone = state.load().nodes["node09"]
+    assert gone.lifecycle == "removed" and gone.fingerprints == {} and gone.removed_at

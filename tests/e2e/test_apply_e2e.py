@@ -10,8 +10,6 @@ non-ASCII letter. Needs podman and the test bed image
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import socket
 import subprocess
 import threading
@@ -19,62 +17,31 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import e2ekit
 import pytest
 import yaml
+from e2ekit import have_testbed as _have_testbed
+from e2ekit import heavy_hosts as _heavy_hosts
+from e2ekit import podman as _podman
+from e2ekit import state as _state
+from e2ekit import wait_ssh as _wait_ssh
 
 pytestmark = [pytest.mark.container, pytest.mark.slow]
 
-IMAGE = "localhost/provision-base:bookworm"
 NET = "provtest-e2e"
 SUBNET = "10.213.7.0/24"
 GATEWAY = "10.213.7.1"
 NODES = {"e2ehead": "10.213.7.10", "e2enode1": "10.213.7.11", "e2enode2": "10.213.7.12", "e2enode3": "10.213.7.13"}
-ROOT = Path(__file__).resolve().parents[2]
 SECRET_ENV = "PROVISION_E2E_BMC_PASSWORD"
 SECRET_VALUE = "e2e-Secret-Value-7f3a9"
 
 
-def _podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["podman", *args], check=check, capture_output=True, text=True)
-
-
-def _have_testbed() -> str | None:
-    if shutil.which("podman") is None:
-        return "podman is not installed (run tests/testbed/setup.sh)"
-    if _podman("image", "exists", IMAGE, check=False).returncode != 0:
-        return f"{IMAGE} is missing (run tests/testbed/setup.sh)"
-    return None
-
-
 def _cleanup() -> None:
-    for name in NODES:
-        _podman("rm", "-f", "-t", "0", name, check=False)
-    _podman("network", "rm", "-f", NET, check=False)
+    e2ekit.remove(list(NODES), NET)
 
 
 def _start(name: str, ip: str, pubkey: str) -> None:
-    _podman(
-        "run", "-d", "--name", name, "--hostname", name, "--network", NET, "--ip", ip,
-        "--systemd=always", "--cap-add", "NET_ADMIN", IMAGE, "/sbin/init",
-    )
-    subprocess.run(
-        ["podman", "exec", "-i", name, "bash", "-c",
-         "mkdir -p -m 700 /root/.ssh && cat > /root/.ssh/authorized_keys && chmod 600 /root/.ssh/authorized_keys"],
-        input=pubkey, text=True, check=True, capture_output=True,
-    )
-
-
-def _wait_ssh(ip: str, key: Path, deadline: float) -> None:
-    while time.monotonic() < deadline:
-        r = subprocess.run(
-            ["ssh", "-i", str(key), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
-             "-o", "UserKnownHostsFile=/dev/null", "-o", "ConnectTimeout=3", f"root@{ip}", "true"],
-            capture_output=True, text=True,
-        )
-        if r.returncode == 0:
-            return
-        time.sleep(1)
-    raise AssertionError(f"sshd on {ip} did not answer")
+    e2ekit.start(name, NET, ip, pubkey, ["--cap-add", "NET_ADMIN"])
 
 
 def _exec(name: str, *cmd: str) -> str:
@@ -111,9 +78,7 @@ def _manifest(key: Path, nodes: list[str]) -> dict[str, object]:
 
 
 def _provision(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, **{SECRET_ENV: SECRET_VALUE})
-    exe = Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin" / "provision"
-    return subprocess.run([str(exe), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=1500)
+    return e2ekit.provision(*args, cwd=cwd, env={SECRET_ENV: SECRET_VALUE})
 
 
 @pytest.fixture(scope="module")
@@ -144,22 +109,6 @@ def _write(work: Path, nodes: list[str]) -> Path:
     path = work / "cluster.yaml"
     path.write_text(yaml.safe_dump(_manifest(work / "id_ed25519", nodes), sort_keys=False))
     return path
-
-
-def _state(work: Path) -> dict[str, object]:
-    data: dict[str, object] = json.loads((work / ".provision" / "state.json").read_text())
-    return data
-
-
-def _heavy_hosts(work: Path, run_id: str) -> set[str]:
-    """Hosts that ran a task of a node-local play in run ``run_id`` (from job events)."""
-    events = work / ".provision" / "runs" / run_id / "artifacts"
-    hosts: set[str] = set()
-    for path in events.rglob("job_events/*.json"):
-        data = json.loads(path.read_text()).get("event_data", {})
-        if data.get("host") and "base system" in str(data.get("play", "")) and data.get("task"):
-            hosts.add(str(data["host"]))
-    return hosts
 
 
 def _assert_common(node: str, expected_hosts: list[str]) -> None:

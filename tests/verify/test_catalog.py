@@ -138,6 +138,27 @@ def test_an_error_is_never_a_pass(kit: Any) -> None:
             assert out.status == "FAIL" and "timed out" in out.detail, check.name
 
 
+def test_a_roll_expects_its_own_drain_and_nothing_else(kit: Any) -> None:
+    """`apply --rolling` verifies a node it drained itself: that drain passes, another
+    drain (the health check's) and every other bad flag still fail; plain verify fails all."""
+    m = kit.load(kit.base()).manifest
+    ours = ("NodeName=node01 Gres=gpu:rtx_a6000:2 State=IDLE+DRAIN "
+            "Reason=provision apply --rolling [root@2026-11-23T09:00:00]")
+    rolling = by_name(catalog.plan(m, ["node01"], drained_by="provision apply --rolling"), "node01", "slurm.node")
+    assert rolling.judge(Output(stdout=ours)) == catalog.Outcome(
+        "PASS", "IDLE+DRAIN (provision apply --rolling: resumed after verify), gpu:rtx_a6000:2")
+    assert rolling.judge(Output(stdout=ours.replace("State=IDLE", "State=MIXED"))).status == "PASS"
+    theirs = ours.replace("provision apply --rolling", "gpu count 1 < 2")
+    assert rolling.judge(Output(stdout=theirs)).detail == (
+        "state IDLE+DRAIN (gpu count 1 < 2 [root@2026-11-23T09:00:00])")
+    down = ours.replace("State=IDLE+DRAIN", "State=DOWN+DRAIN+NOT_RESPONDING")
+    assert rolling.judge(Output(stdout=down)).status == "FAIL"
+    short = ours.replace("gpu:rtx_a6000:2", "gpu:rtx_a6000:1")
+    assert rolling.judge(Output(stdout=short)).detail == "Gres gpu:rtx_a6000:1, manifest says gpu:rtx_a6000:2"
+    plain = by_name(catalog.plan(m, ["node01"]), "node01", "slurm.node")
+    assert plain.judge(Output(stdout=ours)).status == "FAIL"
+
+
 def test_storage_slurm_clock_hosts_verdicts(kit: Any) -> None:
     m = kit.load(kit.base(storage=True)).manifest
     checks = catalog.plan(m)
