@@ -22,9 +22,11 @@ DEFAULT_MIRRORS = {"debian": "http://deb.debian.org/debian", "ubuntu": "http://a
 SUITES = {"debian-12": ("debian", "bookworm"), "ubuntu-22.04": ("ubuntu", "jammy"),
           "ubuntu-24.04": ("ubuntu", "noble")}
 COMPONENTS = {"debian": ("main",), "ubuntu": ("main", "universe")}
+# netbase: /etc/protocols and /etc/services, which mmdebstrap's apt variant leaves out and
+# without which mount.nfs fails ("Failed to find 'tcp' protocol"); procps: ps, sysctl, pgrep.
 COMMON_PACKAGES = (
     "systemd-sysv", "udev", "kmod", "dbus", "iproute2", "openssh-server", "python3", "sudo",
-    "ca-certificates", "e2fsprogs", "mdadm", "initramfs-tools",
+    "ca-certificates", "e2fsprogs", "mdadm", "initramfs-tools", "netbase", "procps",
     "grub-pc-bin", "grub-efi-amd64-bin", "grub2-common",
 )
 KERNEL = {"debian": "linux-image-amd64", "ubuntu": "linux-image-generic"}

@@ -18,6 +18,10 @@ def test_debian_recipe_holds_kernel_ssh_python_bootloaders_and_nothing_site_spec
     assert (r.distro, r.suite, r.mirror, r.components) == ("debian", "bookworm", MIRROR, ("main",))
     for package in ("linux-image-amd64", "openssh-server", "python3", "grub-pc-bin", "grub-efi-amd64-bin", "mdadm"):
         assert package in r.packages
+    # what a Debian/Ubuntu install has and the apt variant lacks: NFS mounts need /etc/protocols
+    # (found by the VM lab: mount.nfs "Failed to find 'tcp' protocol" on a deployed node)
+    for recipe in (r, rc.recipe("ubuntu-22.04", None), rc.recipe("ubuntu-24.04", None)):
+        assert {"netbase", "procps"} <= set(recipe.packages), recipe.os
     assert "netplan.io" not in r.packages
     assert "provision-firstboot.service" in r.customize_hook
     assert 'rm -f "$r"/etc/ssh/ssh_host_*' in r.customize_hook  # every node gets its own host keys

@@ -11,7 +11,7 @@ And the whole bare-metal chain, driven by `provision apply` alone: a node with b
 is powered on through its (emulated) IPMI BMC, netboots the deploy ramdisk from the head's
 PXE server, which writes the debian-12 image built by `provision image build`; it reboots
 from its own disk, answers SSH with the host key it reported, and the same apply configures
-it (common, NFS client + MergerFS, munge + slurmd); `srun -w pxe1` then runs on it from the
+it (common, the NFS client, munge + slurmd); `srun -w pxe1` then runs on it from the
 head. A second apply changes nothing and does not reinstall it; a reinstall without
 confirmation is refused.
 
@@ -248,16 +248,12 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             assert r.returncode == 0, r.stdout + r.stderr
         with timings.stage("provision apply (head1, store1, store2)"):
             lab.applies["first"] = lab.provision("apply", "--yes", "--limit", "head1,store1,store2")
-        if lab.applies["first"].returncode == 0:
-            with timings.stage("provision apply --full (again)"):
-                lab.applies["second"] = lab.provision("apply", "--yes", "--full",
-                                                      "--limit", "head1,store1,store2")
         machine = Machine(Vm(PXE_SPEC, image, work, netns), bmc)
         lab.vms["pxe1"] = machine.vm
         machine.start()
         lab.machine = machine
-        # pxe1's deploy and configuration run beside the storage and fabric checks (they
-        # touch only head1's PXE server, its Slurm controller and pxe1), with their own copy of
+        # pxe1's deploy and configuration run beside the second apply and the storage and
+        # fabric checks (they touch only head1's PXE server and pxe1), with their own copy of
         # the state directory so that the checks' applies do not wait for its lock; the
         # images come from the lab's cache (`apply` publishes what <state>/images holds).
         lab.pxe_state = work / ".provision-pxe"
@@ -271,12 +267,16 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             made = built.result(timeout=1800)
             if made.returncode != 0:
                 return made
-            with timings.stage("pxe: apply deploys pxe1 and configures it (beside the checks)"):
+            with timings.stage("pxe: apply deploys pxe1 and configures it (beside the rest)"):
                 return lab.provision("apply", "--yes", "--limit", "pxe1", "--install-timeout", "900",
                                      "--state-dir", str(lab.pxe_state), timeout=2700)
 
         lab.pxe_apply = background.submit(pxe_apply)
         background.shutdown(wait=False)
+        if lab.applies["first"].returncode == 0:
+            with timings.stage("provision apply --full (again)"):
+                lab.applies["second"] = lab.provision("apply", "--yes", "--full",
+                                                      "--limit", "head1,store1,store2")
         yield lab
     finally:
         with timings.stage("teardown"):
@@ -547,13 +547,11 @@ def test_the_node_runs_from_its_own_disk_and_was_configured(lab: Lab) -> None:
     assert out[3:] == ["active"] * 5, out
     # the manifest's static address on the boot NIC (named by its MAC), from the deploy
     assert f"inet {PXE1}/24" in node.out("ip -4 -o addr show dev eth0")
-    # the NFS client (store2 over management: pxe1 is not on the data network) and the union
-    mounts = _mounts(node)
-    assert mounts["/mnt/c"][0] == "10.213.9.12:/srv/c" and mounts["/mnt/c"][2] == "nfs4", mounts["/mnt/c"]
-    assert mounts["/union"][2] == "fuse.mergerfs", mounts["/union"]
-    node.run("echo from-pxe1 > /union/pxe1.txt && sync")
-    assert node.out("cat /union/pxe1.txt").strip() == "from-pxe1"
-    node.run("test -e /srv/pxe1.txt || test -e /mnt/c/pxe1.txt")  # on one of the branches
+    # the NFS client: store2 over management (pxe1 is not on the data network)
+    c = _mounts(node)["/mnt/c"]
+    assert c[0] == "10.213.9.12:/srv/c" and c[2] == "nfs4", c
+    node.run("echo from-pxe1 > /mnt/c/pxe1.txt && sync")
+    assert lab.ssh["store2"].out("cat /srv/c/pxe1.txt").strip() == "from-pxe1"
     # root takes only the cluster key (no admin here)
     keys = node.out("cat /root/.ssh/authorized_keys")
     assert (lab.work / "id_ed25519.pub").read_text().split()[1] in keys
