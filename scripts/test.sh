@@ -57,7 +57,8 @@ stage_lint() {
 # the testbed stage installed promtool/amtool: the monitoring rule tests must not skip here
 stage_unit() { PROVISION_REQUIRE_PROMTOOL=1 pytest -q -m "not container and not lab and not wheel" -p no:cacheprovider; }
 stage_wheel() { pytest -q -s -m wheel -p no:cacheprovider tests/test_wheel.py; }
-stage_e2e() { pytest -q -s -m "container and not molecule" -p no:cacheprovider tests/e2e; }
+# the e2e modules (own podman networks and containers each) run side by side
+stage_e2e() { pytest -q -s -m "container and not molecule" -p no:cacheprovider -n 2 --dist loadfile tests/e2e; }
 # two scenarios at a time (each has its own containers, network and names)
 stage_molecule() {
   pytest -q -n "${MOLECULE_JOBS:-2}" --dist worksteal --durations=0 -m molecule -p no:cacheprovider tests/molecule
