@@ -44,8 +44,10 @@ from provisioner.errors import ProvisionError
 from provisioner.image.build import deploy_extra_vars
 from provisioner.interrupts import Interrupted, Signals
 from provisioner.manifest.load import Loaded
+from provisioner.manifest.model import Manifest
 from provisioner.plan import (
     PASSIVE_SECTIONS,
+    ClusterVars,
     Plan,
     cluster_fingerprint,
     compute,
@@ -248,9 +250,16 @@ def record_result(
     names = set(m.node_names())
     whole = opts.limit is None and set(run_hosts) == names
     if whole and result.rc == 0 and all(o == "ok" for o in outcomes.values()):
-        st.cluster_fingerprint = cluster_fingerprint(m, cluster)
-        for name in [n for n in st.nodes if n not in names]:  # its cluster files now render without it
-            mark_removed(st, name)
+        record_cluster_files(st, m, cluster)
+
+
+def record_cluster_files(st: State, m: Manifest, cluster: ClusterVars | None = None) -> None:
+    """Every node has the manifest's cluster-wide files: record their fingerprint, and nodes
+    the manifest no longer lists as removed (the files now render without them)."""
+    st.cluster_fingerprint = cluster_fingerprint(m, cluster)
+    names = set(m.node_names())
+    for name in [n for n in st.nodes if n not in names]:
+        mark_removed(st, name)
 
 
 def mark_removed(st: State, name: str) -> None:
@@ -270,10 +279,7 @@ def settle_cluster_files(loaded: Loaded, state: StateDir) -> None:
     m = loaded.manifest
     with state.lock("apply"):
         st = state.load_for(m.cluster.name)
-        st.cluster_fingerprint = cluster_fingerprint(m)
-        names = set(m.node_names())
-        for name in [n for n in st.nodes if n not in names]:
-            mark_removed(st, name)
+        record_cluster_files(st, m)
         state.save(st)
 
 
