@@ -122,6 +122,13 @@ EOF
   chroot "$ROOTFS" systemctl enable ssh-hostkeys.service ssh.service
   # Units that cannot work in a container and only mark the system degraded.
   chroot "$ROOTFS" systemctl mask systemd-remount-fs.service
+  # root's systemd user manager lingers: started at boot, never stopped. In these
+  # containers its stop (10 s after root's last session ends) hangs until systemd gives
+  # up ("Processes still around after final SIGKILL", 2 min), and an SSH login meanwhile
+  # waits in pam_systemd for it: a login 20 s after a logout took 110 s, and a new node's
+  # first Ansible task stalled 36-108 s in bench_apply (docs/benchmarks.md).
+  mkdir -p "$ROOTFS/var/lib/systemd/linger"
+  touch "$ROOTFS/var/lib/systemd/linger/root"
   chroot "$ROOTFS" apt-get clean
   rm -rf "$ROOTFS"/var/lib/apt/lists/* "$ROOTFS"/var/cache/apt/*.bin \
     "$ROOTFS"/var/log/*.log "$ROOTFS"/var/log/apt/* "$ROOTFS"/tmp/*
@@ -363,6 +370,10 @@ if [[ ${TESTBED_SKIP_SMOKE:-0} != 1 ]]; then
     die "systemd did not boot in the base image"
   fi
   [[ $state == running ]] || podman exec "$name" systemctl --failed --no-pager --plain || true
+  # root's user manager runs from boot (lingers), so no login waits for its hanging stop
+  linger=$(podman exec "$name" loginctl show-user root -p Linger --value 2>&1 || true)
+  [[ $linger == yes ]] || die "root's user manager does not linger in the base image (loginctl: ${linger})"
+  log "root's user manager lingers (no login waits for its stop): ok"
   proxy=$(podman exec "$name" /usr/local/sbin/testbed-apt-proxy)
   log "apt proxy in container: ${proxy}"
   [[ $proxy == DIRECT ]] && die "container cannot reach apt-cacher-ng at ${CONTAINER_PROXY_HOST}:${ACNG_PORT}"
