@@ -8,7 +8,7 @@ Run: .venv/bin/python bench/bench_apply.py [--strategies linear mitogen] [--json
 Needs the test bed (tests/testbed/setup.sh: podman, localhost/provision-base:bookworm, the
 host's apt-cacher-ng) and root. It creates the podman network ``bench-apply``
 (10.213.30.0/24) and containers named ``bench-*``, and removes them when it ends, also on
-failure, Ctrl-C or SIGTERM; every wait has a bound. Takes 15-30 minutes on a 2-core machine.
+failure, Ctrl-C or SIGTERM; every wait has a bound. Takes 7-10 minutes on a 2-core machine (warm apt cache).
 
 Figures, per strategy (fresh containers for each), next to the goals of issue 14:
 
