@@ -12,8 +12,9 @@ is powered on through its (emulated) IPMI BMC, netboots the deploy ramdisk from 
 PXE server, which writes the debian-12 image built by `provision image build`; it reboots
 from its own disk, answers SSH with the host key it reported, and the same apply configures
 it (common, the NFS client, munge + slurmd); `srun -w pxe1` then runs on it from the
-head. A second apply changes nothing and does not reinstall it; a reinstall without
-confirmation is refused.
+head. `provision verify` passes on the whole lab, its kernel-bound checks included. A
+second apply changes nothing and does not reinstall it; a reinstall without confirmation is
+refused.
 
 Run: `scripts/test.sh lab` (or `pytest -s -m lab tests/lab`). Needs root, qemu and the test
 bed's apt cache (tests/testbed/setup.sh); tests/lab/build-image.sh builds and caches the VM
@@ -346,7 +347,7 @@ def test_datasets_have_the_manifest_properties(lab: Lab) -> None:
     props = store.out("zfs get -H -p -o name,property,value recordsize,quota,compression,atime tank/a tank/b")
     got = {(n, p): v for n, p, v in (line.split("\t") for line in props.splitlines())}
     assert got[("tank/a", "recordsize")] == str(1024 * 1024)
-    assert got[("tank/a", "quota")] == str(64 * 1024 * 1024)
+    assert got[("tank/a", "quota")] == str(256 * 1024 * 1024)
     assert got[("tank/b", "recordsize")] == str(128 * 1024)
     assert got[("tank/b", "compression")] == "zstd"
     assert got[("tank/a", "compression")] == "lz4"  # the pool default the role sets
@@ -410,7 +411,7 @@ def test_mergerfs_write_lands_where_the_policy_says(lab: Lab) -> None:
     store, store2, head = lab.ssh["store1"], lab.ssh["store2"], lab.ssh["head1"]
     line = _mounts(head)["/union"]
     assert line[2] == "fuse.mergerfs", line
-    # mfs: the branch with the most free space. /mnt/a (store1) has a 64M quota, /mnt/c
+    # mfs: the branch with the most free space. /mnt/a (store1) has a 256M quota, /mnt/c
     # (store2) gigabytes: a new file goes to store2.
     head.run("echo via-union > /union/placed.txt && sync")
     assert store2.out("cat /srv/c/placed.txt").strip() == "via-union"
@@ -566,6 +567,38 @@ def test_srun_runs_on_the_deployed_node(lab: Lab) -> None:
     assert state.startswith("idle"), head.out("sinfo -N -l; scontrol show node pxe1")
     r = head.run("timeout 180 srun -w pxe1 -N 1 -t 2 hostname", timeout=240)
     assert r.stdout.strip() == "pxe1", r.stdout + r.stderr
+
+
+def test_verify_passes_on_the_whole_lab(lab: Lab) -> None:
+    """`provision verify` against the running lab: the checks containers must SKIP (pool
+    health, NFS mounts with the manifest's options and a write/read through each, the
+    MergerFS union, MTU pings on three networks, ib_write_bw over soft-RoCE) run here on
+    real kernels, and all of them pass; the deployed node's Slurm state comes from the head."""
+    _pxe(lab)
+    assert lab.pxe_state is not None  # its known_hosts has every node, pxe1's reported key included
+    r = lab.provision("verify", "--json", "--state-dir", str(lab.pxe_state), timeout=1200)
+    report = json.loads(r.stdout) if r.stdout.strip().startswith("{") else None
+    assert report is not None, _recap(r)
+    rows = {(x["node"], x["check"]): x for x in report["results"]}
+    shown = "\n".join(f"{x['node']:8} {x['check']:22} {x['status']:5} {x['seconds']:6.1f} s  {x['detail']}"
+                      for x in report["results"])
+    print(f"[lab] provision verify:\n{shown}")
+    expected = [
+        ("store1", "zfs:tank"),
+        *(("head1", f"{kind}:{path}") for kind in ("mount", "io") for path in ("/mnt/a", "/mnt/b", "/mnt/c", "/union")),
+        ("pxe1", "mount:/mnt/c"), ("pxe1", "io:/mnt/c"),
+        ("head1", "rdma.write_bw"), ("store1", "rdma.write_bw"),
+        *(("head1", f"mtu.{net}") for net in ("management", "data", "infiniband")),
+        ("store2", "mtu.data"), ("pxe1", "slurm.node"),
+        *((node, check) for node in ("head1", "store1", "store2", "pxe1") for check in ("reach", "hosts", "clock")),
+    ]
+    missing = [key for key in expected if key not in rows]
+    assert not missing, f"checks not in the report: {missing}\n{shown}"
+    failed = [key for key in expected if rows[key]["status"] != "PASS"]
+    assert not failed, f"not PASS: {failed}\n{shown}"
+    assert report["counts"].get("FAIL", 0) == 0 and report["counts"].get("SKIP", 0) == 0, shown
+    assert r.returncode == 0 and report["passed"], _recap(r)
+    assert "no container" in rows[("head1", "reach")]["detail"], shown
 
 
 def test_a_second_apply_changes_nothing_and_does_not_reinstall(lab: Lab) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -87,6 +89,38 @@ def test_a_ring_of_peers_and_a_lonely_node(kit: Any) -> None:
     assert by_name(lonely, "head01", "mtu.infiniband").skip == "no other node on the infiniband network"
 
 
+def _fabric_pair(kit: Any) -> Check:
+    data = kit.base()
+    data["networks"]["infiniband"] = {"cidr": "10.0.3.0/24"}
+    data["nodes"][1]["interfaces"]["infiniband"] = {"ip": "10.0.3.21", "interface": "ib0"}
+    return by_name(catalog.plan(kit.load(data).manifest), "node01", "rdma.write_bw")
+
+
+@pytest.mark.parametrize(("fails", "rc", "runs"), [(2, 0, 3), (9, 1, 5)])
+def test_write_bw_client_tries_again_while_the_server_starts(kit: Any, tmp_path: Path, fails: int, rc: int,
+                                                             runs: int) -> None:
+    """The client's shell text, run with a stand-in ib_write_bw that cannot connect the
+    first ``fails`` times: it succeeds on a later try, or gives up after five."""
+    bw = _fabric_pair(kit)
+    assert bw.command is not None
+    fake = tmp_path / "ib_write_bw"
+    fake.write_text("#!/bin/sh\n"
+                    f"n=$(cat {tmp_path}/runs 2>/dev/null || echo 0); n=$((n + 1)); echo $n > {tmp_path}/runs\n"
+                    f"if [ $n -le {fails} ]; then echo \"Couldn't connect to $3:18515\"; exit 1; fi\n"
+                    "echo ' #bytes #iterations BW peak[Gb/sec] BW average[Gb/sec] MsgRate[Mpps]'\n"
+                    "echo ' 65536 1000 0.00 91.2 0.17'\n")
+    fake.chmod(0o755)
+    sleeps = tmp_path / "sleep"  # the retries' pauses, without the wait
+    sleeps.write_text("#!/bin/sh\nexit 0\n")
+    sleeps.chmod(0o755)
+    r = subprocess.run(["sh", "-c", bw.command.text], capture_output=True, text=True, timeout=30, check=False,
+                       env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    assert r.returncode == rc, r.stdout + r.stderr
+    assert (tmp_path / "runs").read_text().strip() == str(runs)
+    verdict = bw.judge(Output(rc=r.returncode, stdout=r.stdout.replace("rate=", "rate=100 Gb/sec (4X EDR)", 1)))
+    assert verdict.status == ("PASS" if rc == 0 else "FAIL"), verdict
+
+
 @pytest.mark.parametrize(("needs", "ctx", "why"), [
     ("kernel", NodeContext("podman", 0), "no kernel access (podman container)"),
     ("kernel", NodeContext("", 0), ""),
@@ -169,6 +203,16 @@ def test_storage_slurm_clock_hosts_verdicts(kit: Any) -> None:
     soft = good.replace(",hard,", ",soft,").replace("nconnect=8", "nconnect=1")
     assert mount.judge(Output(stdout=soft)).detail == "/data lacks nconnect=8, hard"
     assert mount.judge(Output(stdout="")).detail == "/data is not mounted"
+    # rsize/wsize are settled with the server and the transport: less than asked is reported,
+    # more than asked (or none) is not what the unit asked for
+    small = good.replace("rsize=1048576,wsize=1048576", "rsize=131072,wsize=262144")
+    assert mount.judge(Output(stdout=small)) == catalog.Outcome(
+        "PASS", "nfs4 from 10.0.2.10:/tank/data (rsize=131072, wsize=262144: the most the server and "
+        "transport offer)")
+    big = good.replace("rsize=1048576", "rsize=2097152")
+    assert mount.judge(Output(stdout=big)).detail == "/data lacks rsize=1048576"
+    none = good.replace("wsize=1048576,", "")
+    assert mount.judge(Output(stdout=none)).detail == "/data lacks wsize=1048576"
     local = good.replace('"nfs4"', '"ext4"')
     assert mount.judge(Output(stdout=local)).status == "FAIL"
     union = by_name(checks, "node01", "mount:/union")

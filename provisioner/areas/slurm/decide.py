@@ -63,6 +63,14 @@ def hostlist(names: Iterable[str]) -> str:
     that the expression expands (in Slurm and in :func:`expand_hostlist`) to exactly the
     names given. Groups keep the order in which their first name appears.
     """
+    names = list(names)
+    # a number as wide as a zero-padded one of its prefix joins that group: gpu0999 and
+    # gpu1000 are one run, gpu[0999-1000]
+    padded: dict[str, set[int]] = {}
+    for name in names:
+        m = _NUM_TAIL.match(name)
+        if m and m.group("num").startswith("0") and len(m.group("num")) > 1:
+            padded.setdefault(m.group("prefix"), set()).add(len(m.group("num")))
     groups: dict[tuple[str, int], list[int]] = {}
     plain: dict[str, None] = {}
     order: list[tuple[str, int] | str] = []
@@ -74,7 +82,7 @@ def hostlist(names: Iterable[str]) -> str:
                 order.append(name)
             continue
         num = m.group("num")
-        width = len(num) if num.startswith("0") and len(num) > 1 else 0
+        width = len(num) if len(num) in padded.get(m.group("prefix"), ()) else 0
         key = (m.group("prefix"), width)
         if key not in groups:
             groups[key] = []

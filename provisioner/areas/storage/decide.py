@@ -33,7 +33,7 @@ from provisioner.manifest.model import (
     Node,
     ZfsPool,
 )
-from provisioner.manifest.ranges import expand_all
+from provisioner.manifest.ranges import contract, expand_all
 from provisioner.manifest.select import select_nodes, selects
 
 BY_ID_DIR = "/dev/disk/by-id"
@@ -763,7 +763,7 @@ def nconnect_ignored(m: Manifest, mount: NfsMount) -> str | None:
     if not rdma:
         return None
     return (f"mount {mount.path}: nconnect has no effect with proto=rdma (the NFS/RDMA transport of these "
-            f"kernels ignores it) and is left out for {', '.join(rdma)}; remove it")
+            f"kernels ignores it) and is left out for {', '.join(contract(rdma))}; remove it")
 
 
 # =========================================================================== systemd units

@@ -33,6 +33,9 @@ def example(kit: Any, name: str) -> Manifest:
         (["head", "gpu01", "gpu02"], "head,gpu[01-02]"),
         (["a1", "b1", "a2"], "a[1-2],b1"),
         (["n01", "n1"], "n01,n1"),  # padded and unpadded stay apart
+        # a number as wide as the padded ones continues their run (was gpu[0998-0999],gpu1000)
+        (["gpu0998", "gpu0999", "gpu1000", "gpu1001"], "gpu[0998-1001]"),
+        (["n09", "n10", "n11", "n100"], "n[09-11],n100"),
         (["slurm-gpu01", "slurm-gpu02"], "slurm-gpu[01-02]"),
     ],
 )

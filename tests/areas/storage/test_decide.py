@@ -634,7 +634,7 @@ def test_validate_warns_about_nconnect_over_rdma(kit: Any) -> None:
     mount["nconnect"] = 8
     warnings = kit.load(data).warnings
     assert [w.path for w in warnings] == ["nfs.mounts[0].nconnect"]
-    assert "no effect with proto=rdma" in warnings[0].message and "node01, node02" in warnings[0].message
+    assert "no effect with proto=rdma" in warnings[0].message and "left out for node[01-02];" in warnings[0].message
     del mount["nconnect"]
     mount["options"] = ["nconnect=4"]
     assert [w.path for w in kit.load(data).warnings] == ["nfs.mounts[0].options"]
