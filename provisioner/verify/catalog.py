@@ -17,6 +17,7 @@ from typing import Literal
 
 from provisioner.areas.gpu import decide as gpu
 from provisioner.areas.gpu.rolevars import docker_nodes
+from provisioner.areas.slurm import decide as slurm
 from provisioner.areas.storage import decide as storage
 from provisioner.manifest.model import Manifest, Node
 from provisioner.verify import parsers
@@ -41,6 +42,7 @@ SHOWN_NFS_OPTIONS = frozenset({"vers", "proto", "port", "nconnect", "rsize", "ws
 # size follows its memory) and the transport (NFS/RDMA caps them): less than asked is normal.
 NEGOTIATED_NFS_OPTIONS = frozenset({"rsize", "wsize"})
 IO_MB = 64  # the short write/read on a shared mount
+FENCE_WAIT_S = 30  # how long the fencing job waits for a free GPU (srun --immediate)
 
 
 @dataclass(frozen=True)
@@ -342,6 +344,27 @@ def slurm_verdict(expected_gres: str, drained_by: str = "") -> Callable[[parsers
     return verdict
 
 
+def fenced_verdict(node: str, total: int) -> Judge:
+    """A one-GPU job on ``node`` (``nvidia-smi -L`` under ``srun --gres=gpu:1``) must see
+    exactly one of its ``total`` GPUs; a node with every GPU taken is not checked."""
+    def judge(out: Output) -> Outcome:
+        if out.error:
+            return Outcome("FAIL", out.error)
+        text = out.stdout + out.stderr
+        if out.rc != 0 and re.search(r"Immediate execution impossible|Unable to allocate resources", text):
+            return Outcome("SKIP", f"no GPU of {node} was free within {FENCE_WAIT_S} s (jobs hold them)")
+        if out.rc != 0:
+            return Outcome("FAIL", f"the job did not run{_stderr_hint(out)}")
+        seen = len(re.findall(r"^GPU \d+:", out.stdout, re.M))
+        if seen == 1:
+            return Outcome("PASS", f"a --gres=gpu:1 job sees 1 of {total} GPUs")
+        if seen == 0:
+            return Outcome("FAIL", "a --gres=gpu:1 job sees no GPU")
+        return Outcome("FAIL", f"a --gres=gpu:1 job sees {seen} of {total} GPUs: devices are not fenced "
+                               "(cgroup.conf ConstrainDevices)")
+    return judge
+
+
 def runtime_verdict(want_nvidia: bool) -> Callable[[set[str]], Outcome]:
     def verdict(runtimes: set[str]) -> Outcome:
         if want_nvidia and "nvidia" not in runtimes:
@@ -400,6 +423,19 @@ def _peer(m: Manifest, node: Node, net: str) -> Node | None:
     if len(on) < 2 or node not in on:
         return None
     return on[(on.index(node) + 1) % len(on)]
+
+
+def fencing_skip(m: Manifest, gpus: int, drained_by: str) -> str:
+    """Why the GPU fencing job is not run on a node ("" when it is)."""
+    if gpus < 2:
+        return "one GPU: nothing to fence a job from"
+    if drained_by:
+        return f"drained by {drained_by}: no job starts there until it is resumed"
+    if not slurm.cgroup_plan(m).constrain_devices:
+        if not slurm.cgroups_usable(m):
+            return "this cluster's Slurm cannot fence devices (a slurmd node's Slurm has no cgroup v2; validate warns)"
+        return "slurm.constrain_devices is off in the manifest"
+    return ""
 
 
 def checks_for(m: Manifest, node: Node, drained_by: str = "") -> list[Check]:
@@ -490,6 +526,14 @@ def checks_for(m: Manifest, node: Node, drained_by: str = "") -> list[Check]:
         gres = f"gpu:{hw.gres_type}:{hw.count}" if hw is not None else ""
         add("slurm.node", f"scontrol show node {shlex.quote(name)} --oneliner",
             judged(parsers.parse_scontrol_node, slurm_verdict(gres, drained_by)), host=m.head.name)
+        if hw is not None:
+            why = fencing_skip(m, hw.count, drained_by)
+            if why:
+                static_skip("slurm.gpu_fence", why)
+            else:
+                add("slurm.gpu_fence", f"srun -w {shlex.quote(name)} -N 1 -n 1 --gres=gpu:1 -t 2 "
+                    f"--immediate={FENCE_WAIT_S} nvidia-smi -L", fenced_verdict(name, hw.count), "gpu",
+                    host=m.head.name, timeout=max(t, FENCE_WAIT_S + 60))
 
     if name in docker_nodes(m):
         want_nvidia = m.docker.nvidia_runtime and hw is not None

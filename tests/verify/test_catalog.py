@@ -285,3 +285,49 @@ def test_io_verdict(kit: Any) -> None:
     assert ".provision-verify-node01" in io.command.text  # type: ignore[union-attr]
     assert io.judge(Output(stdout="write rc=1\nread rc=1\n")).detail == "cannot write 64 MiB under /data"
     assert io.judge(Output(stdout="write rc=0\nread rc=1\n")).detail == "cannot read back 64 MiB under /data"
+
+
+# --------------------------------------------------------------------------- GPU fencing
+GPU_LIST_ONE = "GPU 0: NVIDIA RTX A6000 (UUID: GPU-5f3c2a1e-8d4b-4c1e-9a7f-0b1c2d3e4f50)\n"
+GPU_LIST_TWO = GPU_LIST_ONE + "GPU 1: NVIDIA RTX A6000 (UUID: GPU-6a4d3b2f-9e5c-4d2f-8b8a-1c2d3e4f5061)\n"
+
+
+def test_gpu_fence_runs_a_one_gpu_job_from_the_head(kit: Any) -> None:
+    m = kit.load(kit.base()).manifest
+    fence = by_name(catalog.plan(m), "node01", "slurm.gpu_fence")
+    assert fence.command is not None and fence.needs == "gpu" and fence.command.host == "head01"
+    assert fence.command.text.startswith("srun -w node01 -N 1 -n 1 --gres=gpu:1 ")
+    assert "--immediate=30" in fence.command.text and fence.command.text.endswith("nvidia-smi -L")
+    assert fence.judge(Output(stdout=GPU_LIST_ONE)) == catalog.Outcome("PASS", "a --gres=gpu:1 job sees 1 of 2 GPUs")
+    assert fence.judge(Output(stdout=GPU_LIST_TWO)) == catalog.Outcome(
+        "FAIL", "a --gres=gpu:1 job sees 2 of 2 GPUs: devices are not fenced (cgroup.conf ConstrainDevices)")
+    assert fence.judge(Output(stdout="")).detail == "a --gres=gpu:1 job sees no GPU"
+    busy = Output(rc=1, stderr="srun: error: Unable to allocate resources: Immediate execution impossible\n")
+    assert fence.judge(busy).status == "SKIP" and "no GPU of node01 was free within 30 s" in fence.judge(busy).detail
+    down = Output(rc=1, stderr="srun: error: Unable to create step for job 12: Requested nodes are busy\n"
+                               "srun: error: node01: task 0: Exited with exit code 1\n")
+    assert fence.judge(down).status == "FAIL" and "did not run" in fence.judge(down).detail
+    assert fence.judge(Output(rc=-1, error="timed out after 90 s on head01")).status == "FAIL"
+    # a container without GPU device files cannot run it
+    ctx = NodeContext(container="podman", gpu_devices=0)
+    assert catalog.skip_reason(fence, ctx) == "no GPU device in this podman container"
+
+
+def test_gpu_fence_is_skipped_where_nothing_can_be_fenced(kit: Any) -> None:
+    data = kit.base()
+    rolling = catalog.plan(kit.load(data).manifest, ["node01"], drained_by="provision apply --rolling")
+    assert by_name(rolling, "node01", "slurm.gpu_fence").skip.startswith("drained by provision apply --rolling")
+    data["nodes"][1]["hardware"]["gpu"]["count"] = 1
+    assert by_name(catalog.plan(kit.load(data).manifest), "node01", "slurm.gpu_fence").skip == (
+        "one GPU: nothing to fence a job from")
+    data = kit.base()
+    data["slurm"]["constrain_devices"] = False
+    assert by_name(catalog.plan(kit.load(data).manifest), "node01", "slurm.gpu_fence").skip == (
+        "slurm.constrain_devices is off in the manifest")
+    data = kit.base()
+    for node in data["nodes"]:  # Slurm 21.08 on cgroup v2: validate warns, nothing is fenced
+        node["os"] = "ubuntu-22.04"
+    skip = by_name(catalog.plan(kit.load(data).manifest), "node01", "slurm.gpu_fence").skip
+    assert "cannot fence devices" in skip, skip
+    # nodes without GPUs have no such check
+    assert "slurm.gpu_fence" not in names(catalog.plan(kit.load(kit.base()).manifest), "head01")
