@@ -8,9 +8,9 @@
 #
 # Two lanes run side by side once the test bed is up (TEST_LANES=0 runs everything in one
 # lane, in the order above):
-#   main: lint unit e2e molecule           (streamed to this terminal)
-#   lab:  lab-image lab wheel              (VM image build, the VM lab, the wheel test; log in
-#                                           .cache/ci/<stage>.log, shown when the lane ends)
+#   main: lint unit wheel e2e molecule     (streamed to this terminal)
+#   lab:  lab-image lab                    (VM image build, then the VM lab; log in
+#                                           .cache/ci/lab*.log, shown when the lane ends)
 # Each stage has a budget (seconds, STAGE_BUDGET_<stage> overrides it); a stage that runs
 # past it is stopped, what it was doing is printed (its processes and the end of its log),
 # and the run fails at once. The whole run has a budget too (TEST_BUDGET, default 85 min:
@@ -18,9 +18,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ALL=(install testbed lint unit wheel e2e molecule lab-image lab)
-MAIN_LANE=(lint unit e2e molecule)
-# the wheel test (a minute, one core) ends the lab lane, which finishes before the main one
-LAB_LANE=(lab-image lab wheel)
+MAIN_LANE=(lint unit wheel e2e molecule)
+LAB_LANE=(lab-image lab)
 declare -A BUDGET=(
   [install]=420 [testbed]=600 [lint]=420 [unit]=600 [wheel]=600 [e2e]=900
   [molecule]=2400 [lab-image]=1500 [lab]=2700
@@ -56,10 +55,7 @@ stage_lint() {
   return $rc
 }
 # the testbed stage installed promtool/amtool: the monitoring rule tests must not skip here
-stage_unit() {
-  PROVISION_REQUIRE_PROMTOOL=1 pytest -q -n "${UNIT_JOBS:-2}" -m "not container and not lab and not wheel" \
-    -p no:cacheprovider
-}
+stage_unit() { PROVISION_REQUIRE_PROMTOOL=1 pytest -q -m "not container and not lab and not wheel" -p no:cacheprovider; }
 stage_wheel() { pytest -q -s -m wheel -p no:cacheprovider tests/test_wheel.py; }
 # the e2e modules (own podman networks and containers each) run side by side
 stage_e2e() { pytest -q -s -m "container and not molecule" -p no:cacheprovider -n 2 --dist loadfile tests/e2e; }
