@@ -351,7 +351,7 @@ def fenced_verdict(node: str, total: int) -> Judge:
         if out.error:
             return Outcome("FAIL", out.error)
         text = out.stdout + out.stderr
-        if out.rc != 0 and re.search(r"Immediate execution impossible|Unable to allocate resources", text):
+        if out.rc != 0 and "Immediate execution impossible" in text:
             return Outcome("SKIP", f"no GPU of {node} was free within {FENCE_WAIT_S} s (jobs hold them)")
         if out.rc != 0:
             return Outcome("FAIL", f"the job did not run{_stderr_hint(out)}")
@@ -425,21 +425,29 @@ def _peer(m: Manifest, node: Node, net: str) -> Node | None:
     return on[(on.index(node) + 1) % len(on)]
 
 
-def fencing_skip(m: Manifest, gpus: int, drained_by: str) -> str:
-    """Why the GPU fencing job is not run on a node ("" when it is)."""
+def unfenced_cluster(m: Manifest) -> str:
+    """Why this cluster's Slurm does not fence GPU devices at all ("" when it does); the same
+    for every node, so :func:`plan` decides it once (it looks at every slurmd node)."""
+    if slurm.cgroup_plan(m).constrain_devices:
+        return ""
+    if not slurm.cgroups_usable(m):
+        return "this cluster's Slurm cannot fence devices (a slurmd node's Slurm has no cgroup v2; validate warns)"
+    return "slurm.constrain_devices is off in the manifest"
+
+
+def fencing_skip(gpus: int, drained_by: str, unfenced: str) -> str:
+    """Why the GPU fencing job is not run on a node ("" when it is); ``unfenced``: see
+    :func:`unfenced_cluster`."""
     if gpus < 2:
         return "one GPU: nothing to fence a job from"
     if drained_by:
         return f"drained by {drained_by}: no job starts there until it is resumed"
-    if not slurm.cgroup_plan(m).constrain_devices:
-        if not slurm.cgroups_usable(m):
-            return "this cluster's Slurm cannot fence devices (a slurmd node's Slurm has no cgroup v2; validate warns)"
-        return "slurm.constrain_devices is off in the manifest"
-    return ""
+    return unfenced
 
 
-def checks_for(m: Manifest, node: Node, drained_by: str = "") -> list[Check]:
-    """Every check that applies to ``node``, in table order (``drained_by``: see slurm_verdict)."""
+def checks_for(m: Manifest, node: Node, drained_by: str, unfenced: str) -> list[Check]:
+    """Every check that applies to ``node``, in table order (``drained_by``: see slurm_verdict;
+    ``unfenced``: :func:`unfenced_cluster`)."""
     t = m.verify.command_timeout
     name = node.name
     out: list[Check] = []
@@ -527,7 +535,7 @@ def checks_for(m: Manifest, node: Node, drained_by: str = "") -> list[Check]:
         add("slurm.node", f"scontrol show node {shlex.quote(name)} --oneliner",
             judged(parsers.parse_scontrol_node, slurm_verdict(gres, drained_by)), host=m.head.name)
         if hw is not None:
-            why = fencing_skip(m, hw.count, drained_by)
+            why = fencing_skip(hw.count, drained_by, unfenced)
             if why:
                 static_skip("slurm.gpu_fence", why)
             else:
@@ -552,4 +560,6 @@ def checks_for(m: Manifest, node: Node, drained_by: str = "") -> list[Check]:
 def plan(m: Manifest, names: list[str] | None = None, drained_by: str = "") -> list[Check]:
     """The checks of ``names`` (every node when None), node by node in manifest order;
     ``drained_by``: a Slurm drain with a reason starting so is expected (slurm_verdict)."""
-    return [c for node in m.nodes if names is None or node.name in names for c in checks_for(m, node, drained_by)]
+    unfenced = unfenced_cluster(m)
+    return [c for node in m.nodes if names is None or node.name in names
+            for c in checks_for(m, node, drained_by, unfenced)]

@@ -307,6 +307,10 @@ def test_gpu_fence_runs_a_one_gpu_job_from_the_head(kit: Any) -> None:
     down = Output(rc=1, stderr="srun: error: Unable to create step for job 12: Requested nodes are busy\n"
                                "srun: error: node01: task 0: Exited with exit code 1\n")
     assert fence.judge(down).status == "FAIL" and "did not run" in fence.judge(down).detail
+    # an allocation refused for another reason (GRES the node does not have) is a failure
+    misfit = Output(rc=1, stderr="srun: error: Unable to allocate resources: Requested node configuration is "
+                                 "not available\n")
+    assert fence.judge(misfit).status == "FAIL" and "did not run" in fence.judge(misfit).detail
     assert fence.judge(Output(rc=-1, error="timed out after 90 s on head01")).status == "FAIL"
     # a container without GPU device files cannot run it
     ctx = NodeContext(container="podman", gpu_devices=0)
