@@ -417,17 +417,33 @@ def io_command(path: str, node: str) -> str:
             f"dd if={f} of=/dev/null bs=1M 2>&1; echo \"read rc=$?\"; rm -f {f}")
 
 
-def _peer(m: Manifest, node: Node, net: str) -> Node | None:
+@dataclass(frozen=True)
+class ClusterFacts:
+    """What every node's checks share, decided once per plan (each reads every node)."""
+
+    unfenced: str  # see unfenced_cluster
+    rings: dict[str, list[Node]]  # per network, its nodes in manifest order
+    positions: dict[str, dict[str, int]]  # per network, node name -> index in its ring
+
+
+def cluster_facts(m: Manifest) -> ClusterFacts:
+    rings = {net: [n for n in m.nodes if net in n.interfaces] for net in ("management", "data", "infiniband")}
+    positions = {net: {n.name: i for i, n in enumerate(ring)} for net, ring in rings.items()}
+    return ClusterFacts(unfenced_cluster(m), rings, positions)
+
+
+def _peer(facts: ClusterFacts, node: Node, net: str) -> Node | None:
     """The next node in manifest order with an interface on ``net`` (a ring)."""
-    on = [n for n in m.nodes if net in n.interfaces]
-    if len(on) < 2 or node not in on:
+    on = facts.rings[net]
+    i = facts.positions[net].get(node.name)
+    if len(on) < 2 or i is None:
         return None
-    return on[(on.index(node) + 1) % len(on)]
+    return on[(i + 1) % len(on)]
 
 
 def unfenced_cluster(m: Manifest) -> str:
     """Why this cluster's Slurm does not fence GPU devices at all ("" when it does); the same
-    for every node, so :func:`plan` decides it once (it looks at every slurmd node)."""
+    for every node, so :func:`cluster_facts` decides it once (it looks at every slurmd node)."""
     if slurm.cgroup_plan(m).constrain_devices:
         return ""
     if not slurm.cgroups_usable(m):
@@ -445,9 +461,9 @@ def fencing_skip(gpus: int, drained_by: str, unfenced: str) -> str:
     return unfenced
 
 
-def checks_for(m: Manifest, node: Node, drained_by: str, unfenced: str) -> list[Check]:
+def checks_for(m: Manifest, node: Node, drained_by: str, facts: ClusterFacts) -> list[Check]:
     """Every check that applies to ``node``, in table order (``drained_by``: see slurm_verdict;
-    ``unfenced``: :func:`unfenced_cluster`)."""
+    ``facts``: :func:`cluster_facts` of ``m``)."""
     t = m.verify.command_timeout
     name = node.name
     out: list[Check] = []
@@ -486,7 +502,7 @@ def checks_for(m: Manifest, node: Node, drained_by: str, unfenced: str) -> list[
         network = getattr(m.networks, net)
         if network is None or net not in node.interfaces:
             continue
-        peer = _peer(m, node, net)
+        peer = _peer(facts, node, net)
         check = f"mtu.{net}"
         if peer is None:
             static_skip(check, f"no other node on the {net} network")
@@ -497,7 +513,7 @@ def checks_for(m: Manifest, node: Node, drained_by: str, unfenced: str) -> list[
 
     ib = m.networks.infiniband
     if ib is not None and ib.rdma and "infiniband" in node.interfaces:
-        peer = _peer(m, node, "infiniband")
+        peer = _peer(facts, node, "infiniband")
         if peer is None:
             static_skip("rdma.write_bw", "no other node on the infiniband network")
         else:
@@ -535,7 +551,7 @@ def checks_for(m: Manifest, node: Node, drained_by: str, unfenced: str) -> list[
         add("slurm.node", f"scontrol show node {shlex.quote(name)} --oneliner",
             judged(parsers.parse_scontrol_node, slurm_verdict(gres, drained_by)), host=m.head.name)
         if hw is not None:
-            why = fencing_skip(hw.count, drained_by, unfenced)
+            why = fencing_skip(hw.count, drained_by, facts.unfenced)
             if why:
                 static_skip("slurm.gpu_fence", why)
             else:
@@ -560,6 +576,6 @@ def checks_for(m: Manifest, node: Node, drained_by: str, unfenced: str) -> list[
 def plan(m: Manifest, names: list[str] | None = None, drained_by: str = "") -> list[Check]:
     """The checks of ``names`` (every node when None), node by node in manifest order;
     ``drained_by``: a Slurm drain with a reason starting so is expected (slurm_verdict)."""
-    unfenced = unfenced_cluster(m)
+    facts = cluster_facts(m)
     return [c for node in m.nodes if names is None or node.name in names
-            for c in checks_for(m, node, drained_by, unfenced)]
+            for c in checks_for(m, node, drained_by, facts)]
