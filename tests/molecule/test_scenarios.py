@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Longest first (measured on a 2-core machine), so that scenarios run two at a time
 # (pytest -n 2, scripts/test.sh) end together; a new scenario goes last until measured.
 _SLOW_FIRST = [
-    "pxe", "slurm", "cuda", "common", "monitoring", "docker", "nfs", "nccl", "zfs", "nvidia_driver", "ofed", "mergerfs",
+    "slurm", "monitoring", "cuda", "common", "pxe", "nccl", "zfs", "mergerfs", "docker", "ofed", "nfs", "nvidia_driver",
 ]
 SCENARIOS = sorted(
     (p.parent.name for p in (ROOT / "molecule").glob("*/molecule.yml")),

@@ -120,6 +120,36 @@ ExecStart=/usr/bin/ssh-keygen -A
 WantedBy=multi-user.target
 EOF
   chroot "$ROOTFS" systemctl enable ssh-hostkeys.service ssh.service
+  # Ansible and testinfra reach the molecule containers over SSH: each connection is one
+  # `podman exec -i NAME testbed-sshd-stdio` (an sshd on stdin/stdout, the ProxyCommand in
+  # .config/molecule/config.yml), multiplexed by ControlMaster and pipelined. That is a
+  # third of the time and CPU of the podman connection plugin, which runs several
+  # `podman exec` per module. Its own config, host key and authorized key (the test bed's
+  # client key), so roles that rewrite sshd_config or root's authorized_keys do not cut
+  # the tests off; no PAM session (the podman connection had none either).
+  ssh-keygen -q -t ed25519 -N '' -C testbed-host -f "$ROOTFS/etc/ssh/testbed_host_ed25519_key"
+  printf '%s\n' "$TESTBED_SSH_PUBKEY" >"$ROOTFS/etc/ssh/testbed_authorized_keys"
+  cat >"$ROOTFS/etc/ssh/testbed_sshd_config" <<'EOF'
+# Test bed (tests/testbed/setup.sh): the sshd of /usr/local/sbin/testbed-sshd-stdio only.
+HostKey /etc/ssh/testbed_host_ed25519_key
+AuthorizedKeysFile /etc/ssh/testbed_authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+MaxSessions 64
+Subsystem sftp internal-sftp
+LogLevel ERROR
+EOF
+  cat >"$ROOTFS/usr/local/sbin/testbed-sshd-stdio" <<'EOF'
+#!/bin/sh
+# Test bed: one SSH connection on stdin/stdout (`podman exec -i NAME testbed-sshd-stdio`
+# as an ssh ProxyCommand; .config/molecule/config.yml). sshd needs its privilege
+# separation directory, which ssh.service's stop would remove.
+mkdir -p /run/sshd
+exec /usr/sbin/sshd -i -f /etc/ssh/testbed_sshd_config
+EOF
+  chmod 0755 "$ROOTFS/usr/local/sbin/testbed-sshd-stdio"
   # Units that cannot work in a container and only mark the system degraded.
   chroot "$ROOTFS" systemctl mask systemd-remount-fs.service
   # root's systemd user manager lingers: started at boot, never stopped. In these
@@ -137,9 +167,19 @@ EOF
   touch -d '2000-01-01 00:00:00' "$ROOTFS"/var/lib/apt/lists
 }
 
+# The test bed's SSH client key (root's; the molecule containers authorize it, see
+# customize_rootfs). Made once per machine, before the stamp: a new key rebuilds the image.
+TESTBED_SSH_KEY=/usr/local/lib/provision-testbed/ssh/id_ed25519
+if [[ ! -s $TESTBED_SSH_KEY ]]; then
+  install -d -m 0700 "$(dirname "$TESTBED_SSH_KEY")"
+  rm -f "$TESTBED_SSH_KEY" "$TESTBED_SSH_KEY.pub"
+  ssh-keygen -q -t ed25519 -N '' -C provision-testbed -f "$TESTBED_SSH_KEY"
+fi
+TESTBED_SSH_PUBKEY=$(cat "$TESTBED_SSH_KEY.pub")
+
 # Stamp: changes whenever the recipe above changes -> image is rebuilt.
 IMAGE_STAMP=$(printf '%s\n' "$IMAGE_VERSION" "$SUITE" "$MIRROR" "$SECURITY_MIRROR" \
-  "$IMAGE_COMPONENTS" "$CONTAINER_PROXY_HOST" "$ACNG_PORT" "${IMAGE_PACKAGES[@]}" \
+  "$IMAGE_COMPONENTS" "$CONTAINER_PROXY_HOST" "$ACNG_PORT" "${IMAGE_PACKAGES[@]}" "$TESTBED_SSH_PUBKEY" \
   "$(declare -f customize_rootfs)" | sha256sum | cut -c1-16)
 STAMP_LABEL=io.provisioner.testbed.stamp
 
@@ -374,6 +414,12 @@ if [[ ${TESTBED_SKIP_SMOKE:-0} != 1 ]]; then
   linger=$(podman exec "$name" loginctl show-user root -p Linger --value 2>&1 || true)
   [[ $linger == yes ]] || die "root's user manager does not linger in the base image (loginctl: ${linger})"
   log "root's user manager lingers (no login waits for its stop): ok"
+  # the molecule scenarios' connection (.config/molecule/config.yml)
+  who=$(timeout 30 ssh -i "$TESTBED_SSH_KEY" -o BatchMode=yes -o StrictHostKeyChecking=no \
+    -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR \
+    -o ProxyCommand="podman exec -i %h /usr/local/sbin/testbed-sshd-stdio" "root@$name" id -un 2>&1 || true)
+  [[ $who == root ]] || die "ssh through testbed-sshd-stdio into the base image failed: ${who}"
+  log "ssh into a container through podman exec (the molecule connection): ok"
   proxy=$(podman exec "$name" /usr/local/sbin/testbed-apt-proxy)
   log "apt proxy in container: ${proxy}"
   [[ $proxy == DIRECT ]] && die "container cannot reach apt-cacher-ng at ${CONTAINER_PROXY_HOST}:${ACNG_PORT}"

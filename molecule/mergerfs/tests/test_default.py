@@ -3,8 +3,8 @@
 
 import pytest
 
-# podman exec instead of one Ansible run per command (molecule names the container)
-testinfra_hosts = ["podman://mergerfs-node"]
+# testinfra's SSH backend over the inventory's connection (.config/molecule/config.yml)
+testinfra_hosts = ["ansible://mergerfs-node"]
 
 UNION = "corpus.mount"
 BRANCHES = ("srv-branch1.mount", "srv-branch2.mount")

@@ -10,6 +10,7 @@ Every wait is bounded.
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -18,7 +19,9 @@ from typing import Any
 import pytest
 import testinfra
 
-HEAD = testinfra.get_host("podman://monitoring-head")
+# testinfra's SSH backend over the inventory's connection (.config/molecule/config.yml)
+INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
+HEAD = testinfra.get_host("ansible://monitoring-head", ansible_inventory=INVENTORY)
 NODES = ["monitoring-head", "monitoring-gpu01", "monitoring-gpu02"]
 
 
@@ -102,7 +105,7 @@ def test_gpu_metrics_from_the_collector() -> None:
 
 
 def test_unreachable_repositories_were_skipped_not_pretended() -> None:
-    gpu02 = testinfra.get_host("podman://monitoring-gpu02")
+    gpu02 = testinfra.get_host("ansible://monitoring-gpu02", ansible_inventory=INVENTORY)
     assert not gpu02.file("/etc/apt/sources.list.d/cuda.sources").exists
     assert not gpu02.package("datacenter-gpu-manager-exporter").is_installed
     assert gpu02.service("provision-gpu-collector.timer").is_running  # the fallback
@@ -119,7 +122,7 @@ def test_alertmanager_holds_the_receiver_from_the_environment() -> None:
 
 
 def test_a_stopped_node_exporter_makes_node_down_reach_alertmanager_and_the_receiver() -> None:
-    gpu02 = testinfra.get_host("podman://monitoring-gpu02")
+    gpu02 = testinfra.get_host("ansible://monitoring-gpu02", ansible_inventory=INVENTORY)
     gpu02.check_output("systemctl stop prometheus-node-exporter")
     try:
         def node_down() -> list[dict[str, Any]]:

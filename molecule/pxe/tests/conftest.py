@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
 import testinfra
 
-# testinfra's podman backend runs `podman exec` directly; its ansible backend would send
-# every command through an ansible run (minutes for this scenario).
+# testinfra's SSH backend over the inventory's connection (.config/molecule/config.yml)
+INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
 
 
 @pytest.fixture(scope="module")
 def server() -> Any:
-    return testinfra.get_host("podman://pxe-server")
+    return testinfra.get_host("ansible://pxe-server", ansible_inventory=INVENTORY)
 
 
 @pytest.fixture(scope="module")
 def client() -> Any:
-    return testinfra.get_host("podman://pxe-client")
+    return testinfra.get_host("ansible://pxe-client", ansible_inventory=INVENTORY)

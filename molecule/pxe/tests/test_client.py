@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-testinfra_hosts = ["podman://pxe-client"]
+testinfra_hosts = ["ansible://pxe-client"]
 
 SERVER_IP = "10.10.0.10"
 CLIENT_IP = "10.10.0.21"  # gpu01 in examples/llm-200k.yaml

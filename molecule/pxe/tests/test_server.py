@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-testinfra_hosts = ["podman://pxe-server"]
+testinfra_hosts = ["ansible://pxe-server"]
 
 
 @pytest.mark.parametrize("service", ["dnsmasq", "nginx", "pxe-state"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import os
 import re
 import time
 from collections.abc import Callable
@@ -18,8 +19,8 @@ from typing import Any
 import pytest
 import testinfra
 
-# podman exec directly: the ansible backend spawns `ansible` for every command (minutes).
-testinfra_hosts = ["podman://slurm-head"]
+# testinfra's SSH backend over the inventory's connection (.config/molecule/config.yml)
+testinfra_hosts = ["ansible://slurm-head"]
 
 COMPUTE = ["slurm-gpu01", "slurm-gpu02", "slurm-gpu03"]
 ALL = ["slurm-head", *COMPUTE]
@@ -42,7 +43,7 @@ PROBE = (
 
 
 def node(name: str) -> Any:
-    return testinfra.get_host(f"podman://{name}")
+    return testinfra.get_host(f"ansible://{name}", ansible_inventory=os.environ["MOLECULE_INVENTORY_FILE"])
 
 
 def wait_for(what: str, probe: Callable[[], Any], timeout: float = 90, step: float = 3) -> Any:

@@ -2,8 +2,8 @@
 
 import pytest
 
-# podman exec instead of one Ansible run per command (molecule names the container)
-testinfra_hosts = ["podman://zfs-store"]
+# testinfra's SSH backend over the inventory's connection (.config/molecule/config.yml)
+testinfra_hosts = ["ansible://zfs-store"]
 
 
 @pytest.mark.parametrize("pkg", ["zfsutils-linux", "zfs-zed"])
