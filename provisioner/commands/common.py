@@ -22,8 +22,8 @@ Command = Callable[[argparse.Namespace, Console, Console], int]
 
 def consoles() -> tuple[Console, Console]:
     """stdout and stderr; no wrapping, and 160 columns when not a terminal."""
-    out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
-    err = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
+    out = Console(highlight=False, emoji=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+    err = Console(stderr=True, highlight=False, emoji=False, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
     return out, err
 
 
