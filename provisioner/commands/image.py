@@ -3,7 +3,8 @@
 Per OS the manifest's nodes use (or ``--os``): the image the manifest names in
 ``cluster.images`` is fetched and verified against its SHA-256; otherwise one is built with
 mmdebstrap from ``cluster.mirrors.apt`` (:mod:`provisioner.image`), unless the cache holds
-the same recipe's image already.
+the same recipe's image already. A built image of a monitored cluster carries the monitoring
+agent (node_exporter and its collectors) as well.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from rich.console import Console
 
 from provisioner.areas.baremetal.deploy import method
+from provisioner.areas.monitoring.decide import image_packages
 from provisioner.commands.common import guarded, load
 from provisioner.errors import ProvisionError
 from provisioner.image import agent
@@ -42,7 +44,7 @@ def make(m: Manifest, os_name: str, cache: Path) -> Image:
         return fetch(os_name, named.url, named.sha256, cache)
     mirrors = m.cluster.mirrors
     try:
-        return build(recipe(os_name, mirrors.apt, mirrors.apt_proxy), cache)
+        return build(recipe(os_name, mirrors.apt, mirrors.apt_proxy, image_packages(m)), cache)
     except ImageRecipeError as exc:
         raise ProvisionError(str(exc)) from None
 

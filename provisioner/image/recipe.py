@@ -149,12 +149,15 @@ class ImageRecipe:
         return f"{self.os}-{self.key}.tar.gz"
 
 
-def recipe(os_name: str, mirror: str | None, proxy: str | None = None) -> ImageRecipe:
-    """The recipe for ``os_name`` from ``mirror`` (None: the distribution's own archive)."""
+def recipe(os_name: str, mirror: str | None, proxy: str | None = None,
+           extra_packages: tuple[str, ...] = ()) -> ImageRecipe:
+    """The recipe for ``os_name`` from ``mirror`` (None: the distribution's own archive);
+    ``extra_packages``: what every node of the cluster installs anyway (the monitoring agent),
+    so that a deployed node's first apply does not unpack it. None: the same key as before."""
     if os_name not in SUITES:
         raise ImageRecipeError(f"no image recipe for {os_name!r}; known: {', '.join(sorted(SUITES))}")
     distro, suite = SUITES[os_name]
-    packages = (KERNEL[distro], *COMMON_PACKAGES, *OS_PACKAGES[distro])
+    packages = {KERNEL[distro], *COMMON_PACKAGES, *OS_PACKAGES[distro], *extra_packages}
     return ImageRecipe(os_name, distro, suite, (mirror or DEFAULT_MIRRORS[distro]).rstrip("/"), proxy,
                        COMPONENTS[distro], tuple(sorted(packages)))
 

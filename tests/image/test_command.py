@@ -62,3 +62,9 @@ def test_build_uses_the_manifest_mirror_and_proxy(kit: Any, tmp_path: Path, monk
     (r, cache), = seen
     assert (r.os, r.mirror, r.proxy, cache) == ("debian-12", "http://127.0.0.1:9/debian", "http://127.0.0.1:9",
                                                 tmp_path / ".provision" / "images")
+    assert "prometheus-node-exporter" not in r.packages  # no monitoring: section, no agent
+    # a monitored cluster's image carries the agent every node gets
+    data["monitoring"] = {}
+    write(kit, tmp_path, data)
+    assert main(["image", "build", str(manifest)]) == 0
+    assert {"prometheus-node-exporter", "prometheus-node-exporter-collectors"} <= set(seen[-1][0].packages)

@@ -49,9 +49,19 @@ def test_cache_key_changes_with_every_input_and_only_with_them() -> None:
         dataclasses.replace(base, firstboot_unit=base.firstboot_unit + "# x\n"),
         dataclasses.replace(base, customize_hook=base.customize_hook + "; true"),
         dataclasses.replace(base, version=base.version + 1),
+        rc.recipe("debian-12", MIRROR, None, ("prometheus-node-exporter",)),
     ]
     keys = {r.key for r in changed}
     assert len(keys) == len(changed) and base.key not in keys
+
+
+def test_extra_packages_join_the_image_and_none_keep_its_key() -> None:
+    base = rc.recipe("debian-12", MIRROR)
+    assert rc.recipe("debian-12", MIRROR, None, ()).key == base.key  # unmonitored clusters: same image
+    r = rc.recipe("debian-12", MIRROR, None, ("prometheus-node-exporter", "jq", "python3"))
+    assert set(r.packages) == {*base.packages, "prometheus-node-exporter", "jq"}  # once each
+    assert list(r.packages) == sorted(r.packages)
+    assert f"--include={','.join(r.packages)}" in rc.mmdebstrap_command(r, "x.tar.gz")
 
 
 def test_command_line_builds_a_compressed_tarball_from_the_mirror() -> None:

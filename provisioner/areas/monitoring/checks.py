@@ -4,7 +4,7 @@ structurally clean manifest."""
 
 from __future__ import annotations
 
-from provisioner.areas.monitoring.decide import server_names
+from provisioner.areas.monitoring.decide import NODE_EXPORTER_VERSIONS, rdma_mountstats_unreadable, server_names
 from provisioner.errors import Diagnostic
 from provisioner.manifest.checks import Check
 from provisioner.manifest.model import Manifest
@@ -44,4 +44,23 @@ def check_receivers(m: Manifest, src: Source) -> list[Diagnostic]:
     return out
 
 
-CHECKS: tuple[Check, ...] = (check_servers, check_receivers)
+def check_rdma_mountstats(m: Manifest, src: Source) -> list[Diagnostic]:
+    """Say where the per-mount NFS series will be missing (the collector stays off there)."""
+    if m.monitoring is None:
+        return []
+    blind: dict[str, list[str]] = {}
+    for node in m.nodes:
+        if rdma_mountstats_unreadable(m, node):
+            blind.setdefault(node.os, []).append(node.name)
+    out: list[Diagnostic] = []
+    for os_name, names in sorted(blind.items()):
+        version = ".".join(map(str, NODE_EXPORTER_VERSIONS[os_name]))
+        out.append(src.diag(("monitoring",), (
+            f"{os_name}'s node_exporter ({version}) cannot parse the statistics of NFS mounts over RDMA "
+            f"(node_exporter 1.7.0 can): its mountstats collector stays off on {', '.join(names)}, so "
+            "per-mount NFS series are missing there (the nfs collector still counts the client's RPCs)"),
+            "warning"))
+    return out
+
+
+CHECKS: tuple[Check, ...] = (check_servers, check_receivers, check_rdma_mountstats)

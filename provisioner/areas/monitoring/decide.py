@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from provisioner.areas.storage.decide import StorageError, mount_proto, mounts_for
 from provisioner.errors import ProvisionError
 from provisioner.manifest.load import Loaded
 from provisioner.manifest.model import AlertReceiver, Manifest, Monitoring, Node
@@ -45,6 +46,49 @@ GRAFANA_PASSWORD_BYTES = 24
 def enabled(m: Manifest) -> bool:
     """A manifest without a ``monitoring:`` section monitors nothing (no plays run)."""
     return m.monitoring is not None
+
+
+# What the node_exporter role installs on every monitored node, the same on Debian 12 and
+# Ubuntu 22.04/24.04 (roles/node_exporter/vars/*.yml: __node_exporter_packages and, with
+# node_exporter_smart, __node_exporter_smart_packages).
+NODE_AGENT_PACKAGES = (
+    "prometheus-node-exporter", "prometheus-node-exporter-collectors", "smartmontools", "nvme-cli", "jq",
+)
+
+
+# node_exporter reads /proc/self/mountstats with prometheus/procfs, which before v0.12
+# (node_exporter 1.7.0) knows the tcp and udp transports only: one NFS mount over RDMA fails
+# the whole mountstats collector on that node (every scrape logs 'invalid NFS protocol "rdma"'
+# and no mount keeps its series; found in the VM lab, reproduced against Debian's binary).
+# The version each distribution ships:
+NODE_EXPORTER_VERSIONS = {"debian-12": (1, 5, 0), "ubuntu-22.04": (1, 3, 1), "ubuntu-24.04": (1, 7, 0)}
+MOUNTSTATS_READS_RDMA_SINCE = (1, 7, 0)
+
+
+def rdma_mountstats_unreadable(m: Manifest, node: Node) -> bool:
+    """The node mounts NFS over RDMA and its OS's node_exporter cannot parse that transport."""
+    if NODE_EXPORTER_VERSIONS.get(node.os, MOUNTSTATS_READS_RDMA_SINCE) >= MOUNTSTATS_READS_RDMA_SINCE:
+        return False
+    try:
+        return any(mount_proto(m, mnt, node) == "rdma" for mnt in mounts_for(m, node))
+    except StorageError:  # reported by the storage checks
+        return False
+
+
+def collectors_off(m: Manifest, node: Node) -> list[str]:
+    """node_exporter collectors this node runs without (role variable
+    node_exporter_collectors_off): mountstats where it would only fail (see above); the nfs
+    collector still counts the client's RPCs there."""
+    if not enabled(m):
+        return []
+    return ["mountstats"] if rdma_mountstats_unreadable(m, node) else []
+
+
+def image_packages(m: Manifest) -> tuple[str, ...]:
+    """Packages a node OS image built for this manifest carries (``provision image build``):
+    the monitoring agent, which every node of a monitored cluster gets, so that a deployed
+    node's first apply finds it installed."""
+    return NODE_AGENT_PACKAGES if enabled(m) else ()
 
 
 def _section(m: Manifest) -> Monitoring:

@@ -55,6 +55,9 @@ def node_vars(m: Manifest, node: Node) -> dict[str, Any]:
     out: dict[str, Any] = {
         "node_exporter_zpool_collector": any(p.node == node.name for p in m.zfs.pools),
     }
+    off = mon.collectors_off(m, node)
+    if off:
+        out["node_exporter_collectors_off"] = off
     if is_server(m, node):
         out["alertmanager_cluster_peers"] = mon.alertmanager_peers(m, node)
     return out

@@ -90,8 +90,16 @@ def test_warnings_no_receivers_and_a_compute_server(kit: Any) -> None:
     assert {w.path for w in loaded.warnings} == {"monitoring", "monitoring.nodes"}
 
 
-def test_the_examples_monitor_without_warnings_of_this_area(kit: Any) -> None:
+def test_the_examples_monitor_with_one_known_gap(kit: Any) -> None:
+    """music-lab: no warning of this area. llm-200k (Ubuntu 22.04, NFS over RDMA on the GPU
+    nodes): node_exporter 1.3.1 cannot read those mounts' statistics, which validate says."""
+    warned = {}
     for name in ("llm-200k.yaml", "music-lab.yaml"):
         loaded = kit.load((kit.examples / name).read_text(), name)
         assert loaded.manifest.monitoring is not None
-        assert not [w for w in loaded.warnings if w.path.startswith("monitoring")]
+        warned[name] = [w.message for w in loaded.warnings if w.path.startswith("monitoring")]
+    assert warned["music-lab.yaml"] == []
+    assert warned["llm-200k.yaml"] == [
+        "ubuntu-22.04's node_exporter (1.3.1) cannot parse the statistics of NFS mounts over RDMA "
+        "(node_exporter 1.7.0 can): its mountstats collector stays off on gpu01, gpu02, gpu03, gpu04, so "
+        "per-mount NFS series are missing there (the nfs collector still counts the client's RPCs)"]

@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from provisioner import apply
 from provisioner.areas.monitoring import decide as mon
 from provisioner.errors import ProvisionError
 from provisioner.manifest import Manifest
-from provisioner.manifest.select import SelectorError
+from provisioner.manifest.select import SelectorError, select_nodes
 from provisioner.state import StateDir
 from provisioner.validate import load_manifest
 
@@ -222,3 +223,56 @@ def test_no_monitoring_no_secrets(tmp_path: Path, kit: Any, write_manifest: Any)
     mon.prepare_secrets(loaded, state)
     assert not (state.secrets / "monitoring").exists()
     assert mon.secret_values(state) == []
+
+
+# --------------------------------------------------------------------------- node images
+@pytest.mark.parametrize("os_vars", sorted((HERE.parents[2] / "roles" / "node_exporter" / "vars").glob("*.yml")),
+                         ids=lambda p: p.stem)
+def test_image_packages_are_what_the_node_exporter_role_installs(os_vars: Path) -> None:
+    role_vars = yaml.safe_load(os_vars.read_text())
+    installs = [*role_vars["__node_exporter_packages"], *role_vars["__node_exporter_smart_packages"]]
+    assert sorted(mon.NODE_AGENT_PACKAGES) == sorted(installs)
+
+
+def test_images_carry_the_agent_only_for_a_monitored_cluster(cluster: Manifest, kit: Any) -> None:
+    assert mon.image_packages(cluster) == mon.NODE_AGENT_PACKAGES
+    assert mon.image_packages(kit.load(kit.base(storage=True)).manifest) == ()
+
+
+# --------------------------------------------------------------------------- mountstats over RDMA
+def rdma_cluster(kit: Any, os_name: str, proto: str = "rdma") -> Manifest:
+    data = with_monitoring(kit)
+    data["networks"]["infiniband"] = {"cidr": "10.20.2.0/24", "rdma": True}
+    if os_name == "ubuntu-22.04":  # the base manifest's software fits it
+        for node in data["nodes"]:
+            node["os"] = os_name
+    else:
+        kit.on_os(data, os_name)
+    for node in data["nodes"]:
+        last = node["interfaces"]["management"]["ip"].rsplit(".", 1)[1]
+        node["interfaces"]["infiniband"] = {"ip": f"10.20.2.{last}", "interface": "ib0"}
+    data["nfs"]["exports"] = [{**data["nfs"]["exports"][0], "clients": ["infiniband"]}]
+    data["nfs"]["mounts"] = [{**data["nfs"]["mounts"][0], "proto": proto}]
+    manifest: Manifest = kit.load(data).manifest
+    return manifest
+
+
+@pytest.mark.parametrize(("os_name", "proto", "off"), [
+    ("debian-12", "rdma", ["mountstats"]),      # node_exporter 1.5.0
+    ("ubuntu-22.04", "rdma", ["mountstats"]),   # 1.3.1
+    ("ubuntu-24.04", "rdma", []),               # 1.7.0 parses the RDMA transport
+    ("debian-12", "tcp", []),
+])
+def test_mountstats_off_where_node_exporter_cannot_parse_rdma(kit: Any, os_name: str, proto: str,
+                                                              off: list[str]) -> None:
+    m = rdma_cluster(kit, os_name, proto)
+    clients = [n for n in m.nodes if n.name in {c for mnt in m.nfs.mounts for c in select_nodes(m, mnt.nodes)}]
+    assert clients
+    for node in m.nodes:
+        assert mon.collectors_off(m, node) == (off if node in clients else [])
+
+
+def test_no_collector_is_off_without_monitoring(kit: Any) -> None:
+    m = rdma_cluster(kit, "debian-12")
+    unmonitored = m.model_copy(update={"monitoring": None})
+    assert all(mon.collectors_off(unmonitored, n) == [] for n in m.nodes)

@@ -219,6 +219,19 @@ def test_node_exporter_collectors(cluster: Manifest, variables: Callable[..., di
         assert f"--collector.{collector}" in args
     include = [a for a in args if a.startswith("--collector.systemd.unit-include=")]
     assert len(include) == 1 and "\\" not in include[0] and "slurmd" in include[0]
+    assert not [a for a in args if a.startswith("--no-collector.")]
+
+
+def test_node_exporter_without_mountstats_where_it_cannot_read_rdma(
+        kit: Any, variables: Callable[..., dict[str, Any]], renderer: Any) -> None:
+    m = example(kit, "llm-200k.yaml")  # Ubuntu 22.04 GPU nodes mounting NFS over RDMA
+    assert rolevars.node_vars(m, m.node("gpu01"))["node_exporter_collectors_off"] == ["mountstats"]
+    assert "node_exporter_collectors_off" not in rolevars.node_vars(m, m.node("head01"))  # mounts nothing
+    text = renderer.template("node_exporter", "prometheus-node-exporter.default.j2",
+                             variables("node_exporter", m, "gpu01"))
+    args = text.splitlines()[-1].removeprefix('ARGS="').removesuffix('"').split(" ")
+    assert "--no-collector.mountstats" in args and "--collector.mountstats" not in args
+    assert {"--collector.nfs", "--collector.systemd"} <= set(args)
 
 
 # --------------------------------------------------------------------------- plan: adding a node
