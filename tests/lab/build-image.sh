@@ -41,9 +41,14 @@ ROLE_PACKAGES=(
   dnsmasq dnsmasq-base nginx ipxe libarchive-tools curl debian-installer-12-netboot-amd64
   # munge, slurm (head: the controller; the deployed compute node installs its own)
   munge slurmctld slurm-client libpmix2
+  # monitoring: the server on head1; the agent on every node (the deployed node's image
+  # carries it: provision image build adds it for a manifest with a monitoring: section)
+  prometheus prometheus-alertmanager
+  prometheus-node-exporter prometheus-node-exporter-collectors smartmontools nvme-cli
 )
 # Services the roles enable where they belong; off in the image so every VM starts clean.
-DISABLED_SERVICES=(nginx dnsmasq nfs-server zfs-zed munge slurmctld)
+DISABLED_SERVICES=(nginx dnsmasq nfs-server zfs-zed munge slurmctld
+  prometheus prometheus-alertmanager prometheus-node-exporter)
 
 log() { printf '[lab-image] %s\n' "$*" >&2; }
 
