@@ -94,9 +94,10 @@ def test_validate_ok_with_a_warning(capsys: Capsys, example: Path) -> None:
     code, out, err = run(capsys, "validate", str(example))
     assert code == 0
     assert out.startswith(f"{example}: OK: cluster llm200k, 5 nodes")
-    assert out.strip().endswith("2 warnings")
+    assert out.strip().endswith("3 warnings")
     lines = err.splitlines()
-    assert len(lines) == 2 and all(line.startswith(f"{example}:") for line in lines)
+    assert len(lines) == 3 and all(line.startswith(f"{example}:") for line in lines)
+    assert f"{example}:100:1: warning: monitoring: ubuntu-22.04's node_exporter (1.3.1)" in lines[2]
     assert ": warning: zfs.pools[0].log: " in lines[0]
     assert ": warning: slurm: " in lines[1]
 

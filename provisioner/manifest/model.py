@@ -918,6 +918,9 @@ class Verify(Strict):
         "unset kinds keep the defaults in docs/verify.md")
     ib_write_bw_fraction: float = Field(default=0.75, gt=0, le=1, description="ib_write_bw floor: this share "
                                         "of the port's link rate")
+    multi_node_busbw_floor_gbps: dict[Literal["rdma", "ethernet"], float] = Field(
+        default_factory=dict, description="all_reduce_perf bus bandwidth floors (GB/s) between two GPU nodes "
+        "through Slurm, per fabric; unset kinds keep the defaults in docs/verify.md")
     docker_image: str | None = Field(default=None, description="an image present on the nodes for the "
                                      "`docker run --runtime nvidia` check; unset: that check says SKIP")
 

@@ -26,6 +26,7 @@ from provisioner.verify.parsers import NodeContext, ParseError
 Status = Literal["PASS", "FAIL", "SKIP"]
 Needs = Literal["", "kernel", "gpu"]
 Interconnect = Literal["pcie", "nvlink", "nvswitch"]
+Fabric = Literal["rdma", "ethernet"]
 
 # all_reduce_perf bus bandwidth floors, GB/s, for one node's GPUs (docs/verify.md):
 # conservative against what healthy machines reach (PCIe 4.0 pairs ~20, NVLink bridges ~50+,
@@ -36,6 +37,13 @@ BAD_SLURM_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED", "DOWN", "NOT_RESPON
                              "INVALID", "INVALID_REG", "MAINTENANCE", "REBOOT_REQUESTED", "UNKNOWN"})
 NCCL_SMOKE_GLOB = "/usr/local/share/provision/nccl-smoke/nccl-version-*"
 ALL_REDUCE_GLOB = "/opt/nccl-tests/*/build/all_reduce_perf"
+# the nccl role's MPI build (make MPI=1 BUILDDIR=build-mpi): one rank per node under srun --mpi=pmix
+ALL_REDUCE_MPI_GLOB = "/opt/nccl-tests/*/build-mpi/all_reduce_perf"
+# all_reduce_perf bus bandwidth floors, GB/s, between two nodes (one rank each, all their GPUs):
+# NCCL over InfiniBand/RoCE (rdma) or over TCP sockets (ethernet). Conservative against healthy
+# links (HDR/NDR ports ~20-45 GB/s, 25-100 GbE sockets ~2-10): "not broken", not "fast".
+MULTI_NODE_FLOORS: dict[Fabric, float] = {"rdma": 5.0, "ethernet": 0.5}
+MULTI_NODE_WAIT_S = 60  # how long the two-node job waits for its GPUs (srun --immediate)
 # the generated NFS options the kernel shows in the mount table (findmnt)
 SHOWN_NFS_OPTIONS = frozenset({"vers", "proto", "port", "nconnect", "rsize", "wsize", "hard", "soft"})
 # The client asks for these; the kernel settles them with the server (knfsd's largest block
@@ -255,6 +263,38 @@ def allreduce_verdict(kind: str, floor: float) -> Callable[[parsers.AllReduce], 
     return verdict
 
 
+def multi_node_verdict(pair: str, fabric: Fabric, floor: float) -> Judge:
+    """all_reduce_perf across ``pair`` through srun: a job that cannot start at once (GPUs
+    held by jobs) is not checked; any other refusal or failure fails."""
+    summary = judged(parsers.parse_all_reduce, allreduce_verdict(f"{fabric} between {pair}", floor))
+
+    def judge(out: Output) -> Outcome:
+        if out.error:
+            return Outcome("FAIL", out.error)
+        if out.rc != 0 and "Immediate execution impossible" in out.stdout + out.stderr:
+            return Outcome("SKIP", f"the GPUs of {pair} were not free within {MULTI_NODE_WAIT_S} s (jobs hold them)")
+        if out.rc != 0:
+            return Outcome("FAIL", f"the two-node job did not run{_stderr_hint(out)}")
+        return summary(out)
+    return judge
+
+
+def multi_node_floor(m: Manifest, a: Node, b: Node) -> tuple[Fabric, float]:
+    """NCCL between ``a`` and ``b`` goes over RDMA where both sit on an InfiniBand network
+    with rdma: true, else over TCP sockets."""
+    ib = m.networks.infiniband
+    fabric: Fabric = ("rdma" if ib is not None and ib.rdma and "infiniband" in a.interfaces
+                      and "infiniband" in b.interfaces else "ethernet")
+    return fabric, m.verify.multi_node_busbw_floor_gbps.get(fabric, MULTI_NODE_FLOORS[fabric])
+
+
+def multi_node_command(a: str, b: str, gpus: int) -> str:
+    """One rank per node, each driving ``gpus`` GPUs, started by Slurm's PMIx (the MPI build
+    of all_reduce_perf)."""
+    return (f"srun -w {shlex.quote(a)},{shlex.quote(b)} -N 2 --ntasks-per-node=1 --gres=gpu:{gpus} --mpi=pmix "
+            f"-t 5 --immediate={MULTI_NODE_WAIT_S} " + run_first(ALL_REDUCE_MPI_GLOB, f"-b 8 -e 256M -f 2 -g {gpus}"))
+
+
 def write_bw_verdict(fraction: float) -> Callable[[parsers.WriteBw], Outcome]:
     def verdict(w: parsers.WriteBw) -> Outcome:
         floor = w.link_gbps * fraction
@@ -422,18 +462,23 @@ class ClusterFacts:
     """What every node's checks share, decided once per plan (each reads every node)."""
 
     unfenced: str  # see unfenced_cluster
-    rings: dict[str, list[Node]]  # per network, its nodes in manifest order
-    positions: dict[str, dict[str, int]]  # per network, node name -> index in its ring
+    rings: dict[str, list[Node]]  # per network, its nodes in manifest order; GPU_RING: Slurm's GPU nodes
+    positions: dict[str, dict[str, int]]  # per ring, node name -> index in it
+
+
+GPU_RING = "slurm-gpu"  # the ring of the multi-node NCCL check: Slurm compute nodes with GPUs
 
 
 def cluster_facts(m: Manifest) -> ClusterFacts:
     rings = {net: [n for n in m.nodes if net in n.interfaces] for net in ("management", "data", "infiniband")}
+    rings[GPU_RING] = ([n for n in m.nodes if n.has_role("compute") and n.hardware.gpu is not None]
+                       if m.slurm.enabled else [])
     positions = {net: {n.name: i for i, n in enumerate(ring)} for net, ring in rings.items()}
     return ClusterFacts(unfenced_cluster(m), rings, positions)
 
 
 def _peer(facts: ClusterFacts, node: Node, net: str) -> Node | None:
-    """The next node in manifest order with an interface on ``net`` (a ring)."""
+    """The next node in manifest order with an interface on ``net`` (a ring; or GPU_RING)."""
     on = facts.rings[net]
     i = facts.positions[net].get(node.name)
     if len(on) < 2 or i is None:
@@ -558,6 +603,18 @@ def checks_for(m: Manifest, node: Node, drained_by: str, facts: ClusterFacts) ->
                 add("slurm.gpu_fence", f"srun -w {shlex.quote(name)} -N 1 -n 1 --gres=gpu:1 -t 2 "
                     f"--immediate={FENCE_WAIT_S} nvidia-smi -L", fenced_verdict(name, hw.count), "gpu",
                     host=m.head.name, timeout=max(t, FENCE_WAIT_S + 60))
+            gpu_peer = _peer(facts, node, GPU_RING)
+            if gpu_peer is None:
+                static_skip("nccl.multi_node", "no other GPU compute node to pair with")
+            elif drained_by:
+                static_skip("nccl.multi_node", f"drained by {drained_by}: no job starts there until it is resumed")
+            else:
+                assert gpu_peer.hardware.gpu is not None
+                gpus = min(hw.count, gpu_peer.hardware.gpu.count)
+                fabric, floor = multi_node_floor(m, node, gpu_peer)
+                add("nccl.multi_node", multi_node_command(name, gpu_peer.name, gpus),
+                    multi_node_verdict(f"{name} and {gpu_peer.name}", fabric, floor), "gpu", host=m.head.name,
+                    timeout=max(t, MULTI_NODE_WAIT_S + 360))
 
     if name in docker_nodes(m):
         want_nvidia = m.docker.nvidia_runtime and hw is not None

@@ -335,3 +335,93 @@ def test_gpu_fence_is_skipped_where_nothing_can_be_fenced(kit: Any) -> None:
     assert "cannot fence devices" in skip, skip
     # nodes without GPUs have no such check
     assert "slurm.gpu_fence" not in names(catalog.plan(kit.load(kit.base()).manifest), "head01")
+
+
+# --------------------------------------------------------------------------- multi-node NCCL
+# all_reduce_perf (MPI build) under `srun -N 2 --ntasks-per-node=1 --mpi=pmix`, as rank 0 prints it
+ALL_REDUCE_TWO_NODES = """\
+# nThread 1 nGpus 2 minBytes 8 maxBytes 268435456 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1
+#
+# Using devices
+#  Rank  0 Group  0 Pid  51220 on     node01 device  0 [0x4f] NVIDIA RTX A6000
+#  Rank  1 Group  0 Pid  51220 on     node01 device  1 [0x52] NVIDIA RTX A6000
+#  Rank  2 Group  0 Pid  48711 on     node02 device  0 [0x4f] NVIDIA RTX A6000
+#  Rank  3 Group  0 Pid  48711 on     node02 device  1 [0x52] NVIDIA RTX A6000
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+   134217728      33554432     float     sum      -1    14630    9.17   13.76      0    14621    9.18   13.77      0
+   268435456      67108864     float     sum      -1    29204    9.19   13.79      0    29198    9.19   13.79      0
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 6.8834
+#
+"""
+
+
+def test_multi_node_nccl_pairs_gpu_nodes_through_slurm(kit: Any) -> None:
+    m = kit.load(kit.base()).manifest
+    checks = catalog.plan(m)
+    one, two = by_name(checks, "node01", "nccl.multi_node"), by_name(checks, "node02", "nccl.multi_node")
+    assert one.command is not None and two.command is not None
+    assert one.needs == "gpu" and one.command.host == "head01"  # Slurm starts it from the controller
+    assert one.command.text.startswith("srun -w node01,node02 -N 2 --ntasks-per-node=1 --gres=gpu:2 --mpi=pmix "
+                                       "-t 5 --immediate=60 sh -c ")
+    assert "/opt/nccl-tests/*/build-mpi/all_reduce_perf" in one.command.text
+    assert one.command.text.endswith(" sh -b 8 -e 256M -f 2 -g 2")
+    assert two.command.text.startswith("srun -w node02,node01 ")  # a ring: the last pairs with the first
+    assert "nccl.multi_node" not in names(checks, "head01")
+    # no InfiniBand: NCCL over sockets, the ethernet floor
+    assert one.judge(Output(stdout=ALL_REDUCE_TWO_NODES)) == catalog.Outcome(
+        "PASS", "6.8834 GB/s (floor 0.5, ethernet between node01 and node02)")
+    slow = ALL_REDUCE_TWO_NODES.replace("6.8834", "0.3121")
+    assert one.judge(Output(stdout=slow)) == catalog.Outcome(
+        "FAIL", "bus bandwidth 0.3121 GB/s below the ethernet between node01 and node02 floor 0.5 GB/s")
+    wrong = ALL_REDUCE_TWO_NODES.replace("values : 0 OK", "values : 3 FAILED")
+    assert one.judge(Output(stdout=wrong)) == catalog.Outcome("FAIL", "3 wrong results")
+    busy = Output(rc=1, stderr="srun: error: Unable to allocate resources: Immediate execution impossible\n")
+    assert one.judge(busy) == catalog.Outcome("SKIP", "the GPUs of node01 and node02 were not free within 60 s "
+                                                      "(jobs hold them)")
+    # PMIx missing, a rank crashing, NCCL failing: failures, never a SKIP
+    no_pmix = Output(rc=1, stderr="srun: error: Couldn't find the specified plugin name for mpi/pmix looking at "
+                                  "all files\nsrun: error: MPI: Cannot create context for mpi/pmix\n")
+    assert one.judge(no_pmix) == catalog.Outcome("FAIL", "the two-node job did not run (srun: error: MPI: Cannot "
+                                                         "create context for mpi/pmix)")
+    nccl_error = Output(rc=1, stdout="node02: Test NCCL failure common.cu:1005 'unhandled system error'\n",
+                        stderr="srun: error: node02: task 1: Exited with exit code 2\n")
+    assert one.judge(nccl_error).status == "FAIL"
+    assert one.judge(Output(rc=-1, error="timed out after 420 s on head01")).status == "FAIL"
+    assert catalog.skip_reason(one, NodeContext(container="podman", gpu_devices=0)) == (
+        "no GPU device in this podman container")
+
+
+def test_multi_node_nccl_floor_follows_the_fabric_and_the_manifest(kit: Any) -> None:
+    data = kit.base()
+    data["networks"]["infiniband"] = {"cidr": "10.0.3.0/24", "rdma": True}
+    data["nodes"][1]["interfaces"]["infiniband"] = {"ip": "10.0.3.21", "interface": "ib0"}
+    check = by_name(catalog.plan(kit.load(data).manifest), "node01", "nccl.multi_node")
+    assert check.judge(Output(stdout=ALL_REDUCE_TWO_NODES)).detail == (
+        "6.8834 GB/s (floor 5, rdma between node01 and node02)")
+    data["verify"] = {"multi_node_busbw_floor_gbps": {"rdma": 20}}
+    check = by_name(catalog.plan(kit.load(data).manifest), "node01", "nccl.multi_node")
+    assert check.judge(Output(stdout=ALL_REDUCE_TWO_NODES)).status == "FAIL"
+    # pairs of unequal nodes use the GPUs both have
+    data = kit.base()
+    data["nodes"][1]["name"] = "node01"
+    data["nodes"].append({**data["nodes"][1], "name": "node02",
+                          "interfaces": {"management": {"ip": "10.0.0.22", "mac": "52:54:00:00:00:22",
+                                                        "interface": "eno1"},
+                                         "data": {"ip": "10.0.2.22", "interface": "ens1"}},
+                          "bmc": {**data["nodes"][1]["bmc"], "address": "10.0.1.22"},
+                          "hardware": {**data["nodes"][1]["hardware"], "gpu": {"model": "RTX A6000", "count": 4}}})
+    check = by_name(catalog.plan(kit.load(data).manifest), "node02", "nccl.multi_node")
+    assert check.command is not None and "--gres=gpu:2 " in check.command.text and check.command.text.endswith("-g 2")
+
+
+def test_multi_node_nccl_needs_a_partner_and_an_undrained_node(kit: Any) -> None:
+    data = kit.base()
+    data["nodes"][1]["name"] = "node01"  # one GPU compute node
+    check = by_name(catalog.plan(kit.load(data).manifest), "node01", "nccl.multi_node")
+    assert check.command is None and check.skip == "no other GPU compute node to pair with"
+    rolling = catalog.plan(kit.load(kit.base()).manifest, ["node01"], drained_by="provision apply --rolling")
+    assert by_name(rolling, "node01", "nccl.multi_node").skip.startswith("drained by provision apply --rolling")
+    data = kit.base()
+    data["slurm"] = {"enabled": False}
+    assert "nccl.multi_node" not in names(catalog.plan(kit.load(data).manifest), "node01")  # Slurm starts it
