@@ -4,6 +4,7 @@ by ``amtool check-config``; every variable declared; adding a node is light on t
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -220,6 +221,13 @@ def test_node_exporter_collectors(cluster: Manifest, variables: Callable[..., di
     include = [a for a in args if a.startswith("--collector.systemd.unit-include=")]
     assert len(include) == 1 and "\\" not in include[0] and "slurmd" in include[0]
     assert not [a for a in args if a.startswith("--no-collector.")]
+    # Debian's build hides /mnt and /media from the filesystem collector: the role passes its own
+    (exclude,) = [a.split("=", 1)[1] for a in args if a.startswith("--collector.filesystem.mount-points-exclude=")]
+    assert "\\" not in exclude
+    for hidden in ("/proc", "/sys/fs/cgroup", "/run", "/run/user/0", "/dev/shm", "/var/lib/docker/overlay2/x/merged"):
+        assert re.match(exclude, hidden), hidden
+    for shown in ("/", "/mnt/a", "/mnt", "/media/usb", "/data", "/checkpoints", "/union", "/tank/a", "/runs"):
+        assert not re.match(exclude, shown), shown
 
 
 def test_node_exporter_without_mountstats_where_it_cannot_read_rdma(
