@@ -269,22 +269,16 @@ def multi_node_verdict(pair: str, fabric: Fabric, floor: float) -> Judge:
     summary = judged(parsers.parse_all_reduce, allreduce_verdict(f"{fabric} between {pair}", floor))
 
     def judge(out: Output) -> Outcome:
-        if out.error:
-            return Outcome("FAIL", out.error)
-        if out.rc != 0 and "Immediate execution impossible" in out.stdout + out.stderr:
-            return Outcome("SKIP", f"the GPUs of {pair} were not free within {MULTI_NODE_WAIT_S} s (jobs hold them)")
-        if out.rc != 0:
-            return Outcome("FAIL", f"the two-node job did not run{_stderr_hint(out)}")
-        return summary(out)
+        busy = f"the GPUs of {pair} were not free within {MULTI_NODE_WAIT_S} s (jobs hold them)"
+        return srun_refusal(out, busy, "the two-node job") or summary(out)
     return judge
 
 
 def multi_node_floor(m: Manifest, a: Node, b: Node) -> tuple[Fabric, float]:
     """NCCL between ``a`` and ``b`` goes over RDMA where both sit on an InfiniBand network
     with rdma: true, else over TCP sockets."""
-    ib = m.networks.infiniband
-    fabric: Fabric = ("rdma" if ib is not None and ib.rdma and "infiniband" in a.interfaces
-                      and "infiniband" in b.interfaces else "ethernet")
+    both = "infiniband" in a.interfaces and "infiniband" in b.interfaces
+    fabric: Fabric = "rdma" if storage.rdma_fabric(m) and both else "ethernet"
     return fabric, m.verify.multi_node_busbw_floor_gbps.get(fabric, MULTI_NODE_FLOORS[fabric])
 
 
@@ -384,17 +378,25 @@ def slurm_verdict(expected_gres: str, drained_by: str = "") -> Callable[[parsers
     return verdict
 
 
+def srun_refusal(out: Output, busy: str, job: str) -> Outcome | None:
+    """The outcome of an ``srun --immediate`` job that did not run to its end (None when it
+    did): refused at once because its GPUs are held (``busy``: SKIP), or any other failure."""
+    if out.error:
+        return Outcome("FAIL", out.error)
+    if out.rc != 0 and "Immediate execution impossible" in out.stdout + out.stderr:
+        return Outcome("SKIP", busy)
+    if out.rc != 0:
+        return Outcome("FAIL", f"{job} did not run{_stderr_hint(out)}")
+    return None
+
+
 def fenced_verdict(node: str, total: int) -> Judge:
     """A one-GPU job on ``node`` (``nvidia-smi -L`` under ``srun --gres=gpu:1``) must see
     exactly one of its ``total`` GPUs; a node with every GPU taken is not checked."""
     def judge(out: Output) -> Outcome:
-        if out.error:
-            return Outcome("FAIL", out.error)
-        text = out.stdout + out.stderr
-        if out.rc != 0 and "Immediate execution impossible" in text:
-            return Outcome("SKIP", f"no GPU of {node} was free within {FENCE_WAIT_S} s (jobs hold them)")
-        if out.rc != 0:
-            return Outcome("FAIL", f"the job did not run{_stderr_hint(out)}")
+        refused = srun_refusal(out, f"no GPU of {node} was free within {FENCE_WAIT_S} s (jobs hold them)", "the job")
+        if refused is not None:
+            return refused
         seen = len(re.findall(r"^GPU \d+:", out.stdout, re.M))
         if seen == 1:
             return Outcome("PASS", f"a --gres=gpu:1 job sees 1 of {total} GPUs")
@@ -471,8 +473,7 @@ GPU_RING = "slurm-gpu"  # the ring of the multi-node NCCL check: Slurm compute n
 
 def cluster_facts(m: Manifest) -> ClusterFacts:
     rings = {net: [n for n in m.nodes if net in n.interfaces] for net in ("management", "data", "infiniband")}
-    rings[GPU_RING] = ([n for n in m.nodes if n.has_role("compute") and n.hardware.gpu is not None]
-                       if m.slurm.enabled else [])
+    rings[GPU_RING] = [n for n in slurm.slurm_nodes(m) if n.hardware.gpu is not None] if m.slurm.enabled else []
     positions = {net: {n.name: i for i, n in enumerate(ring)} for net, ring in rings.items()}
     return ClusterFacts(unfenced_cluster(m), rings, positions)
 
