@@ -51,6 +51,8 @@ SHOWN_NFS_OPTIONS = frozenset({"vers", "proto", "port", "nconnect", "rsize", "ws
 NEGOTIATED_NFS_OPTIONS = frozenset({"rsize", "wsize"})
 IO_MB = 64  # the short write/read on a shared mount
 FENCE_WAIT_S = 30  # how long the fencing job waits for a free GPU (srun --immediate)
+WRITE_BW_PORT = 18515  # ib_write_bw's own default, named: the server side waits until it listens there
+WRITE_BW_LISTEN_S = 20  # how long the server side may take to open its device and listen
 
 
 @dataclass(frozen=True)
@@ -478,6 +480,20 @@ def cluster_facts(m: Manifest) -> ClusterFacts:
     return ClusterFacts(unfenced_cluster(m), rings, positions)
 
 
+def write_bw_server(port: int, wait_s: int = WRITE_BW_LISTEN_S) -> str:
+    """The peer side of rdma.write_bw: start an ib_write_bw server that waits for one client
+    (90 s at most) and return once it listens on ``port``, so the client never races its start
+    (opening a device takes seconds on a loaded node). A server that exits or does not listen
+    within ``wait_s`` fails the setup with its own output (and is stopped)."""
+    return (f"log=$(mktemp); nohup timeout 90 ib_write_bw --report_gbits -D 3 -p {port} >\"$log\" 2>&1 </dev/null & "
+            f"pid=$!; i=0; while [ $i -lt {wait_s * 2} ]; do "
+            f"if ss -Hltn 'sport = :{port}' | grep -q .; then rm -f \"$log\"; exit 0; fi; "
+            "kill -0 $pid 2>/dev/null || break; sleep 0.5; i=$((i + 1)); done; "
+            f"echo \"ib_write_bw server not listening on port {port} after {wait_s} s or exited: "
+            "$(cat \"$log\")\" >&2; "
+            "kill $pid 2>/dev/null; rm -f \"$log\"; exit 1")
+
+
 def _peer(facts: ClusterFacts, node: Node, net: str) -> Node | None:
     """The next node in manifest order with an interface on ``net`` (a ring; or GPU_RING)."""
     on = facts.rings[net]
@@ -563,15 +579,13 @@ def checks_for(m: Manifest, node: Node, drained_by: str, facts: ClusterFacts) ->
         if peer is None:
             static_skip("rdma.write_bw", "no other node on the infiniband network")
         else:
-            # the server waits for one client (30 s at most); the client tries again while
-            # the server is still starting (seconds on a loaded or emulated node), 5 times at most
-            server = ("nohup timeout 30 ib_write_bw --report_gbits -D 3 >/dev/null 2>&1 </dev/null & sleep 1")
             client = ("for r in /sys/class/infiniband/*/ports/1/rate; do echo \"rate=$(cat \"$r\")\"; break; done; "
                       "for try in 1 2 3 4 5; do "
-                      f"ib_write_bw --report_gbits -D 3 {peer.interfaces['infiniband'].ip} && exit 0; sleep 2; "
-                      "done; exit 1")
+                      f"ib_write_bw --report_gbits -D 3 -p {WRITE_BW_PORT} {peer.interfaces['infiniband'].ip} "
+                      "&& exit 0; sleep 2; done; exit 1")
             bw = write_bw_verdict(m.verify.ib_write_bw_fraction)
-            add("rdma.write_bw", client, judged(parsers.parse_write_bw, bw), "kernel", setup=(peer.name, server))
+            add("rdma.write_bw", client, judged(parsers.parse_write_bw, bw), "kernel",
+                setup=(peer.name, write_bw_server(WRITE_BW_PORT)))
 
     for mount in storage.mounts_for(m, node):
         proto = storage.mount_proto(m, mount, node)

@@ -121,6 +121,42 @@ def test_write_bw_client_tries_again_while_the_server_starts(kit: Any, tmp_path:
     assert verdict.status == ("PASS" if rc == 0 else "FAIL"), verdict
 
 
+def _server_bin(tmp_path: Path, ib_write_bw: str) -> dict[str, str]:
+    """A PATH with a stand-in ib_write_bw and an ss that shows a listener once it made one."""
+    (tmp_path / "ib_write_bw").write_text(f"#!/bin/sh\n{ib_write_bw}\n")
+    (tmp_path / "ss").write_text(f"#!/bin/sh\n[ -e {tmp_path}/listening ] && echo 'LISTEN 0 1 0.0.0.0:18515'\n"
+                                 "exit 0\n")
+    for f in ("ib_write_bw", "ss"):
+        (tmp_path / f).chmod(0o755)
+    return {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+
+
+def test_write_bw_server_returns_once_it_listens(kit: Any, tmp_path: Path) -> None:
+    """The peer side returns when the server listens (here after a slow device open), not
+    after a fixed pause, and leaves the server running for the client."""
+    bw = _fabric_pair(kit)
+    assert bw.command is not None and bw.command.setup is not None
+    assert "-p 18515" in bw.command.setup[1] and "-p 18515" in bw.command.text
+    env = _server_bin(tmp_path, f"echo \"$@\" > {tmp_path}/args; sleep 1; touch {tmp_path}/listening; sleep 2")
+    r = subprocess.run(["sh", "-c", bw.command.setup[1]], capture_output=True, text=True, timeout=30, check=False,
+                       env=env)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "listening").exists()
+    assert (tmp_path / "args").read_text().split() == ["--report_gbits", "-D", "3", "-p", "18515"]
+
+
+@pytest.mark.parametrize(("server", "said"), [
+    ("echo ' Failed to open device rxe0'; exit 1", "Failed to open device rxe0"),  # exits: said at once
+    ("sleep 20", "after 2 s"),  # never listens: bounded
+])
+def test_write_bw_server_that_cannot_listen_fails_with_its_output(tmp_path: Path, server: str, said: str) -> None:
+    env = _server_bin(tmp_path, server)
+    r = subprocess.run(["sh", "-c", catalog.write_bw_server(18515, wait_s=2)], capture_output=True, text=True,
+                       timeout=30, check=False, env=env)
+    assert r.returncode == 1
+    assert "ib_write_bw server not listening on port 18515" in r.stderr and said in r.stderr
+
+
 @pytest.mark.parametrize(("needs", "ctx", "why"), [
     ("kernel", NodeContext("podman", 0), "no kernel access (podman container)"),
     ("kernel", NodeContext("", 0), ""),

@@ -104,14 +104,14 @@ def test_a_pair_test_starts_its_peer_first(kit: Any) -> None:
     data["nodes"][1]["interfaces"]["infiniband"] = {"ip": "10.0.3.21", "interface": "ib0"}
     m = kit.load(data).manifest
     bw = "rate=100 Gb/sec (4X EDR)\n #bytes #iterations peak average rate\n 65536 1000 0.00 91.2 0.17\n"
-    fake = Fake({("node01", "for"): Output(stdout=bw), ("node02", "nohup"): Output()},
+    fake = Fake({("node01", "for"): Output(stdout=bw), ("node02", "log=$(mktemp);"): Output()},
                 dict.fromkeys(m.node_names(), METAL))
     results = verify(catalog.plan(m, ["node01"]), ["node01"], fake, 30)
     assert {r.check: r.status for r in results}["rdma.write_bw"] == "PASS"
     order = [(h, t.split()[0]) for h, t, _ in fake.calls]
-    assert order.index(("node02", "nohup")) < order.index(("node01", "for"))
+    assert order.index(("node02", "log=$(mktemp);")) < order.index(("node01", "for"))
     # a peer that cannot start fails the pair test without running the client
-    fake2 = Fake({("node02", "nohup"): Output(rc=127, stderr="ib_write_bw: not found")},
+    fake2 = Fake({("node02", "log=$(mktemp);"): Output(rc=127, stderr="ib_write_bw: not found")},
                  dict.fromkeys(m.node_names(), METAL))
     results = verify(catalog.plan(m, ["node01"]), ["node01"], fake2, 30)
     (bw_result,) = [r for r in results if r.check == "rdma.write_bw"]
