@@ -169,6 +169,16 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--os", choices=["debian-12", "ubuntu-22.04", "ubuntu-24.04"],
                        help="only this OS (default: every OS the manifest's nodes use)")
     build.add_argument("--cache-dir", type=Path, help="image cache (default: .provision/images/ beside the manifest)")
+    prune = image_sub.add_parser(
+        "prune", help="remove old images from the cache (each OS's current image and --keep older ones stay)",
+        description="remove old images and deploy ramdisks from the cache: each OS's current image and the "
+                    "current ramdisk (what the PXE server publishes) stay, with the --keep newest older ones "
+                    "of each; leftovers of builds that died go too")
+    prune.add_argument("manifest", type=Path, help="the cluster manifest (YAML); it locates the cache")
+    prune.add_argument("--keep", type=_whole_number(0, "images"), default=1, metavar="N",
+                       help="older images to keep per OS, and older ramdisks (default 1: one to go back to)")
+    prune.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
+    prune.add_argument("--cache-dir", type=Path, help="image cache (default: .provision/images/ beside the manifest)")
     return p
 
 

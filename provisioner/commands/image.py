@@ -1,15 +1,21 @@
-"""`provision image build MANIFEST [--os OS]`: the node OS images of the manifest's image deploys.
+"""`provision image build MANIFEST [--os OS]`: the node OS images of the manifest's image deploys;
+`provision image prune MANIFEST [--keep N] [--dry-run]`: the old ones out of the cache.
 
 Per OS the manifest's nodes use (or ``--os``): the image the manifest names in
 ``cluster.images`` is fetched and verified against its SHA-256; otherwise one is built with
 mmdebstrap from ``cluster.mirrors.apt`` (:mod:`provisioner.image`), unless the cache holds
 the same recipe's image already. A built image of a monitored cluster carries the monitoring
 agent (node_exporter and its collectors) as well.
+
+Prune keeps each OS's current image and the current deploy ramdisk (what the PXE server
+publishes), and the ``--keep`` newest older ones of each (default 1: one to go back to); see
+:mod:`provisioner.image.prune`.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -19,6 +25,7 @@ from provisioner.areas.monitoring.decide import image_packages
 from provisioner.commands.common import guarded, load
 from provisioner.errors import ProvisionError
 from provisioner.image import agent
+from provisioner.image import prune as cache_prune
 from provisioner.image.build import Image, build, build_ramdisk, fetch
 from provisioner.image.recipe import ImageRecipeError, ramdisk_recipe, recipe
 from provisioner.manifest.model import Manifest
@@ -75,5 +82,26 @@ def needs_ramdisk(m: Manifest) -> bool:
     return any(n.install == "pxe" and method(m, n) == "image" for n in m.nodes)
 
 
+def mib(size: int) -> str:
+    return f"{size / (1 << 20):.0f} MiB"
+
+
+def run_prune(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """Remove (or with --dry-run, list) what :func:`provisioner.image.prune.stale` finds; the
+    manifest only locates the cache, so a manifest that no longer validates can still prune."""
+    cache = image_dir(args.manifest, args.cache_dir)
+    gone = cache_prune.stale(cache_prune.scan(cache), args.keep, time.time())
+    if not gone:
+        out.print(f"{cache}: nothing to prune", markup=False)
+        return 0
+    verb = "would remove" if args.dry_run else "removed"
+    if not args.dry_run:
+        cache_prune.remove(cache, gone)
+    for s in gone:
+        out.print(f"{verb} {', '.join(s.names)} ({mib(s.size)}): {s.why}", markup=False)
+    out.print(f"{cache}: {verb} {len(gone)}, {mib(sum(s.size for s in gone))}", markup=False)
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
-    return guarded(run, args)
+    return guarded(run_prune if args.image_action == "prune" else run, args)

@@ -33,6 +33,8 @@ from provisioner.image.recipe import RAMDISK, ImageRecipe, build_environment, mm
 BUILD_TIMEOUT = 3600.0
 FETCH_TIMEOUT = 60.0
 CHUNK = 1 << 20
+PARTIAL_PREFIX = ".partial-"  # a file being built or fetched
+RAMDISK_WORK_PREFIX = ".ramdisk-"  # the deploy ramdisk's tree while it is built
 
 Runner = Callable[..., Any]
 
@@ -116,7 +118,7 @@ def build(r: ImageRecipe, cache: Path, *, run: Runner = subprocess.run, timeout:
     if euid() != 0:
         raise ImageError("building an image needs root (mmdebstrap --mode=root): run it with sudo")
     path = cache / r.file_name
-    partial = cache / f".partial-{r.file_name}"
+    partial = cache / f"{PARTIAL_PREFIX}{r.file_name}"
     partial.unlink(missing_ok=True)
     start = time.monotonic()
     try:
@@ -153,7 +155,7 @@ def fetch(os_name: str, url: str, sha256: str, cache: Path, *, timeout: float = 
         verify(path, sha256, f"cached {os_name} image from {url}")
         _publish(cache, os_name, path, sha256)
         return Image(os_name, path, sha256, "cached")
-    partial = cache / f".partial-{path.name}"
+    partial = cache / f"{PARTIAL_PREFIX}{path.name}"
     start = time.monotonic()
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response, partial.open("wb") as out:
@@ -259,7 +261,7 @@ def build_ramdisk(r: ImageRecipe, cache: Path, *, run: Runner = subprocess.run, 
     if euid() != 0:
         raise ImageError("building the deploy ramdisk needs root (mmdebstrap --mode=root): run it with sudo")
     start = time.monotonic()
-    work = Path(tempfile.mkdtemp(prefix=".ramdisk-", dir=cache))
+    work = Path(tempfile.mkdtemp(prefix=RAMDISK_WORK_PREFIX, dir=cache))
     try:
         tree = work / "tree"
         try:
