@@ -445,7 +445,12 @@ def test_ib_write_bw_between_two_guests(lab: Lab) -> None:
     server = subprocess.Popen(store.argv("timeout 120 ib_write_bw -d rxe0 -n 200 -s 65536"),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        time.sleep(5)
+        # the client starts once the server listens (opening soft-RoCE takes seconds under load)
+        listening = store.run("for i in $(seq 120); do ss -Hltn 'sport = :18515' | grep -q . && exit 0; "
+                              "sleep 0.5; done; exit 1", check=False, timeout=90)
+        if listening.returncode != 0:
+            server.kill()
+            pytest.fail(f"ib_write_bw's server on store1 did not listen within 60 s: {server.communicate()[0]}")
         client = head.run("for i in 1 2 3 4 5; do timeout 120 ib_write_bw -d rxe0 -n 200 -s 65536 10.213.10.11"
                           " && exit 0; sleep 3; done; exit 1", check=False, timeout=400)
         out, _ = server.communicate(timeout=150)
