@@ -9,6 +9,9 @@ so they are unit-tested with fakes; :mod:`provisioner.verify.remote` is the SSH 
   ("not run: ... stalled") instead of waiting out their bounds one by one: a stalled node
   fails its checks while the others finish.
 * A command shared by several checks (nvidia-smi's query) runs once per node.
+* A pair test (a command with a peer side, ib_write_bw) holds both of its nodes while it runs:
+  no node serves one pair test while it is the client of another, so no two measurements share
+  an HCA (their results would halve; on soft-RoCE under load, the second one failed outright).
 """
 
 from __future__ import annotations
@@ -69,8 +72,39 @@ class Stalls:
             return self._hosts.get(host, "")
 
 
+class Pairs:
+    """One lock per node, shared by the node workers: a pair test takes both of its nodes'
+    (in name order, so two tests never wait on each other crosswise). Each holder runs bounded
+    commands only, so a wait is bounded too."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def lock(self, node: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(node, threading.Lock())
+
+    def holding(self, *nodes: str) -> _Held:
+        return _Held([self.lock(n) for n in sorted(set(nodes))])
+
+
+class _Held:
+    def __init__(self, locks: list[threading.Lock]) -> None:
+        self._locks = locks
+
+    def __enter__(self) -> None:
+        for lock in self._locks:
+            lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        for lock in reversed(self._locks):
+            lock.release()
+
+
 def verify_node(node: str, checks: list[Check], execute: Execute, context_timeout: int, stalls: Stalls,
-                clock: Callable[[], float] = time.monotonic) -> list[Result]:
+                clock: Callable[[], float] = time.monotonic, pairs: Pairs | None = None) -> list[Result]:
+    held = pairs if pairs is not None else Pairs()
     start = clock()
     ctx, reach = context_outcome(execute(node, parsers.CONTEXT_COMMAND, context_timeout))
     results = [Result(node, "reach", reach.status, reach.detail, clock() - start)]
@@ -83,32 +117,41 @@ def verify_node(node: str, checks: list[Check], execute: Execute, context_timeou
         if why or check.command is None:
             results.append(Result(node, check.name, "SKIP", why or "nothing to run"))
             continue
-        out = run_command(check.command, execute, stalls, outputs)
+        out = run_command(check.command, execute, stalls, outputs, held)
         outcome = check.judge(out)
         results.append(Result(node, check.name, outcome.status, outcome.detail, clock() - start))
     return results
 
 
-def run_command(cmd: Command, execute: Execute, stalls: Stalls, cache: dict[tuple[str, str], Output]) -> Output:
+def run_command(cmd: Command, execute: Execute, stalls: Stalls, cache: dict[tuple[str, str], Output],
+                pairs: Pairs) -> Output:
     key = (cmd.host, cmd.text)
     if key in cache:
         return cache[key]
     stalled = stalls.why(cmd.host)
     if stalled:
         return Output(rc=-1, error=f"not run: an earlier command on {cmd.host} {stalled}")
-    if cmd.setup is not None:
-        host, text = cmd.setup
-        if stalls.why(host):
-            return Output(rc=-1, error=f"not run: {host} {stalls.why(host)}")
-        started = execute(host, text, min(cmd.timeout, 30))
-        stalls.note(host, started)
-        if started.error or started.rc != 0:
-            return Output(rc=-1, error=f"could not start the peer side on {host}: "
-                                       f"{started.error or started.stderr.strip() or f'exit {started.rc}'}")
-    out = execute(cmd.host, cmd.text, cmd.timeout)
+    if cmd.setup is None:
+        out = execute(cmd.host, cmd.text, cmd.timeout)
+    else:
+        with pairs.holding(cmd.host, cmd.setup[0]):
+            out = _pair_command(cmd, cmd.setup, execute, stalls)
     stalls.note(cmd.host, out)
     cache[key] = out
     return out
+
+
+def _pair_command(cmd: Command, setup: tuple[str, str], execute: Execute, stalls: Stalls) -> Output:
+    """The peer side first (it returns once it serves), then the command."""
+    host, text = setup
+    if stalls.why(host):
+        return Output(rc=-1, error=f"not run: {host} {stalls.why(host)}")
+    started = execute(host, text, min(cmd.timeout, 30))
+    stalls.note(host, started)
+    if started.error or started.rc != 0:
+        return Output(rc=-1, error=f"could not start the peer side on {host}: "
+                                   f"{started.error or started.stderr.strip() or f'exit {started.rc}'}")
+    return execute(cmd.host, cmd.text, cmd.timeout)
 
 
 def verify(checks: list[Check], nodes: list[str], execute: Execute, context_timeout: int) -> list[Result]:
@@ -116,9 +159,10 @@ def verify(checks: list[Check], nodes: list[str], execute: Execute, context_time
     by_node: dict[str, list[Check]] = {n: [] for n in nodes}
     for c in checks:
         by_node.setdefault(c.node, []).append(c)
-    stalls = Stalls()
+    stalls, pairs = Stalls(), Pairs()
     if not by_node:
         return []
     with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(by_node))) as pool:
-        per_node = list(pool.map(lambda n: verify_node(n, by_node[n], execute, context_timeout, stalls), by_node))
+        per_node = list(pool.map(
+            lambda n: verify_node(n, by_node[n], execute, context_timeout, stalls, pairs=pairs), by_node))
     return [r for rs in per_node for r in rs]

@@ -117,3 +117,40 @@ def test_a_pair_test_starts_its_peer_first(kit: Any) -> None:
     (bw_result,) = [r for r in results if r.check == "rdma.write_bw"]
     assert bw_result.status == "FAIL" and "could not start the peer side on node02" in bw_result.detail
     assert not any(h == "node01" and t.startswith("for") for h, t, _ in fake2.calls)
+
+
+def test_pair_tests_never_share_a_node(kit: Any) -> None:
+    """In a ring of two, each node serves the other's pair test and is the client of its own:
+    the two tests run one after the other, never at once (one HCA, one measurement)."""
+    data = kit.base()
+    data["networks"]["infiniband"] = {"cidr": "10.0.3.0/24"}
+    data["nodes"][1]["interfaces"]["infiniband"] = {"ip": "10.0.3.21", "interface": "ib0"}
+    m = kit.load(data).manifest
+    checks = [c for c in catalog.plan(m) if c.name == "rdma.write_bw" and c.command is not None]
+    assert sorted(c.node for c in checks) == ["node01", "node02"]
+    bw = "rate=100 Gb/sec (4X EDR)\n #bytes #iterations peak average rate\n 65536 1000 0.00 91.2 0.17\n"
+    lock = threading.Lock()
+    busy: set[str] = set()
+    overlaps: list[tuple[str, set[str]]] = []
+    both = threading.Barrier(2, timeout=5)
+
+    def execute(host: str, text: str, timeout: int) -> Output:
+        if text == parsers.CONTEXT_COMMAND:
+            both.wait()  # both node workers are running before either starts its pair test
+            return Output(stdout=METAL)
+        peer = next(c.command.setup[0] for c in checks if c.node == host)  # type: ignore[union-attr]
+        if text.startswith("log=$(mktemp);"):  # the peer side, run on the peer of the test
+            with lock:
+                if busy:
+                    overlaps.append((host, set(busy)))
+                busy.add(host)
+            return Output()
+        assert text.startswith("for r in"), text
+        threading.Event().wait(0.3)  # the measurement
+        with lock:
+            busy.discard(peer)
+        return Output(stdout=bw)
+
+    results = verify(checks, ["node01", "node02"], execute, 30)
+    assert [r.status for r in results if r.check == "rdma.write_bw"] == ["PASS", "PASS"]
+    assert overlaps == []
