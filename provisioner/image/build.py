@@ -35,6 +35,7 @@ FETCH_TIMEOUT = 60.0
 CHUNK = 1 << 20
 PARTIAL_PREFIX = ".partial-"  # a file being built or fetched
 RAMDISK_WORK_PREFIX = ".ramdisk-"  # the deploy ramdisk's tree while it is built
+IMAGE_EXTS = (".tar.gz", ".tar.xz", ".tar.zst")  # root file system tarballs
 
 Runner = Callable[..., Any]
 
@@ -85,9 +86,14 @@ def verify(path: Path, expected: str, what: str) -> str:
     return got
 
 
+def current_name(os_name: str) -> str:
+    """The link to the current image of ``os_name`` (whatever the image's own extension)."""
+    return f"{os_name}.tar.gz"
+
+
 def _publish(cache: Path, os_name: str, image: Path, digest: str) -> None:
     """Point ``<os>.tar.gz`` (link) and its checksum file at ``image``."""
-    current = cache / f"{os_name}.tar.gz"
+    current = cache / current_name(os_name)
     tmp = cache / f".{os_name}.link"
     tmp.unlink(missing_ok=True)
     tmp.symlink_to(image.name)
@@ -138,7 +144,7 @@ def build(r: ImageRecipe, cache: Path, *, run: Runner = subprocess.run, timeout:
 
 
 def _suffix(url: str) -> str:
-    for ext in (".tar.gz", ".tar.xz", ".tar.zst"):
+    for ext in IMAGE_EXTS:
         if url.endswith(ext):
             return ext
     raise ImageError(f"{url}: not a .tar.gz, .tar.xz or .tar.zst root file system tarball")
@@ -178,7 +184,7 @@ def fetch(os_name: str, url: str, sha256: str, cache: Path, *, timeout: float = 
 
 def current(cache: Path, os_name: str) -> Image | None:
     """The image published as current for ``os_name`` (None when there is none)."""
-    link = cache / f"{os_name}.tar.gz"
+    link = cache / current_name(os_name)
     digest = read_sidecar(link)
     if not link.exists() or digest is None:
         return None

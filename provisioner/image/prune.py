@@ -17,12 +17,11 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from provisioner.image.build import BUILD_TIMEOUT, PARTIAL_PREFIX, RAMDISK_WORK_PREFIX
+from provisioner.image.build import BUILD_TIMEOUT, IMAGE_EXTS, PARTIAL_PREFIX, RAMDISK_WORK_PREFIX, current_name
 from provisioner.image.recipe import RAMDISK, SUITES
 
-_EXTS = (".tar.gz", ".tar.xz", ".tar.zst")
 _VERSIONED = re.compile(r"^(?P<os>" + "|".join(re.escape(o) for o in sorted(SUITES)) + r")-(?P<id>[^/]+?)"
-                        r"(?P<ext>\.tar\.gz|\.tar\.xz|\.tar\.zst)$")
+                        r"(?P<ext>" + "|".join(re.escape(x) for x in IMAGE_EXTS) + r")$")
 _RAMDISK = re.compile(r"^" + re.escape(RAMDISK) + r"-[0-9a-f]+$")
 
 
@@ -56,9 +55,9 @@ def _group(entries: list[Entry]) -> dict[str, list[Entry]]:
 
 
 def _current(entries: list[Entry], group: str) -> set[str]:
-    """What the group's links point at (``<os>.tar.gz`` / ``.tar.xz`` ..., ``deploy-ramdisk``)."""
-    links = {RAMDISK} if group == RAMDISK else {group + ext for ext in _EXTS}
-    return {os.path.basename(e.target) for e in entries if e.kind == "link" and e.name in links}
+    """What the group's link points at (``<os>.tar.gz``, ``deploy-ramdisk``)."""
+    link = RAMDISK if group == RAMDISK else current_name(group)
+    return {os.path.basename(e.target) for e in entries if e.kind == "link" and e.name == link}
 
 
 def stale(entries: list[Entry], keep: int, now: float, build_timeout: float = BUILD_TIMEOUT) -> list[Stale]:

@@ -53,6 +53,8 @@ IO_MB = 64  # the short write/read on a shared mount
 FENCE_WAIT_S = 30  # how long the fencing job waits for a free GPU (srun --immediate)
 WRITE_BW_PORT = 18515  # ib_write_bw's own default, named: the server side waits until it listens there
 WRITE_BW_LISTEN_S = 20  # how long the server side may take to open its device and listen
+# what both sides of rdma.write_bw pass (they must agree on the port and the duration)
+WRITE_BW_ARGS = f"--report_gbits -D 3 -p {WRITE_BW_PORT}"
 
 
 @dataclass(frozen=True)
@@ -480,12 +482,13 @@ def cluster_facts(m: Manifest) -> ClusterFacts:
     return ClusterFacts(unfenced_cluster(m), rings, positions)
 
 
-def write_bw_server(port: int, wait_s: int = WRITE_BW_LISTEN_S) -> str:
+def write_bw_server(wait_s: int = WRITE_BW_LISTEN_S) -> str:
     """The peer side of rdma.write_bw: start an ib_write_bw server that waits for one client
-    (90 s at most) and return once it listens on ``port``, so the client never races its start
+    (90 s at most) and return once it listens on WRITE_BW_PORT, so the client never races its start
     (opening a device takes seconds on a loaded node). A server that exits or does not listen
     within ``wait_s`` fails the setup with its own output (and is stopped)."""
-    return (f"log=$(mktemp); nohup timeout 90 ib_write_bw --report_gbits -D 3 -p {port} >\"$log\" 2>&1 </dev/null & "
+    port = WRITE_BW_PORT
+    return (f"log=$(mktemp); nohup timeout 90 ib_write_bw {WRITE_BW_ARGS} >\"$log\" 2>&1 </dev/null & "
             f"pid=$!; i=0; while [ $i -lt {wait_s * 2} ]; do "
             f"if ss -Hltn 'sport = :{port}' | grep -q .; then rm -f \"$log\"; exit 0; fi; "
             "kill -0 $pid 2>/dev/null || break; sleep 0.5; i=$((i + 1)); done; "
@@ -582,10 +585,10 @@ def checks_for(m: Manifest, node: Node, drained_by: str, facts: ClusterFacts) ->
             # one try: the server listens already (its setup waited for that) and serves one
             # client, so a failed try leaves nothing to try again against
             client = ("for r in /sys/class/infiniband/*/ports/1/rate; do echo \"rate=$(cat \"$r\")\"; break; done; "
-                      f"ib_write_bw --report_gbits -D 3 -p {WRITE_BW_PORT} {peer.interfaces['infiniband'].ip}")
+                      f"ib_write_bw {WRITE_BW_ARGS} {peer.interfaces['infiniband'].ip}")
             bw = write_bw_verdict(m.verify.ib_write_bw_fraction)
             add("rdma.write_bw", client, judged(parsers.parse_write_bw, bw), "kernel",
-                setup=(peer.name, write_bw_server(WRITE_BW_PORT)))
+                setup=(peer.name, write_bw_server()))
 
     for mount in storage.mounts_for(m, node):
         proto = storage.mount_proto(m, mount, node)

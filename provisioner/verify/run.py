@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from provisioner.verify import parsers
@@ -85,26 +86,16 @@ class Pairs:
         with self._guard:
             return self._locks.setdefault(node, threading.Lock())
 
-    def holding(self, *nodes: str) -> _Held:
-        return _Held([self.lock(n) for n in sorted(set(nodes))])
-
-
-class _Held:
-    def __init__(self, locks: list[threading.Lock]) -> None:
-        self._locks = locks
-
-    def __enter__(self) -> None:
-        for lock in self._locks:
-            lock.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        for lock in reversed(self._locks):
-            lock.release()
+    @contextmanager
+    def holding(self, *nodes: str) -> Iterator[None]:
+        with ExitStack() as held:
+            for node in sorted(set(nodes)):
+                held.enter_context(self.lock(node))
+            yield
 
 
 def verify_node(node: str, checks: list[Check], execute: Execute, context_timeout: int, stalls: Stalls,
-                clock: Callable[[], float] = time.monotonic, pairs: Pairs | None = None) -> list[Result]:
-    held = pairs if pairs is not None else Pairs()
+                pairs: Pairs, clock: Callable[[], float] = time.monotonic) -> list[Result]:
     start = clock()
     ctx, reach = context_outcome(execute(node, parsers.CONTEXT_COMMAND, context_timeout))
     results = [Result(node, "reach", reach.status, reach.detail, clock() - start)]
@@ -117,7 +108,7 @@ def verify_node(node: str, checks: list[Check], execute: Execute, context_timeou
         if why or check.command is None:
             results.append(Result(node, check.name, "SKIP", why or "nothing to run"))
             continue
-        out = run_command(check.command, execute, stalls, outputs, held)
+        out = run_command(check.command, execute, stalls, outputs, pairs)
         outcome = check.judge(out)
         results.append(Result(node, check.name, outcome.status, outcome.detail, clock() - start))
     return results
@@ -164,5 +155,5 @@ def verify(checks: list[Check], nodes: list[str], execute: Execute, context_time
         return []
     with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(by_node))) as pool:
         per_node = list(pool.map(
-            lambda n: verify_node(n, by_node[n], execute, context_timeout, stalls, pairs=pairs), by_node))
+            lambda n: verify_node(n, by_node[n], execute, context_timeout, stalls, pairs), by_node))
     return [r for rs in per_node for r in rs]

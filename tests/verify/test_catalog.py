@@ -151,7 +151,7 @@ def test_write_bw_server_returns_once_it_listens(kit: Any, tmp_path: Path) -> No
 ])
 def test_write_bw_server_that_cannot_listen_fails_with_its_output(tmp_path: Path, server: str, said: str) -> None:
     env = _server_bin(tmp_path, server)
-    r = subprocess.run(["sh", "-c", catalog.write_bw_server(18515, wait_s=2)], capture_output=True, text=True,
+    r = subprocess.run(["sh", "-c", catalog.write_bw_server(wait_s=2)], capture_output=True, text=True,
                        timeout=30, check=False, env=env)
     assert r.returncode == 1
     assert "ib_write_bw server not listening on port 18515" in r.stderr and said in r.stderr
