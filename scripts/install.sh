@@ -9,6 +9,9 @@ dev=0
 
 SUDO=""
 if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+# shellcheck source=lib/apt.sh
+. scripts/lib/apt.sh
+export DEBIAN_FRONTEND=noninteractive
 
 # The newest Python that runs a supported ansible-core: 3.12+ gets ansible-core 2.20/2.21,
 # 3.11 (Debian 12's) gets 2.19; see docs/versions.md. PROVISION_PYTHON overrides the choice.
@@ -30,8 +33,8 @@ command -v ssh >/dev/null || need+=(openssh-client)
 command -v git >/dev/null || need+=(git)
 if ((${#need[@]})); then
   echo "install: apt packages: ${need[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+  apt_get update -qq
+  apt_get install -y -qq "${need[@]}" >/dev/null
 fi
 
 if [[ ! -x .venv/bin/python ]]; then
@@ -39,8 +42,8 @@ if [[ ! -x .venv/bin/python ]]; then
   if ! "$py" -c 'import venv, ensurepip' 2>/dev/null; then
     pkg="python$("$py" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')-venv"
     echo "install: apt package $pkg"
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$pkg" >/dev/null
+    apt_get update -qq
+    apt_get install -y -qq "$pkg" >/dev/null
   fi
   echo "install: creating .venv with $("$py" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
   "$py" -m venv .venv

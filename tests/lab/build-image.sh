@@ -13,6 +13,8 @@
 # (tests/testbed/setup.sh) on 127.0.0.1:3142.
 set -euo pipefail
 SELF=$(readlink -f "$0")
+# shellcheck source=../../scripts/lib/apt.sh
+. "$(dirname "$SELF")/../../scripts/lib/apt.sh"
 
 SUITE=bookworm
 MIRROR=${TESTBED_MIRROR:-http://deb.debian.org/debian}
@@ -64,8 +66,8 @@ missing=()
 for p in "${HOST_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then
   log "installing host packages: ${missing[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >&2 \
-    || { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >&2; }
+  DEBIAN_FRONTEND=noninteractive apt_get install -y -q --no-install-recommends "${missing[@]}" >&2 \
+    || { apt_get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt_get install -y -q --no-install-recommends "${missing[@]}" >&2; }
 fi
 curl -fsS -o /dev/null --max-time 5 "$ACNG/acng-report.html" \
   || { log "apt-cacher-ng is not answering on $ACNG: run tests/testbed/setup.sh first"; exit 1; }

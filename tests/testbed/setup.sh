@@ -15,6 +15,8 @@
 #   TESTBED_EXTRA_PACKAGES=".." extra host packages (space separated)
 #   TESTBED_MIRROR=URL         Debian mirror (default http://deb.debian.org/debian)
 set -euo pipefail
+# shellcheck source=../../scripts/lib/apt.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib/apt.sh"
 
 # ---------------------------------------------------------------------------
 # Configuration
@@ -243,8 +245,8 @@ if ((${#missing[@]})); then
   log "installing: ${missing[*]}"
   # apt-cacher-ng asks whether to allow HTTPS tunnels; keep the default (no).
   echo 'apt-cacher-ng apt-cacher-ng/tunnelenable boolean false' | debconf-set-selections
-  apt-get update
-  apt-get install -y --no-install-recommends "${missing[@]}"
+  apt_get update
+  apt_get install -y --no-install-recommends "${missing[@]}"
 else
   log "all host packages present"
 fi

@@ -14,6 +14,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 [[ ${1:-} == --yes ]] || { echo "usage: $0 --yes   (wipes the test bed and caches of this machine)"; exit 2; }
 [[ $(id -u) -eq 0 ]] || { echo "must run as root"; exit 1; }
+# shellcheck source=../../scripts/lib/apt.sh
+. scripts/lib/apt.sh
 
 ip netns del provlab 2>/dev/null || true
 pkill -f qemu-system-x86_64 2>/dev/null || true
@@ -30,8 +32,8 @@ purge=(podman runc debootstrap apt-cacher-ng slirp4netns uidmap ipmitool tftp-hp
 installed=()
 for p in "${purge[@]}"; do dpkg -s "$p" >/dev/null 2>&1 && installed+=("$p"); done
 if ((${#installed[@]})); then
-  DEBIAN_FRONTEND=noninteractive apt-get purge -y -q "${installed[@]}" >/dev/null
-  DEBIAN_FRONTEND=noninteractive apt-get autoremove -y -q --purge >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt_get purge -y -q "${installed[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt_get autoremove -y -q --purge >/dev/null
 fi
 apt-get clean
 rm -rf /etc/containers/containers.conf /var/lib/containers /root/.cache/pip /root/.cache/molecule \
