@@ -44,6 +44,17 @@ RESULTS="$LOGS/results"
 : >"$RESULTS"
 rm -f "$LOGS"/*.pid "$LOGS"/*.watchdog
 
+# The lab's guests run under software emulation, so its times follow the CPU: every run
+# says which machine it ran on (docs/testing.md keeps the times per machine kind).
+MACHINE="$(awk -F': *' '/^model name/ {print $2; exit}' /proc/cpuinfo 2>/dev/null), $(nproc) cores"
+TCG_SPEED="TCG probe: not run (no qemu yet)"
+probe_tcg() {
+  command -v qemu-system-x86_64 >/dev/null || return 0
+  TCG_SPEED=$(timeout 150 python3 tests/testbed/tcg_probe.py 2>&1 | tail -n 1)
+  echo "=== $TCG_SPEED"
+}
+echo "=== machine: $MACHINE"
+
 stage_install() { scripts/install.sh --dev; }
 stage_testbed() { tests/testbed/setup.sh; }
 stage_lint() {
@@ -120,7 +131,7 @@ run_lane() {
 }
 
 table() {
-  echo "=== timings (total $((SECONDS - RUN_START))s, budget ${TOTAL_BUDGET}s)"
+  echo "=== timings (total $((SECONDS - RUN_START))s, budget ${TOTAL_BUDGET}s) on $MACHINE; $TCG_SPEED"
   printf '  %-10s %7s %7s  %s\n' stage budget time result
   local name budget took result
   while read -r name budget took result; do
@@ -148,6 +159,9 @@ for s in install testbed; do
   wanted "$s" || continue
   run_stage "$s" || { failed=1; break; }
 done
+# before the lanes share the cores: the speed of this machine alone (the test bed
+# installed qemu)
+((failed)) || probe_tcg
 
 LAB_PID=""
 if ((!failed)); then

@@ -48,6 +48,8 @@ HOST_PACKAGES=(
   golang-github-containernetworking-plugin-dnsname
   # the wheel test installs the built package into a fresh venv of the system's python3
   python3-venv
+  # the VM lab (tests/lab) and the TCG speed probe scripts/test.sh prints (tcg_probe.py)
+  qemu-system-x86 qemu-utils ipxe-qemu
 )
 # shellcheck disable=SC2206
 HOST_PACKAGES+=(${TESTBED_EXTRA_PACKAGES:-})
