@@ -5,7 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import pytest
+import yaml
+from ansible.plugins.filter.core import FilterModule as CoreFilters
+from ansible.plugins.test.core import TestModule as CoreTests
 
 from provisioner.areas.baremetal import decide as ic
 from provisioner.areas.baremetal import rolevars
@@ -78,3 +82,32 @@ def test_the_media_table_and_its_documentation() -> None:
         assert default.iso.startswith(release) and default.iso in docs
     with pytest.raises(RuntimeError, match="releases is missing"):
         ic.load_media("ubuntu_live_server: {}")
+
+
+def _installer_os(nodes: list[dict[str, Any]]) -> list[str]:
+    """roles/pxe_server/vars/main.yml's __pxe_server_installer_os for ``nodes``, rendered
+    with Jinja2 and Ansible's own filters and tests."""
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters.update(CoreFilters().filters())
+    env.tests.update(CoreTests().tests())
+    expression = yaml.safe_load((ROOT / "roles/pxe_server/vars/main.yml").read_text())["__pxe_server_installer_os"]
+    rendered: list[str] = yaml.safe_load(env.from_string(expression.strip()).render(pxe_server_nodes=nodes))
+    return rendered
+
+
+def test_the_pxe_server_fetches_installer_media_only_for_installer_nodes(kit: Any) -> None:
+    """An image deploy boots the deploy ramdisk: a site whose nodes all deploy images must not
+    download a live-server ISO (gigabytes) or unpack a netboot installer for nothing."""
+    data = kit.example("music-lab.yaml")  # every node ubuntu-24.04, image deploys (the default)
+    nodes = rolevars.cluster_vars(kit.load(data).manifest)["pxe_server_nodes"]
+    assert {n["method"] for n in nodes} == {"image"}
+    assert _installer_os(nodes) == []
+    stores = next(n for n in data["nodes"] if n["name"] == "store[1-2]")
+    stores["install_method"], stores["os"] = "installer", "debian-12"
+    nodes = rolevars.cluster_vars(kit.load(data).manifest)["pxe_server_nodes"]
+    assert _installer_os(nodes) == ["debian-12"]
+    data["cluster"]["install_method"] = "installer"
+    nodes = rolevars.cluster_vars(kit.load(data).manifest)["pxe_server_nodes"]
+    assert _installer_os(nodes) == ["debian-12", "ubuntu-24.04"]
+    # an entry without a method (an older inventory) is served by the installer, as before
+    assert _installer_os([{"name": "n1", "os": "ubuntu-22.04"}]) == ["ubuntu-22.04"]
