@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provisioner.image.build import BUILD_TIMEOUT, IMAGE_EXTS, PARTIAL_PREFIX, RAMDISK_WORK_PREFIX, current_name
-from provisioner.image.recipe import RAMDISK, SUITES
+from provisioner.image.recipe import OS_IMAGES, RAMDISK
 
-_VERSIONED = re.compile(r"^(?P<os>" + "|".join(re.escape(o) for o in sorted(SUITES)) + r")-(?P<id>[^/]+?)"
+_VERSIONED = re.compile(r"^(?P<os>" + "|".join(re.escape(o) for o in sorted(OS_IMAGES)) + r")-(?P<id>[^/]+?)"
                         r"(?P<ext>" + "|".join(re.escape(x) for x in IMAGE_EXTS) + r")$")
 _RAMDISK = re.compile(r"^" + re.escape(RAMDISK) + r"-[0-9a-f]+$")
 

@@ -17,11 +17,9 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 
+from provisioner.manifest.model import OsName
+
 RECIPE_VERSION = 1
-DEFAULT_MIRRORS = {"debian": "http://deb.debian.org/debian", "ubuntu": "http://archive.ubuntu.com/ubuntu"}
-SUITES = {"debian-12": ("debian", "bookworm"), "ubuntu-22.04": ("ubuntu", "jammy"),
-          "ubuntu-24.04": ("ubuntu", "noble")}
-COMPONENTS = {"debian": ("main",), "ubuntu": ("main", "universe")}
 # netbase: /etc/protocols and /etc/services, which mmdebstrap's apt variant leaves out and
 # without which mount.nfs fails ("Failed to find 'tcp' protocol"); procps: ps, sysctl, pgrep.
 COMMON_PACKAGES = (
@@ -29,9 +27,34 @@ COMMON_PACKAGES = (
     "ca-certificates", "e2fsprogs", "mdadm", "initramfs-tools", "netbase", "procps",
     "grub-pc-bin", "grub-efi-amd64-bin", "grub2-common",
 )
-KERNEL = {"debian": "linux-image-amd64", "ubuntu": "linux-image-generic"}
-# Ubuntu's netplan writes systemd-networkd files; Debian gets systemd-networkd files directly.
-OS_PACKAGES = {"debian": ("systemd-resolved",), "ubuntu": ("netplan.io", "systemd-resolved")}
+
+
+@dataclass(frozen=True)
+class OsImage:
+    """What the image of one OS is built from. The facts and their sources: docs/versions.md,
+    "Node images"."""
+
+    distro: str  # debian, ubuntu
+    suite: str
+    default_mirror: str
+    components: tuple[str, ...]
+    kernel: str
+    packages: tuple[str, ...]  # besides COMMON_PACKAGES and the kernel
+
+
+# One entry per OS of the manifest (provisioner.manifest.model.OsName; a test holds them equal).
+# systemd-resolved: its own package in Debian 12 and Ubuntu 24.04 (noble split it out of
+# systemd 255); part of the systemd package in Ubuntu 22.04 (systemd 249), where no package
+# of that name exists. Ubuntu's netplan writes systemd-networkd files; Debian gets
+# systemd-networkd files directly.
+OS_IMAGES: dict[OsName, OsImage] = {
+    "debian-12": OsImage("debian", "bookworm", "http://deb.debian.org/debian", ("main",), "linux-image-amd64",
+                         ("systemd-resolved",)),
+    "ubuntu-22.04": OsImage("ubuntu", "jammy", "http://archive.ubuntu.com/ubuntu", ("main", "universe"),
+                            "linux-image-generic", ("netplan.io",)),
+    "ubuntu-24.04": OsImage("ubuntu", "noble", "http://archive.ubuntu.com/ubuntu", ("main", "universe"),
+                            "linux-image-generic", ("netplan.io", "systemd-resolved")),
+}
 
 FIRSTBOOT_UNIT = """\
 [Unit]
@@ -73,6 +96,8 @@ CUSTOMIZE_HOOK = (
 # The deploy ramdisk: a small Debian system that runs from RAM (the whole tree is the
 # initramfs, systemd its init), gets its address over DHCP and runs the deploy agent.
 RAMDISK = "deploy-ramdisk"
+RAMDISK_OS: OsName = "debian-12"  # whatever OS the nodes run
+RAMDISK_COMPONENTS = ("main",)
 RAMDISK_PACKAGES = (
     "linux-image-amd64", "systemd-sysv", "udev", "kmod", "iproute2", "python3", "gdisk", "parted",
     "mdadm", "dosfstools", "e2fsprogs", "util-linux", "tar", "gzip", "xz-utils", "zstd",
@@ -154,19 +179,20 @@ def recipe(os_name: str, mirror: str | None, proxy: str | None = None,
     """The recipe for ``os_name`` from ``mirror`` (None: the distribution's own archive);
     ``extra_packages``: what every node of the cluster installs anyway (the monitoring agent),
     so that a deployed node's first apply does not unpack it. None: the same key as before."""
-    if os_name not in SUITES:
-        raise ImageRecipeError(f"no image recipe for {os_name!r}; known: {', '.join(sorted(SUITES))}")
-    distro, suite = SUITES[os_name]
-    packages = {KERNEL[distro], *COMMON_PACKAGES, *OS_PACKAGES[distro], *extra_packages}
-    return ImageRecipe(os_name, distro, suite, (mirror or DEFAULT_MIRRORS[distro]).rstrip("/"), proxy,
-                       COMPONENTS[distro], tuple(sorted(packages)))
+    facts = next((f for name, f in OS_IMAGES.items() if name == os_name), None)
+    if facts is None:
+        raise ImageRecipeError(f"no image recipe for {os_name!r}; known: {', '.join(sorted(OS_IMAGES))}")
+    packages = {facts.kernel, *COMMON_PACKAGES, *facts.packages, *extra_packages}
+    return ImageRecipe(os_name, facts.distro, facts.suite, (mirror or facts.default_mirror).rstrip("/"), proxy,
+                       facts.components, tuple(sorted(packages)))
 
 
 def ramdisk_recipe(mirror: str | None, proxy: str | None, agent: str) -> ImageRecipe:
     """The deploy ramdisk, from the Debian archive (``mirror`` when the cluster's nodes run
     Debian, else Debian's own); ``agent``: the deploy agent's source text."""
-    return ImageRecipe(RAMDISK, "debian", "bookworm", (mirror or DEFAULT_MIRRORS["debian"]).rstrip("/"), proxy,
-                       COMPONENTS["debian"], tuple(sorted(RAMDISK_PACKAGES)), RAMDISK_UNIT, RAMDISK_HOOK,
+    debian = OS_IMAGES[RAMDISK_OS]
+    return ImageRecipe(RAMDISK, debian.distro, debian.suite, (mirror or debian.default_mirror).rstrip("/"), proxy,
+                       RAMDISK_COMPONENTS, tuple(sorted(RAMDISK_PACKAGES)), RAMDISK_UNIT, RAMDISK_HOOK,
                        RECIPE_VERSION, agent)
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import dataclasses
 import shlex
 import subprocess
+import typing
 
 import pytest
 
 from provisioner.image import recipe as rc
+from provisioner.manifest.model import OsName
 
 MIRROR = "http://127.0.0.1:3142/deb.debian.org/debian"
 
@@ -35,6 +37,20 @@ def test_ubuntu_recipes_use_their_suite_kernel_and_netplan() -> None:
     assert rc.recipe("ubuntu-22.04", None).suite == "jammy"
     with pytest.raises(rc.ImageRecipeError, match="no image recipe for 'rhel-9'"):
         rc.recipe("rhel-9", None)
+
+
+def test_every_os_of_the_manifest_has_an_image_recipe_and_no_other() -> None:
+    assert set(rc.OS_IMAGES) == set(typing.get_args(OsName))
+
+
+def test_systemd_resolved_is_asked_for_only_where_it_is_a_package_of_its_own() -> None:
+    # jammy's systemd 249 carries resolved itself (no package systemd-resolved exists there:
+    # every 22.04 build failed); noble's systemd 255 and bookworm's 252 split it out
+    assert "systemd-resolved" not in rc.recipe("ubuntu-22.04", None).packages
+    assert "systemd-resolved" in rc.recipe("ubuntu-24.04", None).packages
+    assert "systemd-resolved" in rc.recipe("debian-12", None).packages
+    # the image enables and links it either way (the unit ships with systemd on jammy)
+    assert "systemd-resolved.service" in rc.CUSTOMIZE_HOOK
 
 
 def test_cache_key_changes_with_every_input_and_only_with_them() -> None:
