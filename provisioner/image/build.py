@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioner.errors import ProvisionError
-from provisioner.image.recipe import RAMDISK, ImageRecipe, build_environment, mmdebstrap_command
+from provisioner.image.recipe import KEYRINGS, RAMDISK, ImageRecipe, build_environment, mmdebstrap_command
 
 BUILD_TIMEOUT = 3600.0
 FETCH_TIMEOUT = 60.0
@@ -101,6 +101,15 @@ def _publish(cache: Path, os_name: str, image: Path, digest: str) -> None:
     sidecar(current).write_text(sidecar_line(digest, current))
 
 
+def keyring_problem(r: ImageRecipe, exists: Callable[[str], bool]) -> str | None:
+    """Why mmdebstrap could not check ``r``'s archive on this host (its keyring is missing), in
+    one line with how to get it; None when it can."""
+    path, how = KEYRINGS[r.distro]
+    if exists(path):
+        return None
+    return f"building the {r.os} image needs the {r.distro} archive keyring {path}, which this host lacks: {how}"
+
+
 def cached(r: ImageRecipe, cache: Path) -> Image | None:
     """The built image of ``r`` if the cache holds it with a checksum that still matches."""
     path = cache / r.file_name
@@ -112,7 +121,8 @@ def cached(r: ImageRecipe, cache: Path) -> Image | None:
 
 
 def build(r: ImageRecipe, cache: Path, *, run: Runner = subprocess.run, timeout: float = BUILD_TIMEOUT,
-          which: Callable[[str], str | None] = shutil.which, euid: Callable[[], int] = os.geteuid) -> Image:
+          which: Callable[[str], str | None] = shutil.which, euid: Callable[[], int] = os.geteuid,
+          exists: Callable[[str], bool] = os.path.exists) -> Image:
     """Build ``r`` into ``cache`` unless the cache holds it already; publish it as current."""
     cache.mkdir(parents=True, exist_ok=True)
     found = cached(r, cache)
@@ -123,6 +133,9 @@ def build(r: ImageRecipe, cache: Path, *, run: Runner = subprocess.run, timeout:
         raise ImageError("mmdebstrap is not installed: apt-get install mmdebstrap (Debian 12 / Ubuntu 22.04+)")
     if euid() != 0:
         raise ImageError("building an image needs root (mmdebstrap --mode=root): run it with sudo")
+    problem = keyring_problem(r, exists)
+    if problem:
+        raise ImageError(problem)
     path = cache / r.file_name
     partial = cache / f"{PARTIAL_PREFIX}{r.file_name}"
     partial.unlink(missing_ok=True)
@@ -249,7 +262,8 @@ def write_initramfs(tree: Path, out: Path, skip: tuple[str, ...] = ("boot",)) ->
 
 
 def build_ramdisk(r: ImageRecipe, cache: Path, *, run: Runner = subprocess.run, timeout: float = BUILD_TIMEOUT,
-                  which: Callable[[str], str | None] = shutil.which, euid: Callable[[], int] = os.geteuid) -> Ramdisk:
+                  which: Callable[[str], str | None] = shutil.which, euid: Callable[[], int] = os.geteuid,
+                  exists: Callable[[str], bool] = os.path.exists) -> Ramdisk:
     """The deploy ramdisk (kernel + initramfs) of ``r`` in ``cache/deploy-ramdisk-<key>/``,
     built unless there; ``cache/deploy-ramdisk`` points at it."""
     assert r.os == RAMDISK
@@ -266,6 +280,9 @@ def build_ramdisk(r: ImageRecipe, cache: Path, *, run: Runner = subprocess.run, 
         raise ImageError("mmdebstrap is not installed: apt-get install mmdebstrap (Debian 12 / Ubuntu 22.04+)")
     if euid() != 0:
         raise ImageError("building the deploy ramdisk needs root (mmdebstrap --mode=root): run it with sudo")
+    problem = keyring_problem(r, exists)
+    if problem:
+        raise ImageError(problem)
     start = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix=RAMDISK_WORK_PREFIX, dir=cache))
     try:

@@ -42,6 +42,17 @@ class OsImage:
     packages: tuple[str, ...]  # besides COMMON_PACKAGES and the kernel
 
 
+# The archive keyring mmdebstrap checks each distribution's Release files with (--keyring),
+# on the build host, and how to get it there: Debian 12's main archive has no Ubuntu keyring
+# (ubuntu-keyring is in bookworm-backports; Ubuntu hosts have it installed).
+KEYRINGS: dict[str, tuple[str, str]] = {
+    "debian": ("/usr/share/keyrings/debian-archive-keyring.gpg", "apt-get install debian-archive-keyring"),
+    "ubuntu": ("/usr/share/keyrings/ubuntu-archive-keyring.gpg",
+               "apt-get install ubuntu-keyring (on Debian 12 from bookworm-backports: "
+               "apt-get install -t bookworm-backports ubuntu-keyring)"),
+}
+
+
 # One entry per OS of the manifest (provisioner.manifest.model.OsName; a test holds them equal).
 # systemd-resolved: its own package in Debian 12 and Ubuntu 24.04 (noble split it out of
 # systemd 255); part of the systemd package in Ubuntu 22.04 (systemd 249), where no package
@@ -218,8 +229,7 @@ def mmdebstrap_command(r: ImageRecipe, output: str, fmt: str = "tar") -> list[st
     ]
     if r.proxy:
         cmd.append(f"--aptopt=Acquire::http::Proxy \"{r.proxy}\"")
-    if r.distro == "debian":
-        cmd.append("--keyring=/usr/share/keyrings/debian-archive-keyring.gpg")
+    cmd.append(f"--keyring={KEYRINGS[r.distro][0]}")
     cmd += [r.suite, output, f"deb {r.mirror} {r.suite} {' '.join(r.components)}"]
     return cmd
 

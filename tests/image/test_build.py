@@ -36,7 +36,7 @@ class FakeMmdebstrap:
 
 
 def builder(run: FakeMmdebstrap, r: rc.ImageRecipe, cache: Path) -> ib.Image:
-    return ib.build(r, cache, run=run, which=lambda _: "/usr/bin/mmdebstrap", euid=lambda: 0)
+    return ib.build(r, cache, run=run, which=lambda _: "/usr/bin/mmdebstrap", euid=lambda: 0, exists=lambda _: True)
 
 
 def test_a_build_writes_the_image_its_checksum_and_the_current_link(tmp_path: Path) -> None:
@@ -89,6 +89,26 @@ def test_missing_mmdebstrap_or_root_is_said_plainly(tmp_path: Path) -> None:
         ib.build(r, tmp_path, run=FakeMmdebstrap(), which=lambda _: None, euid=lambda: 0)
     with pytest.raises(ib.ImageError, match="needs root"):
         ib.build(r, tmp_path, run=FakeMmdebstrap(), which=lambda _: "/x", euid=lambda: 1000)
+
+
+def test_a_missing_archive_keyring_fails_before_mmdebstrap_runs_saying_how_to_get_it(tmp_path: Path) -> None:
+    # a Debian 12 admin host has no Ubuntu keyring in its main archive: every Ubuntu build
+    # failed at the chroot's apt update, with no hint
+    run = FakeMmdebstrap()
+    ubuntu = rc.recipe("ubuntu-24.04", None)
+    have = {"/usr/share/keyrings/debian-archive-keyring.gpg"}
+    with pytest.raises(ib.ImageError) as exc:
+        ib.build(ubuntu, tmp_path, run=run, which=lambda _: "/x", euid=lambda: 0, exists=have.__contains__)
+    message = str(exc.value)
+    assert "\n" not in message and "/usr/share/keyrings/ubuntu-archive-keyring.gpg" in message
+    assert "bookworm-backports" in message and "ubuntu-keyring" in message
+    assert run.calls == [] and list(tmp_path.iterdir()) == []
+    # and mmdebstrap is told which keyring checks which archive
+    assert "--keyring=/usr/share/keyrings/ubuntu-archive-keyring.gpg" in rc.mmdebstrap_command(ubuntu, "x.tar.gz")
+    debian = rc.recipe("debian-12", MIRROR)
+    assert "--keyring=/usr/share/keyrings/debian-archive-keyring.gpg" in rc.mmdebstrap_command(debian, "x.tar.gz")
+    assert ib.build(debian, tmp_path, run=run, which=lambda _: "/x", euid=lambda: 0,
+                    exists=have.__contains__).source == "built"
 
 
 # --------------------------------------------------------------------------- named images
