@@ -6,8 +6,8 @@ server, Python, the boot loaders for UEFI and BIOS, mdadm (a RAID1 root) and a f
 unit, and nothing site-specific: no host keys, an empty machine-id, no users but root
 (locked). The deploy agent writes the node's identity on top of it.
 
-The cache key hashes every input of the build (OS, suite, mirror, components, package
-list, the customize hook's text, the first-boot unit, the recipe version): an image is
+The cache key hashes every input of the build (OS, suite, mirror, components, apt sources,
+package list, the customize hook's text, the first-boot unit, the recipe version): an image is
 rebuilt only when one of them changes.
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass
 
 from provisioner.manifest.model import OsName
@@ -37,9 +38,24 @@ class OsImage:
     distro: str  # debian, ubuntu
     suite: str
     default_mirror: str
-    components: tuple[str, ...]
+    components: tuple[str, ...]  # every component of the OS's standard sources
+    pockets: tuple[str, ...]  # suites of the main archive besides the release (-updates ...)
+    security_pocket: str
     kernel: str
     packages: tuple[str, ...]  # besides COMMON_PACKAGES and the kernel
+
+    def security_mirror(self, mirror: str) -> str:
+        """Where ``mirror``'s security pocket lives: Debian's is a tree of its own beside the
+        archive (.../debian -> .../debian-security), Ubuntu's is in the archive."""
+        return re.sub(r"/debian/?$", "/debian-security", mirror) if self.distro == "debian" else mirror
+
+    def sources(self, mirror: str) -> tuple[str, ...]:
+        """The image's apt sources (one-line format): every pocket and component of the OS, as
+        its own installer writes them, so that a node gets its security updates and restricted
+        packages (Canonical's signed NVIDIA modules) without a manifest mirror."""
+        comps = " ".join(self.components)
+        main = [f"deb {mirror} {suite} {comps}" for suite in (self.suite, *self.pockets)]
+        return (*main, f"deb {self.security_mirror(mirror)} {self.security_pocket} {comps}")
 
 
 # The archive keyring mmdebstrap checks each distribution's Release files with (--keyring),
@@ -58,13 +74,19 @@ KEYRINGS: dict[str, tuple[str, str]] = {
 # systemd 255); part of the systemd package in Ubuntu 22.04 (systemd 249), where no package
 # of that name exists. Ubuntu's netplan writes systemd-networkd files; Debian gets
 # systemd-networkd files directly.
+# Components and pockets: the same as the common role writes for a mirror
+# (roles/common/vars/<OS>.yml; a test holds them equal).
+DEBIAN_COMPONENTS = ("main", "contrib", "non-free", "non-free-firmware")
+UBUNTU_COMPONENTS = ("main", "restricted", "universe", "multiverse")
 OS_IMAGES: dict[OsName, OsImage] = {
-    "debian-12": OsImage("debian", "bookworm", "http://deb.debian.org/debian", ("main",), "linux-image-amd64",
-                         ("systemd-resolved",)),
-    "ubuntu-22.04": OsImage("ubuntu", "jammy", "http://archive.ubuntu.com/ubuntu", ("main", "universe"),
-                            "linux-image-generic", ("netplan.io",)),
-    "ubuntu-24.04": OsImage("ubuntu", "noble", "http://archive.ubuntu.com/ubuntu", ("main", "universe"),
-                            "linux-image-generic", ("netplan.io", "systemd-resolved")),
+    "debian-12": OsImage("debian", "bookworm", "http://deb.debian.org/debian", DEBIAN_COMPONENTS,
+                         ("bookworm-updates",), "bookworm-security", "linux-image-amd64", ("systemd-resolved",)),
+    "ubuntu-22.04": OsImage("ubuntu", "jammy", "http://archive.ubuntu.com/ubuntu", UBUNTU_COMPONENTS,
+                            ("jammy-updates", "jammy-backports"), "jammy-security", "linux-image-generic",
+                            ("netplan.io",)),
+    "ubuntu-24.04": OsImage("ubuntu", "noble", "http://archive.ubuntu.com/ubuntu", UBUNTU_COMPONENTS,
+                            ("noble-updates", "noble-backports"), "noble-security", "linux-image-generic",
+                            ("netplan.io", "systemd-resolved")),
 }
 
 FIRSTBOOT_UNIT = """\
@@ -169,6 +191,7 @@ class ImageRecipe:
     proxy: str | None
     components: tuple[str, ...]
     packages: tuple[str, ...]
+    sources: tuple[str, ...]  # the apt sources it is built from and keeps (one-line format)
     firstboot_unit: str = FIRSTBOOT_UNIT
     customize_hook: str = CUSTOMIZE_HOOK
     version: int = RECIPE_VERSION
@@ -194,17 +217,20 @@ def recipe(os_name: str, mirror: str | None, proxy: str | None = None,
     if facts is None:
         raise ImageRecipeError(f"no image recipe for {os_name!r}; known: {', '.join(sorted(OS_IMAGES))}")
     packages = {facts.kernel, *COMMON_PACKAGES, *facts.packages, *extra_packages}
-    return ImageRecipe(os_name, facts.distro, facts.suite, (mirror or facts.default_mirror).rstrip("/"), proxy,
-                       facts.components, tuple(sorted(packages)))
+    base = (mirror or facts.default_mirror).rstrip("/")
+    return ImageRecipe(os_name, facts.distro, facts.suite, base, proxy, facts.components, tuple(sorted(packages)),
+                       facts.sources(base))
 
 
 def ramdisk_recipe(mirror: str | None, proxy: str | None, agent: str) -> ImageRecipe:
     """The deploy ramdisk, from the Debian archive (``mirror`` when the cluster's nodes run
     Debian, else Debian's own); ``agent``: the deploy agent's source text."""
     debian = OS_IMAGES[RAMDISK_OS]
-    return ImageRecipe(RAMDISK, debian.distro, debian.suite, (mirror or debian.default_mirror).rstrip("/"), proxy,
-                       RAMDISK_COMPONENTS, tuple(sorted(RAMDISK_PACKAGES)), RAMDISK_UNIT, RAMDISK_HOOK,
-                       RECIPE_VERSION, agent)
+    base = (mirror or debian.default_mirror).rstrip("/")
+    # the ramdisk runs no apt: the release's main component is all it needs
+    sources = (f"deb {base} {debian.suite} {' '.join(RAMDISK_COMPONENTS)}",)
+    return ImageRecipe(RAMDISK, debian.distro, debian.suite, base, proxy, RAMDISK_COMPONENTS,
+                       tuple(sorted(RAMDISK_PACKAGES)), sources, RAMDISK_UNIT, RAMDISK_HOOK, RECIPE_VERSION, agent)
 
 
 def mmdebstrap_command(r: ImageRecipe, output: str, fmt: str = "tar") -> list[str]:
@@ -230,7 +256,7 @@ def mmdebstrap_command(r: ImageRecipe, output: str, fmt: str = "tar") -> list[st
     if r.proxy:
         cmd.append(f"--aptopt=Acquire::http::Proxy \"{r.proxy}\"")
     cmd.append(f"--keyring={KEYRINGS[r.distro][0]}")
-    cmd += [r.suite, output, f"deb {r.mirror} {r.suite} {' '.join(r.components)}"]
+    cmd += [r.suite, output, *r.sources]
     return cmd
 
 

@@ -30,8 +30,9 @@ class FakeMmdebstrap:
     def __call__(self, cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
         assert kwargs["timeout"] > 0 and "PROVISION_FIRSTBOOT_UNIT" in kwargs["env"]
         self.calls.append(cmd)
-        if not self.fail:
-            Path(cmd[-2]).write_bytes(f"image of {cmd[-1]} {len(self.calls)}".encode())
+        if not self.fail:  # mmdebstrap [OPTION...] SUITE TARGET [MIRROR...]
+            suite, target, *sources = [c for c in cmd[1:] if not c.startswith("--")]
+            Path(target).write_bytes(f"image of {suite} from {sources} {len(self.calls)}".encode())
         return subprocess.CompletedProcess(cmd, 1 if self.fail else 0)
 
 

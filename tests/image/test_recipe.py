@@ -6,18 +6,21 @@ import dataclasses
 import shlex
 import subprocess
 import typing
+from pathlib import Path
 
 import pytest
+import yaml
 
 from provisioner.image import recipe as rc
 from provisioner.manifest.model import OsName
 
 MIRROR = "http://127.0.0.1:3142/deb.debian.org/debian"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_debian_recipe_holds_kernel_ssh_python_bootloaders_and_nothing_site_specific() -> None:
     r = rc.recipe("debian-12", MIRROR + "/")
-    assert (r.distro, r.suite, r.mirror, r.components) == ("debian", "bookworm", MIRROR, ("main",))
+    assert (r.distro, r.suite, r.mirror) == ("debian", "bookworm", MIRROR)
     for package in ("linux-image-amd64", "openssh-server", "python3", "grub-pc-bin", "grub-efi-amd64-bin", "mdadm"):
         assert package in r.packages
     # what a Debian/Ubuntu install has and the apt variant lacks: NFS mounts need /etc/protocols
@@ -32,7 +35,7 @@ def test_debian_recipe_holds_kernel_ssh_python_bootloaders_and_nothing_site_spec
 
 def test_ubuntu_recipes_use_their_suite_kernel_and_netplan() -> None:
     r = rc.recipe("ubuntu-24.04", None)
-    assert (r.suite, r.mirror, r.components) == ("noble", "http://archive.ubuntu.com/ubuntu", ("main", "universe"))
+    assert (r.suite, r.mirror) == ("noble", "http://archive.ubuntu.com/ubuntu")
     assert "linux-image-generic" in r.packages and "netplan.io" in r.packages
     assert rc.recipe("ubuntu-22.04", None).suite == "jammy"
     with pytest.raises(rc.ImageRecipeError, match="no image recipe for 'rhel-9'"):
@@ -51,6 +54,56 @@ def test_systemd_resolved_is_asked_for_only_where_it_is_a_package_of_its_own() -
     assert "systemd-resolved" in rc.recipe("debian-12", None).packages
     # the image enables and links it either way (the unit ships with systemd on jammy)
     assert "systemd-resolved.service" in rc.CUSTOMIZE_HOOK
+
+
+ALL = {"debian": "main contrib non-free non-free-firmware", "ubuntu": "main restricted universe multiverse"}
+
+
+@pytest.mark.parametrize(("os_name", "mirror", "expected"), [
+    ("debian-12", MIRROR, [f"deb {MIRROR} bookworm {ALL['debian']}",
+                           f"deb {MIRROR} bookworm-updates {ALL['debian']}",
+                           f"deb http://127.0.0.1:3142/deb.debian.org/debian-security bookworm-security {ALL['debian']}"]),
+    ("debian-12", None, [f"deb http://deb.debian.org/debian bookworm {ALL['debian']}",
+                         f"deb http://deb.debian.org/debian bookworm-updates {ALL['debian']}",
+                         f"deb http://deb.debian.org/debian-security bookworm-security {ALL['debian']}"]),
+    ("ubuntu-22.04", "http://mirror.example.org/ubuntu/", [
+        f"deb http://mirror.example.org/ubuntu {suite} {ALL['ubuntu']}"
+        for suite in ("jammy", "jammy-updates", "jammy-backports", "jammy-security")]),
+    ("ubuntu-24.04", None, [
+        f"deb http://archive.ubuntu.com/ubuntu {suite} {ALL['ubuntu']}"
+        for suite in ("noble", "noble-updates", "noble-backports", "noble-security")]),
+])
+def test_images_are_built_from_and_keep_every_pocket_and_component_of_their_os(
+        os_name: str, mirror: str | None, expected: list[str]) -> None:
+    # release-pocket-only images never got a kernel or security update, had no `restricted`
+    # (Canonical's signed NVIDIA modules) and jumped to -updates at the first mirror change
+    r = rc.recipe(os_name, mirror)
+    assert list(r.sources) == expected
+    assert rc.mmdebstrap_command(r, "x.tar.gz")[-len(expected):] == expected  # the chroot's sources.list
+
+
+def common_role_vars(name: str) -> dict[str, object]:
+    return yaml.safe_load((ROOT / "roles" / "common" / "vars" / f"{name}.yml").read_text())
+
+
+@pytest.mark.parametrize(("os_name", "vars_file", "release"), [
+    ("debian-12", "Debian-12", "bookworm"), ("ubuntu-22.04", "Ubuntu-22", "jammy"), ("ubuntu-24.04", "Ubuntu-24", "noble"),
+])
+def test_image_sources_are_the_ones_the_common_role_writes_for_a_mirror(os_name: str, vars_file: str,
+                                                                          release: str) -> None:
+    role = common_role_vars(vars_file)
+    facts = rc.OS_IMAGES[os_name]  # type: ignore[index]
+    assert list(facts.components) == role["__common_apt_components"]
+    suites = [str(s).replace("{{ ansible_facts.distribution_release }}", release) for s in role["__common_apt_suites"]]
+    assert [facts.suite, *facts.pockets] == suites
+    security = [str(s).replace("{{ ansible_facts.distribution_release }}", release)
+                for s in role["__common_apt_security_suites"]]
+    assert [facts.security_pocket] == security
+
+
+def test_the_deploy_ramdisk_keeps_one_source() -> None:
+    r = rc.ramdisk_recipe(MIRROR, None, "agent")
+    assert r.sources == (f"deb {MIRROR} bookworm main",)
 
 
 def test_cache_key_changes_with_every_input_and_only_with_them() -> None:
@@ -84,7 +137,7 @@ def test_command_line_builds_a_compressed_tarball_from_the_mirror() -> None:
     r = rc.recipe("debian-12", MIRROR, "http://proxy.example.org:3128")
     cmd = rc.mmdebstrap_command(r, "/cache/out.tar.gz")
     assert cmd[:4] == ["mmdebstrap", "--mode=root", "--variant=apt", "--format=tar"]
-    assert cmd[-3:] == ["bookworm", "/cache/out.tar.gz", f"deb {MIRROR} bookworm main"]
+    assert cmd[-5:] == ["bookworm", "/cache/out.tar.gz", *r.sources]
     assert f"--include={','.join(r.packages)}" in cmd
     assert '--aptopt=Acquire::http::Proxy "http://proxy.example.org:3128"' in cmd
     assert '--aptopt=Acquire::http::Timeout "60"' in cmd  # no apt step waits forever
