@@ -101,13 +101,18 @@ def _publish(cache: Path, os_name: str, image: Path, digest: str) -> None:
     sidecar(current).write_text(sidecar_line(digest, current))
 
 
-def keyring_problem(r: ImageRecipe, exists: Callable[[str], bool]) -> str | None:
-    """Why mmdebstrap could not check ``r``'s archive on this host (its keyring is missing), in
-    one line with how to get it; None when it can."""
+def host_problem(r: ImageRecipe, exists: Callable[[str], bool]) -> str | None:
+    """Why this host cannot build ``r`` although mmdebstrap is there (its archive keyring, or
+    a hook directory of mmdebstrap's, is missing), in one line with how to mend it; None when
+    it can."""
     path, how = KEYRINGS[r.distro]
-    if exists(path):
-        return None
-    return f"building the {r.os} image needs the {r.distro} archive keyring {path}, which this host lacks: {how}"
+    if not exists(path):
+        return f"building the {r.os} image needs the {r.distro} archive keyring {path}, which this host lacks: {how}"
+    for hooks in r.hook_dirs:
+        if not exists(hooks):
+            return (f"building the {r.os} image needs mmdebstrap's hooks {hooks}, which this host's mmdebstrap lacks: "
+                    "use mmdebstrap 1.3 or newer (Debian 12's)")
+    return None
 
 
 def cached(r: ImageRecipe, cache: Path) -> Image | None:
@@ -133,7 +138,7 @@ def build(r: ImageRecipe, cache: Path, *, run: Runner = subprocess.run, timeout:
         raise ImageError("mmdebstrap is not installed: apt-get install mmdebstrap (Debian 12 / Ubuntu 22.04+)")
     if euid() != 0:
         raise ImageError("building an image needs root (mmdebstrap --mode=root): run it with sudo")
-    problem = keyring_problem(r, exists)
+    problem = host_problem(r, exists)
     if problem:
         raise ImageError(problem)
     path = cache / r.file_name
@@ -280,7 +285,7 @@ def build_ramdisk(r: ImageRecipe, cache: Path, *, run: Runner = subprocess.run, 
         raise ImageError("mmdebstrap is not installed: apt-get install mmdebstrap (Debian 12 / Ubuntu 22.04+)")
     if euid() != 0:
         raise ImageError("building the deploy ramdisk needs root (mmdebstrap --mode=root): run it with sudo")
-    problem = keyring_problem(r, exists)
+    problem = host_problem(r, exists)
     if problem:
         raise ImageError(problem)
     start = time.monotonic()

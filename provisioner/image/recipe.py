@@ -43,6 +43,7 @@ class OsImage:
     security_pocket: str
     kernel: str
     packages: tuple[str, ...]  # besides COMMON_PACKAGES and the kernel
+    hook_dirs: tuple[str, ...] = ()  # mmdebstrap --hook-dir
 
     def security_mirror(self, mirror: str) -> str:
         """Where ``mirror``'s security pocket lives: Debian's is a tree of its own beside the
@@ -74,6 +75,9 @@ KEYRINGS: dict[str, tuple[str, str]] = {
 # systemd 255); part of the systemd package in Ubuntu 22.04 (systemd 249), where no package
 # of that name exists. Ubuntu's netplan writes systemd-networkd files; Debian gets
 # systemd-networkd files directly.
+# jammy has no usr-is-merged in its essential set (noble and bookworm do): without this hook
+# of mmdebstrap's a jammy image has a split /usr, unlike every other jammy install.
+MERGED_USR = "/usr/share/mmdebstrap/hooks/merged-usr"
 # Components and pockets: the same as the common role writes for a mirror
 # (roles/common/vars/<OS>.yml; a test holds them equal).
 DEBIAN_COMPONENTS = ("main", "contrib", "non-free", "non-free-firmware")
@@ -83,7 +87,7 @@ OS_IMAGES: dict[OsName, OsImage] = {
                          ("bookworm-updates",), "bookworm-security", "linux-image-amd64", ("systemd-resolved",)),
     "ubuntu-22.04": OsImage("ubuntu", "jammy", "http://archive.ubuntu.com/ubuntu", UBUNTU_COMPONENTS,
                             ("jammy-updates", "jammy-backports"), "jammy-security", "linux-image-generic",
-                            ("netplan.io",)),
+                            ("netplan.io",), (MERGED_USR,)),
     "ubuntu-24.04": OsImage("ubuntu", "noble", "http://archive.ubuntu.com/ubuntu", UBUNTU_COMPONENTS,
                             ("noble-updates", "noble-backports"), "noble-security", "linux-image-generic",
                             ("netplan.io", "systemd-resolved")),
@@ -192,6 +196,7 @@ class ImageRecipe:
     components: tuple[str, ...]
     packages: tuple[str, ...]
     sources: tuple[str, ...]  # the apt sources it is built from and keeps (one-line format)
+    hook_dirs: tuple[str, ...]  # mmdebstrap --hook-dir (merged /usr)
     firstboot_unit: str = FIRSTBOOT_UNIT
     customize_hook: str = CUSTOMIZE_HOOK
     version: int = RECIPE_VERSION
@@ -219,7 +224,7 @@ def recipe(os_name: str, mirror: str | None, proxy: str | None = None,
     packages = {facts.kernel, *COMMON_PACKAGES, *facts.packages, *extra_packages}
     base = (mirror or facts.default_mirror).rstrip("/")
     return ImageRecipe(os_name, facts.distro, facts.suite, base, proxy, facts.components, tuple(sorted(packages)),
-                       facts.sources(base))
+                       facts.sources(base), facts.hook_dirs)
 
 
 def ramdisk_recipe(mirror: str | None, proxy: str | None, agent: str) -> ImageRecipe:
@@ -230,7 +235,7 @@ def ramdisk_recipe(mirror: str | None, proxy: str | None, agent: str) -> ImageRe
     # the ramdisk runs no apt: the release's main component is all it needs
     sources = (f"deb {base} {debian.suite} {' '.join(RAMDISK_COMPONENTS)}",)
     return ImageRecipe(RAMDISK, debian.distro, debian.suite, base, proxy, RAMDISK_COMPONENTS,
-                       tuple(sorted(RAMDISK_PACKAGES)), sources, RAMDISK_UNIT, RAMDISK_HOOK, RECIPE_VERSION, agent)
+                       tuple(sorted(RAMDISK_PACKAGES)), sources, debian.hook_dirs, RAMDISK_UNIT, RAMDISK_HOOK, RECIPE_VERSION, agent)
 
 
 def mmdebstrap_command(r: ImageRecipe, output: str, fmt: str = "tar") -> list[str]:
@@ -251,6 +256,7 @@ def mmdebstrap_command(r: ImageRecipe, output: str, fmt: str = "tar") -> list[st
         "--dpkgopt=path-include=/usr/share/doc/*/copyright",
         "--dpkgopt=path-exclude=/usr/share/man/*",
         "--dpkgopt=path-exclude=/usr/share/locale/*",
+        *(f"--hook-dir={d}" for d in r.hook_dirs),
         f"--customize-hook={r.customize_hook}",
     ]
     if r.proxy:

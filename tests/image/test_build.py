@@ -112,6 +112,13 @@ def test_a_missing_archive_keyring_fails_before_mmdebstrap_runs_saying_how_to_ge
                     exists=have.__contains__).source == "built"
 
 
+def test_an_mmdebstrap_without_the_merged_usr_hooks_is_said_plainly(tmp_path: Path) -> None:
+    jammy = rc.recipe("ubuntu-22.04", None)
+    have = {"/usr/share/keyrings/ubuntu-archive-keyring.gpg"}
+    with pytest.raises(ib.ImageError, match=r"mmdebstrap's hooks /usr/share/mmdebstrap/hooks/merged-usr"):
+        ib.build(jammy, tmp_path, run=FakeMmdebstrap(), which=lambda _: "/x", euid=lambda: 0, exists=have.__contains__)
+
+
 # --------------------------------------------------------------------------- named images
 @pytest.fixture()
 def served(tmp_path: Path) -> Iterator[tuple[str, bytes]]:

@@ -101,6 +101,15 @@ def test_image_sources_are_the_ones_the_common_role_writes_for_a_mirror(os_name:
     assert [facts.security_pocket] == security
 
 
+def test_jammy_images_get_a_merged_usr_like_every_other_jammy_install() -> None:
+    hook = "--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr"
+    assert hook in rc.mmdebstrap_command(rc.recipe("ubuntu-22.04", None), "x.tar.gz")
+    # bookworm and noble have usr-is-merged in their essential set: merged without the hook,
+    # and the Debian image's command line stays as it was
+    for os_name in ("debian-12", "ubuntu-24.04"):
+        assert not any(c.startswith("--hook-dir") for c in rc.mmdebstrap_command(rc.recipe(os_name, None), "x"))
+
+
 def test_the_deploy_ramdisk_keeps_one_source() -> None:
     r = rc.ramdisk_recipe(MIRROR, None, "agent")
     assert r.sources == (f"deb {MIRROR} bookworm main",)
