@@ -112,6 +112,11 @@ RemainAfterExit=yes
 WantedBy=multi-user.target
 """
 
+# where mmdebstrap keeps its --aptopt settings inside the new root
+APTOPT_FILE = "/etc/apt/apt.conf.d/99mmdebstrap"
+# apt inside the build waits this long for the dpkg lock, not forever (nor not at all)
+LOCK_TIMEOUT = 120
+
 # mmdebstrap --customize-hook: runs on the host with the new root as $1.
 CUSTOMIZE_HOOK = (
     'set -e; r="$1"; '
@@ -126,6 +131,9 @@ CUSTOMIZE_HOOK = (
     'ln -sf ../run/systemd/resolve/stub-resolv.conf "$r"/etc/resolv.conf; '
     'chroot "$r" passwd -l root; '
     'rm -f "$r"/etc/hostname; '
+    # the build's apt options (--aptopt: the build host's proxy, its timeouts) stay behind
+    # in the image otherwise; a node's apt settings come from the common role
+    f'rm -f "$r"{APTOPT_FILE}; '
     'rm -rf "$r"/var/cache/apt/archives/*.deb "$r"/var/lib/apt/lists/*'
 )
 
@@ -174,6 +182,7 @@ RAMDISK_HOOK = (
     'chroot "$r" systemctl mask systemd-firstboot.service; '
     ': > "$r"/etc/machine-id; echo deploy > "$r"/etc/hostname; '
     'chroot "$r" passwd -l root; '
+    f'rm -f "$r"{APTOPT_FILE}; '
     'for d in $PROVISION_DROP; do rm -rf "$r"/lib/modules/*/kernel/"$d"; done; '
     'for k in "$r"/lib/modules/*; do chroot "$r" depmod -a "${k##*/}"; done; '
     'ln -sf /lib/systemd/systemd "$r"/init; '
@@ -249,9 +258,10 @@ def mmdebstrap_command(r: ImageRecipe, output: str, fmt: str = "tar") -> list[st
         f"--include={','.join(r.packages)}",
         "--aptopt=Acquire::Retries \"3\"",
         # retry at once: a delayed retry can leave apt's queue stuck for good (LP: #2003851,
-        # tests/testbed/README.md); the image keeps these options (99mmdebstrap)
+        # tests/testbed/README.md); these options are the build's only (the hook removes them)
         "--aptopt=Acquire::Retries::Delay \"false\"",
         "--aptopt=Acquire::http::Timeout \"60\"",
+        f"--aptopt=DPkg::Lock::Timeout \"{LOCK_TIMEOUT}\"",
         "--dpkgopt=path-exclude=/usr/share/doc/*",
         "--dpkgopt=path-include=/usr/share/doc/*/copyright",
         "--dpkgopt=path-exclude=/usr/share/man/*",

@@ -161,6 +161,32 @@ def test_the_customize_hook_is_valid_shell() -> None:
     assert shlex.split(rc.CUSTOMIZE_HOOK)  # quotes balance
 
 
+def run_hook(hook: str, root: Path, tmp_path: Path) -> None:
+    """``hook`` as mmdebstrap runs it (the new root as $1), with a stand-in chroot that runs nothing."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "chroot").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "chroot").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "PROVISION_FIRSTBOOT_UNIT": rc.FIRSTBOOT_UNIT}
+    subprocess.run(["sh", "-c", hook, "sh", str(root)], check=True, env=env, capture_output=True)
+
+
+def test_the_build_hosts_apt_options_and_proxy_stay_out_of_the_image(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    for d in ("etc/apt/apt.conf.d", "etc/ssh", "etc/systemd/system", "var/lib/dbus", "var/cache/apt/archives",
+              "var/lib/apt/lists"):
+        (root / d).mkdir(parents=True)
+    (root / "etc/apt/apt.conf.d/99mmdebstrap").write_text('Acquire::http::Proxy "http://build-host:3142";\n')
+    (root / "etc/apt/apt.conf.d/70debconf").write_text("// the OS's own\n")
+    run_hook(rc.CUSTOMIZE_HOOK, root, tmp_path)
+    assert sorted(p.name for p in (root / "etc/apt/apt.conf.d").iterdir()) == ["70debconf"]
+    assert (root / "etc/systemd/system/provision-firstboot.service").read_text() == rc.FIRSTBOOT_UNIT
+    # the build itself still gets them, and apt there waits for the dpkg lock, boundedly
+    cmd = rc.mmdebstrap_command(rc.recipe("debian-12", MIRROR, "http://build-host:3142"), "x.tar.gz")
+    assert '--aptopt=Acquire::http::Proxy "http://build-host:3142"' in cmd
+    assert f'--aptopt=DPkg::Lock::Timeout "{rc.LOCK_TIMEOUT}"' in cmd and 0 < rc.LOCK_TIMEOUT <= 600
+
+
 def test_the_firstboot_unit_runs_once_before_ssh() -> None:
     unit = rc.FIRSTBOOT_UNIT
     assert "ConditionPathExists=!/var/lib/provision/firstboot.done" in unit
