@@ -167,11 +167,13 @@ WantedBy=multi-user.target
 """
 RAMDISK_NETWORK = "[Match]\nName=e*\n\n[Network]\nDHCP=ipv4\n"
 # kernel modules a deploy never needs (graphics, sound, wireless, media, InfiniBand...):
-# the ramdisk lives in RAM
+# the ramdisk lives in RAM. Every Ethernet driver stays: the provisioning NIC of a GPU
+# server is as often a ConnectX (mlx5_core) as an Intel or Broadcom one, and without its
+# driver the ramdisk gets no DHCP lease.
 RAMDISK_DROP = ("drivers/gpu", "drivers/media", "drivers/net/wireless", "drivers/infiniband", "sound",
                 "drivers/staging", "drivers/bluetooth", "net/wireless", "net/bluetooth", "drivers/iio",
                 "drivers/hid", "drivers/input/touchscreen", "drivers/isdn", "drivers/usb/gadget",
-                "drivers/net/ethernet/mellanox", "drivers/net/can", "fs/ocfs2", "fs/gfs2", "fs/btrfs", "fs/xfs")
+                "drivers/net/can", "fs/ocfs2", "fs/gfs2", "fs/btrfs", "fs/xfs")
 RAMDISK_HOOK = (
     'set -e; r="$1"; '
     'printf "%s" "$PROVISION_AGENT" > "$r"/usr/local/sbin/provision-deploy; '
