@@ -101,6 +101,20 @@ def test_image_sources_are_the_ones_the_common_role_writes_for_a_mirror(os_name:
     assert [facts.security_pocket] == security
 
 
+@pytest.mark.parametrize("os_name", ["ubuntu-22.04", "ubuntu-24.04"])
+def test_ubuntu_images_carry_the_signed_boot_chain_and_their_archive_keyring(os_name: str) -> None:
+    # unsigned GRUB alone: Secure Boot could never be turned on for an image-deployed node
+    assert {"shim-signed", "grub-efi-amd64-signed", "ubuntu-keyring"} <= set(rc.recipe(os_name, None).packages)
+
+
+def test_the_debian_image_keeps_its_package_set() -> None:
+    # what the VM lab deploys: a change here changes the lab (docs/testing.md)
+    assert set(rc.recipe("debian-12", None).packages) == {
+        "ca-certificates", "dbus", "e2fsprogs", "grub-efi-amd64-bin", "grub-pc-bin", "grub2-common", "initramfs-tools",
+        "iproute2", "kmod", "linux-image-amd64", "mdadm", "netbase", "openssh-server", "procps", "python3", "sudo",
+        "systemd-resolved", "systemd-sysv", "udev"}
+
+
 def test_jammy_images_get_a_merged_usr_like_every_other_jammy_install() -> None:
     hook = "--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr"
     assert hook in rc.mmdebstrap_command(rc.recipe("ubuntu-22.04", None), "x.tar.gz")
