@@ -252,7 +252,8 @@ def ramdisk_recipe(mirror: str | None, proxy: str | None, agent: str) -> ImageRe
     # the ramdisk runs no apt: the release's main component is all it needs
     sources = (f"deb {base} {debian.suite} {' '.join(RAMDISK_COMPONENTS)}",)
     return ImageRecipe(RAMDISK, debian.distro, debian.suite, base, proxy, RAMDISK_COMPONENTS,
-                       tuple(sorted(RAMDISK_PACKAGES)), sources, debian.hook_dirs, RAMDISK_UNIT, RAMDISK_HOOK, RECIPE_VERSION, agent)
+                       tuple(sorted(RAMDISK_PACKAGES)), sources, debian.hook_dirs, RAMDISK_UNIT, RAMDISK_HOOK,
+                       RECIPE_VERSION, agent)
 
 
 def mmdebstrap_command(r: ImageRecipe, output: str, fmt: str = "tar") -> list[str]:

@@ -125,7 +125,8 @@ def test_the_ramdisk_is_built_once_per_recipe(tmp_path: Path) -> None:
     assert "etc/hostname" in read_newc(gzip.decompress(ramdisk.initrd.read_bytes()))
     subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=ramdisk.directory, check=True, capture_output=True)
     assert (tmp_path / "deploy-ramdisk").resolve() == ramdisk.directory
-    assert ib.build_ramdisk(r, tmp_path, run=run, which=lambda _: "/x", euid=lambda: 0, exists=lambda _: True).source == "cached"
+    again = ib.build_ramdisk(r, tmp_path, run=run, which=lambda _: "/x", euid=lambda: 0, exists=lambda _: True)
+    assert again.source == "cached"
     assert run.calls == 1
     ramdisk.initrd.write_bytes(b"tampered")
     with pytest.raises(ib.ImageError, match=r"cached deploy ramdisk initrd\.img: SHA-256 mismatch"):

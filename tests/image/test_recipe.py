@@ -62,7 +62,7 @@ ALL = {"debian": "main contrib non-free non-free-firmware", "ubuntu": "main rest
 @pytest.mark.parametrize(("os_name", "mirror", "expected"), [
     ("debian-12", MIRROR, [f"deb {MIRROR} bookworm {ALL['debian']}",
                            f"deb {MIRROR} bookworm-updates {ALL['debian']}",
-                           f"deb http://127.0.0.1:3142/deb.debian.org/debian-security bookworm-security {ALL['debian']}"]),
+                           f"deb {MIRROR}-security bookworm-security {ALL['debian']}"]),
     ("debian-12", None, [f"deb http://deb.debian.org/debian bookworm {ALL['debian']}",
                          f"deb http://deb.debian.org/debian bookworm-updates {ALL['debian']}",
                          f"deb http://deb.debian.org/debian-security bookworm-security {ALL['debian']}"]),
@@ -87,7 +87,8 @@ def common_role_vars(name: str) -> dict[str, object]:
 
 
 @pytest.mark.parametrize(("os_name", "vars_file", "release"), [
-    ("debian-12", "Debian-12", "bookworm"), ("ubuntu-22.04", "Ubuntu-22", "jammy"), ("ubuntu-24.04", "Ubuntu-24", "noble"),
+    ("debian-12", "Debian-12", "bookworm"), ("ubuntu-22.04", "Ubuntu-22", "jammy"),
+    ("ubuntu-24.04", "Ubuntu-24", "noble"),
 ])
 def test_image_sources_are_the_ones_the_common_role_writes_for_a_mirror(os_name: str, vars_file: str,
                                                                           release: str) -> None:
