@@ -18,7 +18,7 @@ import json
 import re
 from dataclasses import asdict, dataclass
 
-from provisioner.manifest.model import OsName
+from provisioner.manifest.model import BUILT_IMAGE_EXT, OsName
 
 RECIPE_VERSION = 1
 # netbase: /etc/protocols and /etc/services, which mmdebstrap's apt variant leaves out and
@@ -227,7 +227,7 @@ class ImageRecipe:
 
     @property
     def file_name(self) -> str:
-        return f"{self.os}-{self.key}.tar.gz"
+        return f"{self.os}-{self.key}{BUILT_IMAGE_EXT}"
 
 
 def recipe(os_name: str, mirror: str | None, proxy: str | None = None,
