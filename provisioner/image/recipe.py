@@ -70,11 +70,6 @@ KEYRINGS: dict[str, tuple[str, str]] = {
 }
 
 
-# One entry per OS of the manifest (provisioner.manifest.model.OsName; a test holds them equal).
-# systemd-resolved: its own package in Debian 12 and Ubuntu 24.04 (noble split it out of
-# systemd 255); part of the systemd package in Ubuntu 22.04 (systemd 249), where no package
-# of that name exists. Ubuntu's netplan writes systemd-networkd files; Debian gets
-# systemd-networkd files directly.
 # jammy has no usr-is-merged in its essential set (noble and bookworm do): without this hook
 # of mmdebstrap's a jammy image has a split /usr, unlike every other jammy install.
 MERGED_USR = "/usr/share/mmdebstrap/hooks/merged-usr"
@@ -88,6 +83,11 @@ UBUNTU_BOOT = ("ubuntu-keyring", "shim-signed", "grub-efi-amd64-signed")
 # (roles/common/vars/<OS>.yml; a test holds them equal).
 DEBIAN_COMPONENTS = ("main", "contrib", "non-free", "non-free-firmware")
 UBUNTU_COMPONENTS = ("main", "restricted", "universe", "multiverse")
+# One entry per OS of the manifest (provisioner.manifest.model.OsName; a test holds them equal).
+# systemd-resolved: its own package in Debian 12 and Ubuntu 24.04 (noble split it out of
+# systemd 255); part of the systemd package in Ubuntu 22.04 (systemd 249), where no package
+# of that name exists. Ubuntu's netplan writes systemd-networkd files; Debian gets
+# systemd-networkd files directly.
 OS_IMAGES: dict[OsName, OsImage] = {
     "debian-12": OsImage("debian", "bookworm", "http://deb.debian.org/debian", DEBIAN_COMPONENTS,
                          ("bookworm-updates",), "bookworm-security", "linux-image-amd64", ("systemd-resolved",)),
