@@ -5,6 +5,7 @@ every other role must do the same."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +33,7 @@ def applies_netplan(node: Any) -> bool:
     """An argv list or a command text that runs `netplan apply`."""
     if isinstance(node, list) and all(isinstance(w, str) for w in node):
         words = [w for w in node if not w.startswith("-")]
-        return any(a == "netplan" and b == "apply" for a, b in zip(words, words[1:], strict=False))
+        return any(a == "netplan" and b == "apply" for a, b in itertools.pairwise(words))
     return isinstance(node, str) and bool(NETPLAN_APPLY.search(node))
 
 
