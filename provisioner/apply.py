@@ -35,6 +35,7 @@ from rich.console import Console
 from provisioner import inventory
 from provisioner.areas import registry
 from provisioner.areas.baremetal import install as baremetal
+from provisioner.areas.baremetal.deploy import image_file
 from provisioner.areas.monitoring import decide as monitoring
 from provisioner.areas.slurm import decide as slurm
 from provisioner.bmc import BmcError, resolve_password
@@ -519,7 +520,8 @@ def install_phase(
             state=state, run_id=run_id, playbook=project_root() / "playbooks" / "pxe.yml",
             inventory=state.inventory, hosts=[head],
             extravars={TARGETS_GROUP: TARGETS_GROUP, **baremetal.arm_extra_vars(wipe),
-                       **deploy_extra_vars(state.root / "images", [m.node(n).os for n in wipe])},
+                       **deploy_extra_vars(state.root / "images",
+                                           {m.node(n).os: image_file(m, m.node(n).os) for n in wipe})},
             limit=[head], tracker=tracker, secret_names=declared_secret_envs(loaded),
             stall_timeout=opts.stall_timeout, strategy=opts.strategy, stop=lambda: signals.received,
             verbosity=opts.verbosity,

@@ -133,3 +133,14 @@ def test_common_writes_apt_timeouts() -> None:
     assert defaults("common")["common_apt_retries"] == 3
     mirrors = (ROOT / "roles" / "common" / "tasks" / "mirrors.yml").read_text()
     assert "dest: /etc/apt/apt.conf.d/80provision-timeouts" in mirrors
+
+
+def test_apt_waits_for_the_dpkg_lock_boundedly() -> None:
+    # a freshly deployed node runs unattended-upgrades right after boot: apt (the config every
+    # apt run reads) and the common role's apt tasks, the first on every node, wait for its lock
+    template = (ROOT / "roles" / "common" / "templates" / "apt-timeouts.conf.j2").read_text()
+    assert 'DPkg::Lock::Timeout "{{ common_apt_lock_timeout }}";' in template
+    apt_tasks = [t for _, t in role_tasks("common") if "ansible.builtin.apt" in t]
+    assert apt_tasks and all(t["ansible.builtin.apt"].get("lock_timeout") == "{{ common_apt_lock_timeout }}"
+                             for t in apt_tasks)
+    assert 0 < defaults("common")["common_apt_lock_timeout"] < defaults("common")["common_package_timeout"]

@@ -79,7 +79,7 @@ def main() -> int:
     m = scenario_manifest()
     cache = Path(sys.argv[1]).resolve().parent / "images"
     stand_in_cache(cache)
-    data = baremetal.cluster_vars(m) | deploy_extra_vars(cache, ["ubuntu-22.04"])
+    data = baremetal.cluster_vars(m) | deploy_extra_vars(cache, {"ubuntu-22.04": "ubuntu-22.04.tar.gz"})
     for node in data["pxe_server_nodes"]:
         for file in node["files"]:
             file["content"] = Unsafe(file["content"])

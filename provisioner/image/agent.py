@@ -9,7 +9,8 @@ reported by name when it fails (``POST <report>/../failed/<node>``, body ``step:
   identify   the plan's MAC must be one of this machine's NICs
   disks      every plan disk present under its by-id name, no disk twice, none carrying
              data unless the plan allows erasing it (a new node or --reinstall)
-  download   the image into RAM, SHA-256 checked; a mismatch fails here: no disk touched
+  download   the image into RAM, SHA-256 checked, its compression what its name says; a
+             mismatch fails here: no disk touched
   partition  GPT on each disk: BIOS boot, ESP, root (a RAID1 member on two disks)
   filesystem ext4 root (on /dev/md0 for two disks), FAT ESP
   extract    the image onto the root
@@ -42,6 +43,8 @@ HTTP_TIMEOUT = 60.0
 DOWNLOAD_TIMEOUT = 1800.0
 COMMAND_TIMEOUT = 900.0
 TAR_FLAGS = {".tar.gz": "-z", ".tar.xz": "-J", ".tar.zst": "--zstd"}
+# what each compression's data starts with (gzip, xz, zstd frame)
+MAGIC = {".tar.gz": b"\x1f\x8b", ".tar.xz": b"\xfd7zXZ\x00", ".tar.zst": b"\x28\xb5\x2f\xfd"}
 
 Run = Callable[[Sequence[str]], str]
 
@@ -102,6 +105,16 @@ def tar_flag(url: str) -> str:
         if url.endswith(ext):
             return flag
     raise StepFailed("download", f"{url} is not a .tar.gz, .tar.xz or .tar.zst")
+
+
+def check_compression(url: str, head: bytes) -> None:
+    """The downloaded image is compressed as its name says (so tar unpacks it after the disks
+    were partitioned); checked before any disk is touched."""
+    want = next(ext for ext in TAR_FLAGS if url.endswith(ext))
+    got = next((ext for ext, magic in MAGIC.items() if head.startswith(magic)), None)
+    if got != want:
+        what = f"{got} data" if got else "no gzip, xz or zstd data"
+        raise StepFailed("download", f"{url} holds {what}, not what its name ({want}) says; no disk was touched")
 
 
 def partition_commands(devices: Sequence[str], raid1: bool) -> list[list[str]]:
@@ -263,6 +276,8 @@ def deploy(plan: dict[str, Any], *, run: Run = run_command, target: Path = TARGE
                                      "apply again; no disk was touched")
     flag = tar_flag(url)
     fetch(url, sha, image)  # raises StepFailed("download") before any disk is touched
+    with image.open("rb") as f:
+        check_compression(url, f.read(8))
     try:
         step = "partition"
         for cmd in partition_commands(devices, raid1):

@@ -6,9 +6,10 @@ Layout of the image cache (``.provision/images/`` beside the manifest unless giv
   image, ``key`` the content hash of its recipe (:mod:`provisioner.image.recipe`);
 * ``<os>-named-<sha256[:16]>.<ext>`` (+ ``.sha256``): an image the manifest names, fetched
   and verified;
-* ``<os>.tar.gz`` / ``<os>.tar.gz.sha256``: the current image of ``os`` for the manifest
-  (a symbolic link to the file above and a copy of its checksum line), what the PXE server
-  publishes.
+* ``<os><ext>`` / ``<os><ext>.sha256``: the current image of ``os`` for the manifest (a
+  symbolic link to the file above and a copy of its checksum line), what the PXE server
+  publishes; ``ext`` is the image's own compression (``.tar.gz`` when built), so the deploy
+  agent unpacks it with the right tar flag. At most one per OS.
 """
 
 from __future__ import annotations
@@ -22,20 +23,20 @@ import subprocess
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from provisioner.errors import ProvisionError
-from provisioner.image.recipe import RAMDISK, ImageRecipe, build_environment, mmdebstrap_command
+from provisioner.image.recipe import KEYRINGS, RAMDISK, ImageRecipe, build_environment, mmdebstrap_command
+from provisioner.manifest.model import BUILT_IMAGE_EXT, IMAGE_EXTS
 
 BUILD_TIMEOUT = 3600.0
 FETCH_TIMEOUT = 60.0
 CHUNK = 1 << 20
 PARTIAL_PREFIX = ".partial-"  # a file being built or fetched
 RAMDISK_WORK_PREFIX = ".ramdisk-"  # the deploy ramdisk's tree while it is built
-IMAGE_EXTS = (".tar.gz", ".tar.xz", ".tar.zst")  # root file system tarballs
 
 Runner = Callable[..., Any]
 
@@ -86,19 +87,49 @@ def verify(path: Path, expected: str, what: str) -> str:
     return got
 
 
-def current_name(os_name: str) -> str:
-    """The link to the current image of ``os_name`` (whatever the image's own extension)."""
-    return f"{os_name}.tar.gz"
+def current_name(os_name: str, ext: str = BUILT_IMAGE_EXT) -> str:
+    """The link to the current image of ``os_name``, named with the image's own extension."""
+    return f"{os_name}{ext}"
+
+
+def image_ext(name: str) -> str:
+    """The tarball extension ``name`` ends in (its compression)."""
+    for ext in IMAGE_EXTS:
+        if name.endswith(ext):
+            return ext
+    raise ImageError(f"{name}: not a .tar.gz, .tar.xz or .tar.zst root file system tarball")
 
 
 def _publish(cache: Path, os_name: str, image: Path, digest: str) -> None:
-    """Point ``<os>.tar.gz`` (link) and its checksum file at ``image``."""
-    current = cache / current_name(os_name)
+    """Point ``<os><ext>`` (link) and its checksum file at ``image``; a link of ``os_name``
+    with another extension (an earlier image of another compression) goes."""
+    ext = image_ext(image.name)
+    current = cache / current_name(os_name, ext)
     tmp = cache / f".{os_name}.link"
     tmp.unlink(missing_ok=True)
     tmp.symlink_to(image.name)
     os.replace(tmp, current)
     sidecar(current).write_text(sidecar_line(digest, current))
+    for other in IMAGE_EXTS:
+        if other != ext:
+            stale = cache / current_name(os_name, other)
+            if stale.is_symlink():
+                stale.unlink()
+                sidecar(stale).unlink(missing_ok=True)
+
+
+def host_problem(r: ImageRecipe, exists: Callable[[str], bool]) -> str | None:
+    """Why this host cannot build ``r`` although mmdebstrap is there (its archive keyring, or
+    a hook directory of mmdebstrap's, is missing), in one line with how to mend it; None when
+    it can."""
+    path, how = KEYRINGS[r.distro]
+    if not exists(path):
+        return f"building the {r.os} image needs the {r.distro} archive keyring {path}, which this host lacks: {how}"
+    for hooks in r.hook_dirs:
+        if not exists(hooks):
+            return (f"building the {r.os} image needs mmdebstrap's hooks {hooks}, which this host's mmdebstrap lacks: "
+                    "use mmdebstrap 1.3 or newer (Debian 12's)")
+    return None
 
 
 def cached(r: ImageRecipe, cache: Path) -> Image | None:
@@ -112,7 +143,8 @@ def cached(r: ImageRecipe, cache: Path) -> Image | None:
 
 
 def build(r: ImageRecipe, cache: Path, *, run: Runner = subprocess.run, timeout: float = BUILD_TIMEOUT,
-          which: Callable[[str], str | None] = shutil.which, euid: Callable[[], int] = os.geteuid) -> Image:
+          which: Callable[[str], str | None] = shutil.which, euid: Callable[[], int] = os.geteuid,
+          exists: Callable[[str], bool] = os.path.exists) -> Image:
     """Build ``r`` into ``cache`` unless the cache holds it already; publish it as current."""
     cache.mkdir(parents=True, exist_ok=True)
     found = cached(r, cache)
@@ -123,6 +155,9 @@ def build(r: ImageRecipe, cache: Path, *, run: Runner = subprocess.run, timeout:
         raise ImageError("mmdebstrap is not installed: apt-get install mmdebstrap (Debian 12 / Ubuntu 22.04+)")
     if euid() != 0:
         raise ImageError("building an image needs root (mmdebstrap --mode=root): run it with sudo")
+    problem = host_problem(r, exists)
+    if problem:
+        raise ImageError(problem)
     path = cache / r.file_name
     partial = cache / f"{PARTIAL_PREFIX}{r.file_name}"
     partial.unlink(missing_ok=True)
@@ -143,20 +178,13 @@ def build(r: ImageRecipe, cache: Path, *, run: Runner = subprocess.run, timeout:
     return Image(r.os, path, digest, "built", time.monotonic() - start)
 
 
-def _suffix(url: str) -> str:
-    for ext in IMAGE_EXTS:
-        if url.endswith(ext):
-            return ext
-    raise ImageError(f"{url}: not a .tar.gz, .tar.xz or .tar.zst root file system tarball")
-
-
 def fetch(os_name: str, url: str, sha256: str, cache: Path, *, timeout: float = FETCH_TIMEOUT,
           total: float = BUILD_TIMEOUT) -> Image:
     """Download the image the manifest names into the cache and verify it before keeping it:
     a file whose checksum does not match is deleted and never published. ``timeout`` bounds
     each read, ``total`` the whole download."""
     cache.mkdir(parents=True, exist_ok=True)
-    path = cache / f"{os_name}-named-{sha256[:16]}{_suffix(url)}"
+    path = cache / f"{os_name}-named-{sha256[:16]}{image_ext(url)}"
     if path.is_file() and read_sidecar(path) == sha256:
         verify(path, sha256, f"cached {os_name} image from {url}")
         _publish(cache, os_name, path, sha256)
@@ -184,11 +212,12 @@ def fetch(os_name: str, url: str, sha256: str, cache: Path, *, timeout: float = 
 
 def current(cache: Path, os_name: str) -> Image | None:
     """The image published as current for ``os_name`` (None when there is none)."""
-    link = cache / current_name(os_name)
-    digest = read_sidecar(link)
-    if not link.exists() or digest is None:
-        return None
-    return Image(os_name, link.resolve(), digest, "cached")
+    for ext in IMAGE_EXTS:
+        link = cache / current_name(os_name, ext)
+        digest = read_sidecar(link)
+        if link.exists() and digest is not None:
+            return Image(os_name, link.resolve(), digest, "cached")
+    return None
 
 
 # --------------------------------------------------------------------------- deploy ramdisk
@@ -249,7 +278,8 @@ def write_initramfs(tree: Path, out: Path, skip: tuple[str, ...] = ("boot",)) ->
 
 
 def build_ramdisk(r: ImageRecipe, cache: Path, *, run: Runner = subprocess.run, timeout: float = BUILD_TIMEOUT,
-                  which: Callable[[str], str | None] = shutil.which, euid: Callable[[], int] = os.geteuid) -> Ramdisk:
+                  which: Callable[[str], str | None] = shutil.which, euid: Callable[[], int] = os.geteuid,
+                  exists: Callable[[str], bool] = os.path.exists) -> Ramdisk:
     """The deploy ramdisk (kernel + initramfs) of ``r`` in ``cache/deploy-ramdisk-<key>/``,
     built unless there; ``cache/deploy-ramdisk`` points at it."""
     assert r.os == RAMDISK
@@ -266,6 +296,9 @@ def build_ramdisk(r: ImageRecipe, cache: Path, *, run: Runner = subprocess.run, 
         raise ImageError("mmdebstrap is not installed: apt-get install mmdebstrap (Debian 12 / Ubuntu 22.04+)")
     if euid() != 0:
         raise ImageError("building the deploy ramdisk needs root (mmdebstrap --mode=root): run it with sudo")
+    problem = host_problem(r, exists)
+    if problem:
+        raise ImageError(problem)
     start = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix=RAMDISK_WORK_PREFIX, dir=cache))
     try:
@@ -300,12 +333,17 @@ def _link(link: Path, target: str) -> None:
     os.replace(tmp, link)
 
 
-def deploy_extra_vars(cache: Path, os_names: list[str]) -> dict[str, object]:
-    """Extra variables for ``playbooks/pxe.yml``: the image cache to publish and the SHA-256
-    of each OS image it holds (of ``os_names``), read from their checksum files. An OS without
-    an image, or a cache without the deploy ramdisk, is left out: the role then refuses the
-    image deploys that need it, naming the command that makes it."""
+def deploy_extra_vars(cache: Path, files: Mapping[str, str]) -> dict[str, object]:
+    """Extra variables for ``playbooks/pxe.yml``: the image cache to publish, and per OS of
+    ``files`` (OS -> the current image's name the deploy plans download, ``<os><ext>``) that
+    name and its SHA-256, read from its checksum file. An OS whose image the cache does not
+    hold under that name, or a cache without the deploy ramdisk, is left out: the role then
+    refuses the image deploys that need it, naming the command that makes it."""
+    empty: dict[str, object] = {"pxe_server_images_src": "", "pxe_server_image_sha256": {},
+                                "pxe_server_image_files": {}}
     if not (cache / RAMDISK / "SHA256SUMS").is_file():
-        return {"pxe_server_images_src": "", "pxe_server_image_sha256": {}}
-    sums = {name: image.sha256 for name in sorted(set(os_names)) if (image := current(cache, name)) is not None}
-    return {"pxe_server_images_src": str(cache), "pxe_server_image_sha256": sums}
+        return empty
+    sums = {os_name: digest for os_name, name in sorted(files.items())
+            if (cache / name).exists() and (digest := read_sidecar(cache / name)) is not None}
+    return {"pxe_server_images_src": str(cache), "pxe_server_image_sha256": sums,
+            "pxe_server_image_files": {os_name: files[os_name] for os_name in sums}}

@@ -1,7 +1,7 @@
 """Pruning the image cache: every changed recipe leaves a new keyed image behind (a few
 hundred MiB each) and nothing removed the old ones.
 
-What is kept, per OS and for the deploy ramdisk: the current one (what ``<os>.tar.gz`` and
+What is kept, per OS and for the deploy ramdisk: the current one (what ``<os><ext>`` and
 ``deploy-ramdisk`` point at, what the PXE server publishes) and the ``keep`` newest others
 (to go back to). Leftovers of builds that died (``.partial-*``, ``.ramdisk-*``) go once they
 are older than any build may run. Anything else in the directory is never touched.
@@ -17,10 +17,11 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from provisioner.image.build import BUILD_TIMEOUT, IMAGE_EXTS, PARTIAL_PREFIX, RAMDISK_WORK_PREFIX, current_name
-from provisioner.image.recipe import RAMDISK, SUITES
+from provisioner.image.build import BUILD_TIMEOUT, PARTIAL_PREFIX, RAMDISK_WORK_PREFIX, current_name
+from provisioner.image.recipe import OS_IMAGES, RAMDISK
+from provisioner.manifest.model import IMAGE_EXTS
 
-_VERSIONED = re.compile(r"^(?P<os>" + "|".join(re.escape(o) for o in sorted(SUITES)) + r")-(?P<id>[^/]+?)"
+_VERSIONED = re.compile(r"^(?P<os>" + "|".join(re.escape(o) for o in sorted(OS_IMAGES)) + r")-(?P<id>[^/]+?)"
                         r"(?P<ext>" + "|".join(re.escape(x) for x in IMAGE_EXTS) + r")$")
 _RAMDISK = re.compile(r"^" + re.escape(RAMDISK) + r"-[0-9a-f]+$")
 
@@ -55,9 +56,9 @@ def _group(entries: list[Entry]) -> dict[str, list[Entry]]:
 
 
 def _current(entries: list[Entry], group: str) -> set[str]:
-    """What the group's link points at (``<os>.tar.gz``, ``deploy-ramdisk``)."""
-    link = RAMDISK if group == RAMDISK else current_name(group)
-    return {os.path.basename(e.target) for e in entries if e.kind == "link" and e.name == link}
+    """What the group's link points at (``<os><ext>``, ``deploy-ramdisk``)."""
+    links = {RAMDISK} if group == RAMDISK else {current_name(group, ext) for ext in IMAGE_EXTS}
+    return {os.path.basename(e.target) for e in entries if e.kind == "link" and e.name in links}
 
 
 def stale(entries: list[Entry], keep: int, now: float, build_timeout: float = BUILD_TIMEOUT) -> list[Stale]:

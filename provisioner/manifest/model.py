@@ -167,6 +167,13 @@ class InstallMedia(Strict):
         return self
 
 
+# Root file system tarballs a node image may be, by compression (the name carries it all the
+# way to the node: the cache, the PXE server's URL, the deploy agent's tar); built images are
+# the first.
+IMAGE_EXTS = (".tar.gz", ".tar.xz", ".tar.zst")
+BUILT_IMAGE_EXT = IMAGE_EXTS[0]
+
+
 class NodeImage(Strict):
     """A node OS image named in the manifest instead of one built by ``provision image build``:
     a root file system tarball (.tar.gz, .tar.xz or .tar.zst, e.g. an Ubuntu cloud image's
@@ -186,6 +193,11 @@ class NodeImage(Strict):
     @classmethod
     def _sha256(cls, v: Any) -> Any:
         return normalized_sha256(v)
+
+    @property
+    def ext(self) -> str:
+        """Its compression, as the extension the validated URL ends in."""
+        return next(e for e in IMAGE_EXTS if self.url.endswith(e))
 
 
 InstallMethod = Literal["image", "installer"]

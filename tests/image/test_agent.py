@@ -61,7 +61,8 @@ class Machine:
 
 
 def run_deploy(tmp_path: Path, p: dict[str, Any], machine: Machine | None = None,
-               devices: dict[str, str | None] | None = None, fetch_ok: bool = True) -> tuple[Machine, list[str]]:
+               devices: dict[str, str | None] | None = None, fetch_ok: bool = True,
+               body: bytes = b"\x1f\x8b\x08\x00gzip'd tarball") -> tuple[Machine, list[str]]:
     target = tmp_path / "target"
     target.mkdir(exist_ok=True)
     m = machine or Machine(target)
@@ -71,6 +72,7 @@ def run_deploy(tmp_path: Path, p: dict[str, Any], machine: Machine | None = None
         m.cmds.append(["FETCH", url])
         if not fetch_ok:
             raise agent.StepFailed("download", "image checksum mismatch: expected x, got y; no disk was touched")
+        dest.write_bytes(body)
 
     keys = agent.deploy(p, run=m, target=target, image=tmp_path / "img", nics=lambda: ["52:54:00:D9:00:20"],
                         fetch=fetch, resolve=devs.get)
@@ -119,6 +121,32 @@ def test_a_wrong_checksum_fails_before_any_disk_is_touched(tmp_path: Path) -> No
         run_deploy(tmp_path, plan(), machine=m, fetch_ok=False)
     assert info.value.step == "download"
     assert all(c[0] in ("wipefs", "lsblk", "FETCH") and (c[0] != "wipefs" or "--no-act" in c) for c in m.cmds)
+
+
+@pytest.mark.parametrize(("url", "body", "flag"), [
+    ("http://h/images/ubuntu-24.04.tar.xz", b"\xfd7zXZ\x00\x00\x04", "-J"),
+    ("http://h/images/ubuntu-24.04.tar.zst", b"\x28\xb5\x2f\xfd\x00", "--zstd"),
+    ("http://h/images/debian-12.tar.gz", b"\x1f\x8b\x08\x00", "-z"),
+])
+def test_the_image_is_unpacked_with_the_flag_of_its_compression(tmp_path: Path, url: str, body: bytes,
+                                                                  flag: str) -> None:
+    m, _ = run_deploy(tmp_path, plan(image={"url": url, "sha256": SHA}), body=body)
+    tar = next(c for c in m.cmds if c[0] == "tar")
+    assert tar[:3] == ["tar", "-x", flag]
+
+
+def test_an_image_compressed_otherwise_than_its_name_says_fails_before_any_disk_is_touched(tmp_path: Path) -> None:
+    # an xz root tarball published as .tar.gz used to fail in tar -z, after partitioning
+    target = tmp_path / "target"
+    target.mkdir()
+    m = Machine(target)
+    with pytest.raises(agent.StepFailed, match=r"holds \.tar\.xz data, not what its name \(\.tar\.gz\) says; "
+                                               "no disk was touched") as info:
+        run_deploy(tmp_path, plan(), machine=m, body=b"\xfd7zXZ\x00\x00\x04")
+    assert info.value.step == "download"
+    assert all(c[0] in ("wipefs", "lsblk", "FETCH") and (c[0] != "wipefs" or "--no-act" in c) for c in m.cmds)
+    with pytest.raises(agent.StepFailed, match="holds no gzip, xz or zstd data"):
+        run_deploy(tmp_path, plan(), body=b"<html>404</html>")
 
 
 def test_a_plan_without_a_checksum_is_refused_before_any_disk_is_touched(tmp_path: Path) -> None:

@@ -30,13 +30,14 @@ class FakeMmdebstrap:
     def __call__(self, cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
         assert kwargs["timeout"] > 0 and "PROVISION_FIRSTBOOT_UNIT" in kwargs["env"]
         self.calls.append(cmd)
-        if not self.fail:
-            Path(cmd[-2]).write_bytes(f"image of {cmd[-1]} {len(self.calls)}".encode())
+        if not self.fail:  # mmdebstrap [OPTION...] SUITE TARGET [MIRROR...]
+            suite, target, *sources = [c for c in cmd[1:] if not c.startswith("--")]
+            Path(target).write_bytes(f"image of {suite} from {sources} {len(self.calls)}".encode())
         return subprocess.CompletedProcess(cmd, 1 if self.fail else 0)
 
 
 def builder(run: FakeMmdebstrap, r: rc.ImageRecipe, cache: Path) -> ib.Image:
-    return ib.build(r, cache, run=run, which=lambda _: "/usr/bin/mmdebstrap", euid=lambda: 0)
+    return ib.build(r, cache, run=run, which=lambda _: "/usr/bin/mmdebstrap", euid=lambda: 0, exists=lambda _: True)
 
 
 def test_a_build_writes_the_image_its_checksum_and_the_current_link(tmp_path: Path) -> None:
@@ -91,6 +92,33 @@ def test_missing_mmdebstrap_or_root_is_said_plainly(tmp_path: Path) -> None:
         ib.build(r, tmp_path, run=FakeMmdebstrap(), which=lambda _: "/x", euid=lambda: 1000)
 
 
+def test_a_missing_archive_keyring_fails_before_mmdebstrap_runs_saying_how_to_get_it(tmp_path: Path) -> None:
+    # a Debian 12 admin host has no Ubuntu keyring in its main archive: every Ubuntu build
+    # failed at the chroot's apt update, with no hint
+    run = FakeMmdebstrap()
+    ubuntu = rc.recipe("ubuntu-24.04", None)
+    have = {"/usr/share/keyrings/debian-archive-keyring.gpg"}
+    with pytest.raises(ib.ImageError) as exc:
+        ib.build(ubuntu, tmp_path, run=run, which=lambda _: "/x", euid=lambda: 0, exists=have.__contains__)
+    message = str(exc.value)
+    assert "\n" not in message and "/usr/share/keyrings/ubuntu-archive-keyring.gpg" in message
+    assert "bookworm-backports" in message and "ubuntu-keyring" in message
+    assert run.calls == [] and list(tmp_path.iterdir()) == []
+    # and mmdebstrap is told which keyring checks which archive
+    assert "--keyring=/usr/share/keyrings/ubuntu-archive-keyring.gpg" in rc.mmdebstrap_command(ubuntu, "x.tar.gz")
+    debian = rc.recipe("debian-12", MIRROR)
+    assert "--keyring=/usr/share/keyrings/debian-archive-keyring.gpg" in rc.mmdebstrap_command(debian, "x.tar.gz")
+    assert ib.build(debian, tmp_path, run=run, which=lambda _: "/x", euid=lambda: 0,
+                    exists=have.__contains__).source == "built"
+
+
+def test_an_mmdebstrap_without_the_merged_usr_hooks_is_said_plainly(tmp_path: Path) -> None:
+    jammy = rc.recipe("ubuntu-22.04", None)
+    have = {"/usr/share/keyrings/ubuntu-archive-keyring.gpg"}
+    with pytest.raises(ib.ImageError, match=r"mmdebstrap's hooks /usr/share/mmdebstrap/hooks/merged-usr"):
+        ib.build(jammy, tmp_path, run=FakeMmdebstrap(), which=lambda _: "/x", euid=lambda: 0, exists=have.__contains__)
+
+
 # --------------------------------------------------------------------------- named images
 @pytest.fixture()
 def served(tmp_path: Path) -> Iterator[tuple[str, bytes]]:
@@ -143,11 +171,33 @@ def test_an_unreachable_named_image_is_an_error_naming_it(tmp_path: Path, served
 
 
 def test_apply_passes_the_cache_and_the_checksums_only_with_a_ramdisk(tmp_path: Path) -> None:
-    assert ib.deploy_extra_vars(tmp_path, ["debian-12"]) == {"pxe_server_images_src": "",
-                                                             "pxe_server_image_sha256": {}}
+    files = {"debian-12": "debian-12.tar.gz"}
+    assert ib.deploy_extra_vars(tmp_path, files) == {"pxe_server_images_src": "", "pxe_server_image_sha256": {},
+                                                     "pxe_server_image_files": {}}
     image = builder(FakeMmdebstrap(), rc.recipe("debian-12", MIRROR), tmp_path)
-    assert ib.deploy_extra_vars(tmp_path, ["debian-12"])["pxe_server_images_src"] == ""  # no ramdisk yet
+    assert ib.deploy_extra_vars(tmp_path, files)["pxe_server_images_src"] == ""  # no ramdisk yet
     (tmp_path / "deploy-ramdisk").mkdir()
     (tmp_path / "deploy-ramdisk" / "SHA256SUMS").write_text("")
-    assert ib.deploy_extra_vars(tmp_path, ["debian-12", "ubuntu-24.04", "debian-12"]) == {
-        "pxe_server_images_src": str(tmp_path), "pxe_server_image_sha256": {"debian-12": image.sha256}}
+    assert ib.deploy_extra_vars(tmp_path, {**files, "ubuntu-24.04": "ubuntu-24.04.tar.xz"}) == {
+        "pxe_server_images_src": str(tmp_path), "pxe_server_image_sha256": {"debian-12": image.sha256},
+        "pxe_server_image_files": {"debian-12": "debian-12.tar.gz"}}
+    # the deploy plans want another compression than the cache holds (the manifest now names
+    # an image, not yet fetched): left out, so the role refuses the deploy before any power-on
+    assert ib.deploy_extra_vars(tmp_path, {"debian-12": "debian-12.tar.xz"})["pxe_server_image_sha256"] == {}
+
+
+def test_a_named_image_is_published_under_its_own_compression(tmp_path: Path, served: tuple[str, bytes]) -> None:
+    # an Ubuntu cloud *-root.tar.xz was published as <os>.tar.gz and unpacked with tar -z
+    # after the disks were partitioned: the deploy failed with the node wiped
+    url, body = served
+    cache = tmp_path / "cache"
+    named = ib.fetch("debian-12", url, hashlib.sha256(body).hexdigest(), cache)
+    link = cache / "debian-12.tar.xz"
+    assert link.is_symlink() and link.resolve() == named.path and not (cache / "debian-12.tar.gz").exists()
+    assert (cache / "debian-12.tar.xz.sha256").read_text() == f"{named.sha256}  debian-12.tar.xz\n"
+    assert ib.current(cache, "debian-12") == ib.Image("debian-12", named.path, named.sha256, "cached")
+    # back to a built image: one current link per OS, the other one goes with its checksum
+    built = builder(FakeMmdebstrap(), rc.recipe("debian-12", MIRROR), cache)
+    assert (cache / "debian-12.tar.gz").resolve() == built.path
+    assert not link.is_symlink() and not (cache / "debian-12.tar.xz.sha256").exists()
+    assert ib.current(cache, "debian-12") == ib.Image("debian-12", built.path, built.sha256, "cached")

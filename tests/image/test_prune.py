@@ -61,6 +61,13 @@ def test_the_current_one_and_the_newest_older_ones_stay() -> None:
     assert stale(CACHE, keep=3, now=NOW) == []
 
 
+def test_a_current_link_of_another_compression_keeps_its_image() -> None:
+    entries = [image("ubuntu-24.04-named-0123456789abcdef.tar.xz", 90), image("ubuntu-24.04-1111.tar.gz", 10),
+               image("ubuntu-24.04-2222.tar.gz", 20),
+               link("ubuntu-24.04.tar.xz", "ubuntu-24.04-named-0123456789abcdef.tar.xz")]
+    assert names(stale(entries, keep=1, now=NOW)) == ["ubuntu-24.04-2222.tar.gz"]
+
+
 def test_an_os_without_a_current_link_keeps_its_newest() -> None:
     entries = [image("debian-12-aaaa.tar.gz", 5), image("debian-12-bbbb.tar.gz", 3), image("debian-12-cccc.tar.gz", 9)]
     assert names(stale(entries, keep=1, now=NOW)) == ["debian-12-aaaa.tar.gz", "debian-12-cccc.tar.gz"]

@@ -50,6 +50,36 @@ def test_the_ramdisk_recipe_carries_the_agent_and_its_tools() -> None:
     subprocess.run(["sh", "-n", "-c", rc.RAMDISK_HOOK], check=True)
 
 
+# The server NICs a provisioning network runs on (paths under lib/modules/<kernel>/kernel/):
+# Intel, NVIDIA/Mellanox ConnectX, Broadcom NetXtreme.
+SERVER_NICS = {
+    "ixgbe": "drivers/net/ethernet/intel/ixgbe/ixgbe.ko",
+    "i40e": "drivers/net/ethernet/intel/i40e/i40e.ko",
+    "ice": "drivers/net/ethernet/intel/ice/ice.ko",
+    "igb": "drivers/net/ethernet/intel/igb/igb.ko",
+    "mlx5_core": "drivers/net/ethernet/mellanox/mlx5/core/mlx5_core.ko",
+    "mlxfw": "drivers/net/ethernet/mellanox/mlxfw/mlxfw.ko",  # mlx5_core needs it
+    "bnxt_en": "drivers/net/ethernet/broadcom/bnxt/bnxt_en.ko",
+    "tg3": "drivers/net/ethernet/broadcom/tg3.ko",
+}
+
+
+@pytest.mark.parametrize("module", sorted(SERVER_NICS))
+def test_the_ramdisk_keeps_the_server_nic_drivers(module: str, tmp_path: Path) -> None:
+    # run the hook's drop loop on a module tree: a node whose provisioning NIC is a
+    # ConnectX got no DHCP in the ramdisk when drivers/net/ethernet/mellanox was dropped
+    kernel = tmp_path / "lib/modules/6.1.0-28-amd64/kernel"
+    for path in [*SERVER_NICS.values(), "drivers/gpu/drm/ast/ast.ko", "sound/core/snd.ko"]:
+        (kernel / path).parent.mkdir(parents=True, exist_ok=True)
+        (kernel / path).write_bytes(b"ko")
+    loop = 'for d in $PROVISION_DROP; do rm -rf "$r"/lib/modules/*/kernel/"$d"; done'
+    assert loop in rc.RAMDISK_HOOK
+    subprocess.run(["sh", "-c", 'r="$1"; ' + loop, "sh", str(tmp_path)], check=True,
+                   env={"PATH": "/usr/bin:/bin", "PROVISION_DROP": " ".join(rc.RAMDISK_DROP)})
+    assert (kernel / SERVER_NICS[module]).is_file()
+    assert not (kernel / "drivers/gpu").exists() and not (kernel / "sound").exists()  # the drop still works
+
+
 def test_initramfs_keeps_files_links_dirs_and_modes_and_leaves_boot_out(tmp_path: Path) -> None:
     tree = tmp_path / "tree"
     (tree / "usr/local/sbin").mkdir(parents=True)
@@ -90,14 +120,15 @@ class FakeTree:
 def test_the_ramdisk_is_built_once_per_recipe(tmp_path: Path) -> None:
     r = rc.ramdisk_recipe(None, None, AGENT)
     run = FakeTree()
-    ramdisk = ib.build_ramdisk(r, tmp_path, run=run, which=lambda _: "/x", euid=lambda: 0)
+    ramdisk = ib.build_ramdisk(r, tmp_path, run=run, which=lambda _: "/x", euid=lambda: 0, exists=lambda _: True)
     assert ramdisk.source == "built" and ramdisk.kernel.read_bytes() == b"kernel"
     assert "etc/hostname" in read_newc(gzip.decompress(ramdisk.initrd.read_bytes()))
     subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=ramdisk.directory, check=True, capture_output=True)
     assert (tmp_path / "deploy-ramdisk").resolve() == ramdisk.directory
-    assert ib.build_ramdisk(r, tmp_path, run=run, which=lambda _: "/x", euid=lambda: 0).source == "cached"
+    again = ib.build_ramdisk(r, tmp_path, run=run, which=lambda _: "/x", euid=lambda: 0, exists=lambda _: True)
+    assert again.source == "cached"
     assert run.calls == 1
     ramdisk.initrd.write_bytes(b"tampered")
     with pytest.raises(ib.ImageError, match=r"cached deploy ramdisk initrd\.img: SHA-256 mismatch"):
-        ib.build_ramdisk(r, tmp_path, run=run, which=lambda _: "/x", euid=lambda: 0)
+        ib.build_ramdisk(r, tmp_path, run=run, which=lambda _: "/x", euid=lambda: 0, exists=lambda _: True)
     assert not list(tmp_path.glob(".ramdisk-*"))  # no work tree left behind

@@ -307,7 +307,9 @@ def test_music_lab_example(kit: Any) -> None:
     m = loaded.manifest
     assert m.node_names() == ["labhead", "store1", "store2", "gpu1", "gpu2", "gpu3"]
     assert sum(n.gpu_count for n in m.nodes) == 6
-    assert loaded.warnings == []
+    # its only warning: an Ubuntu-only site with a mirror gets its deploy ramdisk from Debian
+    assert [(w.path, w.severity) for w in loaded.warnings] == [("cluster.mirrors.apt", "warning")]
+    assert "deploy ramdisk" in loaded.warnings[0].message
     assert m.node("gpu3").hardware.gpu is not None
     assert m.node("gpu3").hardware.gpu.gres_type == "rtx3090"
     assert [m.node(f"store{i}").bmc.address for i in (1, 2)] == ["192.168.51.11", "192.168.51.12"]  # type: ignore[union-attr]

@@ -112,12 +112,14 @@ def test_apt_timeouts(host):
         f'Acquire::ftp::Timeout "{seconds}";',
         f'Acquire::Retries "{retries}";',
         'Acquire::Retries::Delay "false";',  # retries at once: LP: #2003851, tests/testbed/README.md
+        'DPkg::Lock::Timeout "600";',  # waits for another apt's lock, boundedly
     ]
     # apt reads them (apt-config prints the merged configuration)
     dump = host.check_output("apt-config dump Acquire")
     assert f'Acquire::http::Timeout "{seconds}";' in dump
     assert f'Acquire::Retries "{retries}";' in dump
     assert 'Acquire::Retries::Delay "false";' in dump
+    assert 'DPkg::Lock::Timeout "600";' in host.check_output("apt-config dump DPkg::Lock")
 
 
 def test_pip_conf(host):

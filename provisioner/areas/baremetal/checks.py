@@ -117,5 +117,21 @@ def check_secure_boot(m: Manifest, src: Source) -> list[Diagnostic]:
     return out
 
 
+def check_ramdisk_source(m: Manifest, src: Source) -> list[Diagnostic]:
+    """The deploy ramdisk is always a Debian 12 system: from ``cluster.mirrors.apt`` when a
+    node runs Debian 12 (the mirror serves Debian then), else from Debian's own archive. A site
+    with an apt mirror and image deploys but no Debian node (an air-gapped Ubuntu site) needs
+    Debian's archive or a Debian mirror as well: a warning says so once."""
+    deploys = any(n.install == "pxe" and method(m, n) == "image" for n in m.nodes)
+    if not deploys or m.cluster.mirrors.apt is None or any(n.os == "debian-12" for n in m.nodes):
+        return []
+    return [src.diag(("cluster", "mirrors", "apt"), (
+        "image deploys boot a deploy ramdisk built from Debian 12, and no node here runs Debian, so "
+        "`provision image build` fetches it from Debian's own archive (deb.debian.org"
+        f"{', through ' + m.cluster.mirrors.apt_proxy if m.cluster.mirrors.apt_proxy else ''}), not from "
+        f"{m.cluster.mirrors.apt}: an air-gapped site needs that archive or a Debian 12 mirror reachable "
+        "(docs/baremetal.md, the deploy ramdisk)"), "warning")]
+
+
 CHECKS: tuple[Check, ...] = (check_pxe_installs, check_install_disks, check_deploy_disks, check_ansible_account,
-                             check_secure_boot)
+                             check_secure_boot, check_ramdisk_source)

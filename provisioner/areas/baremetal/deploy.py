@@ -31,7 +31,7 @@ from provisioner.areas.baremetal.decide import (
     netplan,
     not_installable,
 )
-from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.model import BUILT_IMAGE_EXT, Manifest, Node
 
 # Partition layout every deploy writes on each install disk (GPT): a BIOS boot partition
 # for GRUB's core image on legacy machines, an ESP, and the root (or its RAID1 member).
@@ -41,7 +41,7 @@ LAYOUT: tuple[tuple[int, str, str, str], ...] = (
     (3, "root", "rest", "8300"),
 )
 PLAN_FILE = "deploy.json"
-RAMDISK_DIR = "images/deploy-ramdisk"  # under the PXE web server's root, like images/<os>.tar.gz
+RAMDISK_DIR = "images/deploy-ramdisk"  # under the PXE web server's root, like images/<os><ext>
 
 
 class DeployRefused(ValueError):
@@ -191,9 +191,17 @@ def named_images(m: Manifest) -> dict[str, ImageRef]:
     return {os_name: ImageRef(img.url, img.sha256) for os_name, img in m.cluster.images.items()}
 
 
-def image_url(server: InstallServer, os_name: str) -> str:
-    """Where the PXE server publishes the ``os_name`` image (``provision image build``'s output)."""
-    return f"{server.base_url}/images/{os_name}.tar.gz"
+def image_file(m: Manifest, os_name: str) -> str:
+    """The name the ``os_name`` image is published under, ``<os><ext>``: the compression of
+    the image the manifest names (``.tar.xz`` for an Ubuntu cloud ``*-root.tar.xz``), else
+    the built image's ``.tar.gz``. The deploy agent picks its tar flag from it."""
+    named = next((img for name, img in m.cluster.images.items() if name == os_name), None)
+    return f"{os_name}{named.ext if named is not None else BUILT_IMAGE_EXT}"
+
+
+def image_url(server: InstallServer, file: str) -> str:
+    """Where the PXE server publishes an image (``file``: :func:`image_file`)."""
+    return f"{server.base_url}/images/{file}"
 
 
 def ipxe_deploy_script(m: Manifest, node: Node, server: InstallServer) -> str:
@@ -219,6 +227,6 @@ def deploy_files(m: Manifest, node: Node, server: InstallServer) -> dict[str, st
     script and the deploy plan. The plan's image checksum is left empty here: the built
     image's checksum is known only where it was built, so the pxe_server role fills it in
     (``pxe_server_image_sha256``), and the agent refuses a plan without one."""
-    images: dict[str, ImageRef] = {node.os: ImageRef(image_url(server, node.os), "")}
+    images: dict[str, ImageRef] = {node.os: ImageRef(image_url(server, image_file(m, node.os)), "")}
     plan = deploy_plan(m, node, images, server, erase_allowed=False)
     return {"install.ipxe": ipxe_deploy_script(m, node, server), PLAN_FILE: json.dumps(plan.to_json(), indent=2)}

@@ -61,3 +61,36 @@ def test_a_uefi_pxe_install_warns_that_secure_boot_must_be_off(kit: Any) -> None
     assert err.path == "nodes[1].bmc.secure_boot"
     data["nodes"][1]["bmc"]["boot_mode"] = "legacy"  # BIOS boot has no Secure Boot
     assert not [d for d in kit.load(data).warnings if "Secure Boot" in d.message]
+
+
+def ramdisk_warnings(kit: Any, data: dict[str, Any]) -> list[Any]:
+    return [d for d in kit.load(data).warnings if "deploy ramdisk" in d.message]
+
+
+def site(kit: Any, data: dict[str, Any]) -> dict[str, Any]:
+    data["nodes"][1].update(install="pxe", install_disks=["nvme-D_[1-2]"])
+    data["cluster"]["mirrors"] = {"apt": "http://mirror.site/ubuntu", "apt_proxy": "http://proxy.site:3142"}
+    return data
+
+
+def test_an_ubuntu_only_site_with_a_mirror_is_told_the_deploy_ramdisk_needs_debian(kit: Any) -> None:
+    """The deploy ramdisk always comes from Debian 12; with no Debian node it is not fetched
+    from the manifest's (Ubuntu) mirror, which an air-gapped site must know."""
+    data = site(kit, kit.base())
+    assert all(not n.get("os", "").startswith("debian") for n in data["nodes"])
+    text = kit.dump(data)
+    found = [d for d in kit.load(text).warnings if "deploy ramdisk" in d.message]
+    assert len(found) == 1 and found[0].severity == "warning" and found[0].path == "cluster.mirrors.apt"
+    assert "Debian's own archive (deb.debian.org, through http://proxy.site:3142)" in found[0].message
+    assert "not from http://mirror.site/ubuntu" in found[0].message
+
+
+def test_no_ramdisk_warning_where_the_ramdisk_source_is_no_surprise(kit: Any) -> None:
+    # a Debian node: the ramdisk comes from the manifest's mirror
+    assert ramdisk_warnings(kit, site(kit, kit.on_os(kit.base(), "debian-12", (1,)))) == []
+    no_mirror = site(kit, kit.base())
+    no_mirror["cluster"].pop("mirrors")  # Debian's archive, like everything else
+    assert ramdisk_warnings(kit, no_mirror) == []
+    installer = site(kit, kit.base())
+    installer["cluster"]["install_method"] = "installer"  # no ramdisk at all
+    assert ramdisk_warnings(kit, installer) == []

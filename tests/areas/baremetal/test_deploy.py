@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import configparser
+import json
 from typing import Any
 
 import pytest
@@ -162,6 +163,23 @@ def test_named_images_are_verified_urls(kit: Any) -> None:
     kit.error(data, "is not an http(s):// or file:// URL of a .tar.gz")
     data["cluster"]["images"] = {"debian-12": {"url": "http://10.0.0.10/d.tar.gz", "sha256": "abc"}}
     kit.error(data, "is not a SHA-256")
+
+
+@pytest.mark.parametrize(("named", "published"), [
+    (None, "debian-12.tar.gz"),  # built
+    ("http://mirror.example.org/images/noble-server-cloudimg-amd64-root.tar.xz", "debian-12.tar.xz"),
+    ("file:///srv/images/site.tar.zst", "debian-12.tar.zst"),
+])
+def test_the_deploy_plan_downloads_the_image_under_its_own_compression(kit: Any, named: str | None,
+                                                                       published: str) -> None:
+    data = kit.on_os(kit.base(), "debian-12", (1,))
+    data["nodes"][1].update(install="pxe", install_disks=["ata-D_1"])
+    if named:
+        data["cluster"]["images"] = {"debian-12": {"url": named, "sha256": SHA}}
+    m = kit.load(data).manifest
+    assert deploy.image_file(m, "debian-12") == published
+    plan = json.loads(deploy.deploy_files(m, m.node("node01"), install_server(m))[deploy.PLAN_FILE])
+    assert plan["image"]["url"] == f"{install_server(m).base_url}/images/{published}"
 
 
 def test_plan_shows_the_installer_method_apart(kit: Any) -> None:
