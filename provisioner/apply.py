@@ -65,7 +65,7 @@ from provisioner.runner import (
     run_playbook,
     scan_for_secrets,
 )
-from provisioner.state import RunRecord, State, StateDir, now
+from provisioner.state import RunRecord, State, StateDir, atomic_write, now
 
 TARGETS_GROUP = "provision_targets"
 # The probe that keeps a node marked for install from being wiped when it already runs an
@@ -432,7 +432,7 @@ def run_site(loaded: Loaded, state: StateDir, plan: Plan, run_id: str, run_hosts
              console: Console, signals: Signals) -> RunResult:
     """site.yml on the reachable ``run_hosts``; the unreachable ones fail at once."""
     m = loaded.manifest
-    (state.inventory / "targets.yml").write_text(targets_inventory(plan.targets))
+    atomic_write(state.inventory / "targets.yml", targets_inventory(plan.targets))
     down = unreachable_now(loaded, run_hosts)
     reachable = [h for h in run_hosts if h not in down]
     meet_new_nodes(loaded, state, reachable, opts)
@@ -511,7 +511,7 @@ def install_phase(
     console.print(f"installing over PXE: {', '.join(wipe)}", highlight=False, markup=False)
     run_id = new_run_id("-pxe")
     head = m.head.name
-    (state.inventory / "targets.yml").write_text(targets_inventory([head]))
+    atomic_write(state.inventory / "targets.yml", targets_inventory([head]))
     meet_new_nodes(loaded, state, [head], opts)
     with LiveProgress(console, "PXE server", enabled=opts.verbosity == 0) as live, signals.deferred():
         tracker = Tracker([head], on_change=live.update)

@@ -211,6 +211,21 @@ def test_inventory_of_a_bad_manifest_writes_nothing(capsys: Capsys, tmp_path: Pa
     assert not (tmp_path / "inv").exists()
 
 
+@pytest.mark.parametrize("where", ["file", "below a file"])
+def test_inventory_out_that_cannot_be_a_folder_is_one_line(capsys: Capsys, example: Path, tmp_path: Path,
+                                                           where: str) -> None:
+    """`internal error: FileExistsError` (exit 70) before."""
+    blocker = tmp_path / "taken"
+    blocker.write_text("mine\n")
+    out_dir = blocker if where == "file" else blocker / "inv"
+    code, out, err = run(capsys, "inventory", str(example), "--out", str(out_dir))
+    assert code == 1 and out == ""
+    last = err.splitlines()[-1]
+    assert last.startswith(f"error: cannot write the inventory in {out_dir}: {blocker}")
+    assert "internal error" not in err
+    assert blocker.read_text() == "mine\n"
+
+
 # --------------------------------------------------------------------------- plan
 def test_plan_json_on_a_fresh_cluster(capsys: Capsys, example: Path) -> None:
     code, out, _ = run(capsys, "plan", str(example), "--json")

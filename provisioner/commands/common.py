@@ -51,6 +51,10 @@ def guarded(command: Command, args: argparse.Namespace) -> int:
         return 1
     except BrokenPipeError:
         return 1
+    except OSError as exc:  # the file system refused (full, read-only): say where, in one line
+        where = f"{exc.filename}: " if exc.filename else ""
+        err.print(f"error: {where}{exc.strerror or exc}", style="red", markup=False, highlight=False)
+        return 1
     except KeyboardInterrupt:
         err.print("interrupted", style="red")
         return 130
