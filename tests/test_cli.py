@@ -308,6 +308,18 @@ def test_plan_with_a_broken_state_file(capsys: Capsys, example: Path) -> None:
     assert err.splitlines()[-1].startswith(f"error: {sd.state_file}: unreadable state")
 
 
+@pytest.mark.parametrize(("nodes", "message"), [
+    ("nosuch", "error: --reinstall: unknown node 'nosuch'"),
+    ("", "error: --reinstall: no nodes given"),
+])
+def test_reinstall_errors_name_reinstall(capsys: Capsys, example: Path, nodes: str, message: str) -> None:
+    """`apply --reinstall nosuch` said `--limit: unknown node` (issue 27 item 8)."""
+    code, _, err = run(capsys, "apply", str(example), "--yes", "--reinstall", nodes)
+    assert code == 1
+    assert err.splitlines()[-1] == message
+    assert not StateDir.beside(example).state_file.exists()
+
+
 def test_split_selectors() -> None:
     assert common.split_selectors("gpu[01-04],head01") == ["gpu[01-04]", "head01"]
     assert common.split_selectors("a,b[1-2],@compute") == ["a", "b[1-2]", "@compute"]

@@ -31,8 +31,9 @@ BOOT_ID = "cat /proc/sys/kernel/random/boot_id"
 
 def options(loaded: Loaded, args: argparse.Namespace, nodes: list[str] | None) -> ApplyOptions:
     return ApplyOptions(limit=nodes, check=args.check, yes=args.yes, full=args.full,
-                        reinstall=limit(loaded, args.reinstall) or [], install_timeout=args.install_timeout,
-                        stall_timeout=args.stall_timeout, strategy=args.strategy, verbosity=args.verbose)
+                        reinstall=limit(loaded, args.reinstall, "--reinstall") or [],
+                        install_timeout=args.install_timeout, stall_timeout=args.stall_timeout,
+                        strategy=args.strategy, verbosity=args.verbose)
 
 
 def rolling_nodes(loaded: Loaded, state: StateDir, nodes: list[str] | None, full: bool) -> list[str]:

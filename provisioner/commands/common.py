@@ -73,17 +73,18 @@ def load(console: Console, path: Path) -> Loaded:
     return loaded
 
 
-def limit(loaded: Loaded, text: str | None) -> list[str] | None:
-    """The nodes named by a --limit value (None: no limit)."""
+def limit(loaded: Loaded, text: str | None, what: str = "--limit") -> list[str] | None:
+    """The nodes named by a node selector (None: none given); ``what`` names the option or
+    argument in errors (--limit, --reinstall, NODES)."""
     if text is None:
         return None
     items = [t.strip() for t in split_selectors(text) if t.strip()]
     if not items:  # an empty limit would run the light plays everywhere
-        raise ProvisionError("--limit: no nodes given")
+        raise ProvisionError(f"{what}: no nodes given")
     try:
         return select_nodes(loaded.manifest, items)
     except SelectorError as exc:
-        raise ProvisionError(f"--limit: {exc}") from None
+        raise ProvisionError(f"{what}: {exc}") from None
 
 
 def split_selectors(text: str) -> list[str]:

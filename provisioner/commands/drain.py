@@ -19,10 +19,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     m = loaded.manifest
     if not m.slurm.enabled:
         raise ProvisionError("slurm.enabled is false in the manifest: there is no Slurm to drain or resume nodes in")
-    try:
-        nodes = limit(loaded, args.nodes) or []
-    except ProvisionError as exc:  # the selector's message, for NODES rather than --limit
-        raise ProvisionError(str(exc).replace("--limit:", "NODES:", 1)) from None
+    nodes = limit(loaded, args.nodes, "NODES") or []
     state = StateDir.beside(args.manifest, args.state_dir)
     state.load_for(m.cluster.name)  # refused when it is another cluster's
     state.ensure()  # known_hosts
