@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "image": "provisioner.commands.image",
 }
 VERSION_MODULE = "provisioner.commands.version"
+INTERRUPTED = "interrupted (Ctrl-C)"  # what provisioner.interrupts.Interrupted says for SIGINT
 
 
 class _Version(argparse.Action):
@@ -183,9 +184,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    command = importlib.import_module(COMMANDS[args.command])
-    return int(command.main(args))
+    try:
+        args = _parser().parse_args(argv)
+        command = importlib.import_module(COMMANDS[args.command])
+        return int(command.main(args))
+    except KeyboardInterrupt:  # Ctrl-C before the command's own handling (imports take ~0.3-1 s)
+        print(INTERRUPTED, file=sys.stderr)
+        return 130
+
 
 
 if __name__ == "__main__":

@@ -44,7 +44,8 @@ class Interrupted(ProvisionError):
 
 class Signals:
     """Catch SIGINT, SIGTERM and SIGHUP while the context is open (main thread only; in
-    another thread it records nothing and changes nothing)."""
+    another thread it records nothing and changes nothing). A signal the process was started
+    ignoring stays ignored: ``nohup provision apply`` goes on when the terminal closes."""
 
     def __init__(self) -> None:
         self.received: int | None = None
@@ -54,6 +55,8 @@ class Signals:
     def __enter__(self) -> Signals:
         if threading.current_thread() is threading.main_thread():
             for sig in STOP_SIGNALS:
+                if signal.getsignal(sig) is signal.SIG_IGN:  # nohup (or the caller) asked to ignore it: keep that
+                    continue
                 self._saved[sig] = signal.signal(sig, self._handle)
         return self
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -56,7 +57,8 @@ def guarded(command: Command, args: argparse.Namespace) -> int:
         err.print(f"error: {where}{exc.strerror or exc}", style="red", markup=False, highlight=False)
         return 1
     except KeyboardInterrupt:
-        err.print("interrupted", style="red")
+        with contextlib.suppress(OSError):
+            err.print(str(Interrupted(signal.SIGINT)), style="red", markup=False, highlight=False)
         return 130
     except Exception as exc:  # never a traceback for the operator, unless asked for
         if os.environ.get("PROVISION_DEBUG"):
