@@ -253,6 +253,18 @@ class StateDir:
             raise ProvisionError(f"cannot set up the state directory {self.root}: {where}: {_reason(exc)}; "
                                  f"{STATE_DIR_HINT}") from None
 
+    def remove_if_untouched(self) -> None:
+        """Undo :meth:`ensure` for a command that changed nothing (a refused or aborted
+        apply): the empty folders, the empty known_hosts and the lock file go, and the state
+        directory itself when that leaves it empty. Anything with content stays."""
+        for path in (self.known_hosts, self.root / "lock"):
+            with contextlib.suppress(OSError):
+                if path.is_file() and not path.is_symlink() and path.stat().st_size == 0:
+                    path.unlink()
+        for folder in (self.facts, self.runs, self.inventory, self.secrets, self.root):
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only an empty one
+
     def load(self) -> State:
         problem = self._not_a_directory()
         if problem is not None:
@@ -314,7 +326,7 @@ class StateDir:
         text = json.dumps(state.to_json(), indent=2, sort_keys=True) + "\n"
         try:
             self._keep_previous()
-            atomic_write(self.state_file, text)
+            atomic_write(self.state_file, text, 0o600)  # as its backups: run history is the operator's
         except OSError as exc:
             raise ProvisionError(f"cannot write the state {self.state_file}: {_reason(exc)}; {STATE_DIR_HINT} "
                                  "(or make this one writable)") from None

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
 import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -299,6 +301,32 @@ def test_limit_errors(capsys: Capsys, example: Path, limit: str, message: str) -
         assert not StateDir.beside(example).state_file.exists()
 
 
+def test_apply_check_keeps_the_newest_scratch_folders_only(
+    capsys: Capsys, example: Path, no_ansible: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path
+) -> None:
+    """Every `apply --check` left its /tmp/provision-check-* folder forever (issue 27 item 16)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    other = tmp / "provision-check-llm200k-big-x"  # another cluster whose name starts alike
+    other.mkdir()
+    (other / apply_mod.CHECK_MARK).write_text("llm200k-big")
+    folders = []
+    for _ in range(apply_mod.KEEP_CHECKS + 2):
+        code, _, err = run(capsys, "apply", str(example), "--check")
+        assert code == 0, err
+        folders.append(no_ansible[-1]["state"].root)
+        os.utime(folders[-1], (len(folders), len(folders)))  # their order, whatever the clock's resolution
+    assert sorted(tmp.iterdir()) == sorted([other, *folders[-apply_mod.KEEP_CHECKS:]])
+    assert (folders[-1] / "inventory" / "hosts.yml").is_file()  # the newest check's inventory stays to read
+    # one still running (its mark held) is never removed
+    with (folders[-1] / apply_mod.CHECK_MARK).open() as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert apply_mod.prune_checks(tmp, "llm200k", keep=0) == sorted(folders[-3:-1], reverse=True)
+    assert sorted(tmp.iterdir()) == sorted([other, folders[-1]])
+
+
 def test_plan_with_a_broken_state_file(capsys: Capsys, example: Path) -> None:
     sd = StateDir.beside(example)
     sd.root.mkdir()
@@ -337,10 +365,21 @@ def test_apply_refuses_without_yes_on_a_non_tty(
     assert "plan for cluster llm200k" in out  # the plan is shown first
     assert no_ansible == []
     sd = StateDir.beside(example)
-    assert not sd.state_file.exists()
-    assert not any(sd.runs.iterdir())
+    assert not sd.root.exists()  # not even empty folders stay (issue 27 item 16)
     with sd.lock("test"):  # the lock was released
         pass
+
+
+def test_a_refused_apply_leaves_a_recorded_state_directory_as_it_was(
+    capsys: Capsys, example: Path, monkeypatch: pytest.MonkeyPatch, no_ansible: list[dict[str, Any]]
+) -> None:
+    sd = settle(example)
+    sd.ensure()
+    before = tree(sd.root)
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
+    code, _, _ = run(capsys, "apply", str(example), "--full")
+    assert code == 1 and no_ansible == []
+    assert {k: v for k, v in tree(sd.root).items() if k != "lock"} == before and sd.facts.is_dir()
 
 
 def test_apply_yes_records_state_and_then_plans_nothing(
@@ -518,7 +557,7 @@ def test_missing_bmc_password_stops_apply_before_any_change(
     assert all(f"the BMC password for gpu0{i} is not set" in err for i in range(1, 5))
     assert no_ansible == []
     sd = StateDir.beside(example)
-    assert not sd.state_file.exists() and not any(sd.runs.iterdir())
+    assert not sd.root.exists()
 
 
 def test_plan_says_which_nodes_apply_will_wipe(capsys: Capsys, example: Path) -> None:

@@ -454,3 +454,12 @@ def test_a_full_disk_at_the_lock_is_a_clear_error_and_frees_it(tmp_path: Path,
     monkeypatch.undo()
     with sd.lock("apply"):  # not left held
         pass
+
+
+def test_the_state_is_private_as_its_backups(tmp_path: Path) -> None:
+    """state.json was 0644 while state.json.1 .. .3 were 0600 (issue 27 item 16)."""
+    sd = StateDir(tmp_path)
+    sd.save(State(cluster="c"))
+    StateDir(tmp_path).save(State(cluster="c"))
+    assert stat.S_IMODE(sd.state_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE(sd.backup(1).stat().st_mode) == 0o600
