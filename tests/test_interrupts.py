@@ -11,11 +11,13 @@ stopped, and have released the lock. Each case takes a few seconds.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -31,6 +33,7 @@ from provisioner.interrupts import Interrupted, Signals
 
 ROOT = Path(__file__).resolve().parents[1]
 ADDRESSES = ("127.0.0.2", "127.0.0.3")
+KEXINIT = struct.pack(">IBB", 12, 10, 20) + bytes(10)  # packet length, padding length, SSH_MSG_KEXINIT
 
 
 # --------------------------------------------------------------------------- Signals
@@ -103,8 +106,12 @@ class BannerServer:
                 continue
             except OSError:
                 return
-            with conn:
+            with conn:  # apply's probe wants the banner and, after its own, the first key exchange packet
+                conn.settimeout(5)
                 conn.sendall(b"SSH-2.0-BannerOnly\r\n")
+                with contextlib.suppress(OSError):
+                    conn.recv(256)
+                    conn.sendall(KEXINIT)
 
     def close(self) -> None:
         self.stop.set()
