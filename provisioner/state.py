@@ -365,6 +365,21 @@ class StateDir:
             os.close(fd)
 
 
+    def lock_held(self) -> bool:
+        """Whether a run holds the lock right now (it is never taken here)."""
+        try:
+            fd = os.open(self.root / "lock", os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+
     @contextlib.contextmanager
     def shared_lock(self) -> Iterator[None]:
         """For a dry run, which writes nothing: share the lock with other dry runs, and be

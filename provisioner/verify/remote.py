@@ -31,6 +31,13 @@ def ssh_argv(target: SshTarget, known_hosts: Path, text: str, timeout: int) -> l
     return [*cmd, f"{target.user}@{target.address}", remote]
 
 
+def ssh_failure(stderr: str) -> str:
+    """ssh's own failure in one line with one ``ssh:`` (its messages start with one already)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    last = lines[-1] if lines else "exit 255"
+    return last if last.startswith("ssh: ") else f"ssh: {last}"
+
+
 def ssh_executor(targets: dict[str, SshTarget], known_hosts: Path, grace: float = GRACE) -> Execute:
     def execute(host: str, text: str, timeout: int) -> Output:
         argv = ssh_argv(targets[host], known_hosts, text, timeout)
@@ -40,8 +47,7 @@ def ssh_executor(targets: dict[str, SshTarget], known_hosts: Path, grace: float 
         except subprocess.TimeoutExpired:
             return Output(rc=-1, error=f"{TIMED_OUT} {timeout + grace:g} s (no answer from {host})")
         if r.returncode == 255:  # ssh's own failure: the node was not reached
-            lines = [line for line in r.stderr.splitlines() if line.strip()]
-            return Output(rc=255, stderr=r.stderr, error=f"ssh: {lines[-1] if lines else 'exit 255'}")
+            return Output(rc=255, stderr=r.stderr, error=ssh_failure(r.stderr))
         if r.returncode == 124:  # timeout(1) on the node ended the command
             return Output(rc=124, stdout=r.stdout, stderr=r.stderr, error=f"{TIMED_OUT} {timeout} s on {host}")
         return Output(rc=r.returncode, stdout=r.stdout, stderr=r.stderr)
