@@ -28,10 +28,22 @@ def consoles() -> tuple[Console, Console]:
     return out, err
 
 
-def print_diagnostics(console: Console, diags: list[Diagnostic]) -> None:
+MAX_DIAGNOSTICS = 100  # of each severity printed; the rest are counted in one line
+
+
+def print_diagnostics(console: Console, diags: list[Diagnostic], most: int = MAX_DIAGNOSTICS) -> None:
+    """Each diagnostic on its line, at most ``most`` of each severity (in file order), then
+    one line counting the rest: 20,000 errors are not 20,000 lines."""
+    shown: dict[str, int] = {}
     for d in diags:
-        style = "red" if d.severity == "error" else "yellow"
-        console.print(d.format(), style=style, markup=False, highlight=False, soft_wrap=True)
+        shown[d.severity] = shown.get(d.severity, 0) + 1
+        if shown[d.severity] <= most:
+            style = "red" if d.severity == "error" else "yellow"
+            console.print(d.format(), style=style, markup=False, highlight=False, soft_wrap=True)
+    for severity, count in shown.items():
+        if count > most:
+            console.print(f"... and {count - most:,} more {severity}s", style="red" if severity == "error" else
+                          "yellow", markup=False, highlight=False, soft_wrap=True)
 
 
 def guarded(command: Command, args: argparse.Namespace) -> int:
