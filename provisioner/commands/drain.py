@@ -11,10 +11,15 @@ from provisioner.drain import drain_node, resume_node
 from provisioner.errors import ProvisionError
 from provisioner.runner import SshTarget
 from provisioner.state import StateDir
-from provisioner.verify.remote import ssh_executor
+from provisioner.verify.remote import children_end_with_the_command, ssh_executor
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    with children_end_with_the_command():  # a signal ends every ssh first
+        return _run(args, out, err)
+
+
+def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     loaded = load(err, args.manifest)
     m = loaded.manifest
     if not m.slurm.enabled:

@@ -29,7 +29,7 @@ from provisioner.status import (
     rows,
     slurm_text,
 )
-from provisioner.verify.remote import ssh_executor
+from provisioner.verify.remote import children_end_with_the_command, ssh_executor
 from provisioner.verify.run import Execute
 
 MAX_PARALLEL = 32
@@ -66,6 +66,11 @@ def probe(m: Manifest, names: list[str], execute: Execute) -> tuple[dict[str, No
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    with children_end_with_the_command():  # a signal ends every ssh first
+        return _run(args, out, err)
+
+
+def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     loaded = load(err, args.manifest)
     m = loaded.manifest
     state_dir = StateDir.beside(args.manifest, args.state_dir)

@@ -13,7 +13,7 @@ from provisioner.errors import ProvisionError
 from provisioner.runner import SshTarget
 from provisioner.state import StateDir, atomic_write
 from provisioner.verify import catalog, report
-from provisioner.verify.remote import ssh_executor
+from provisioner.verify.remote import children_end_with_the_command, ssh_executor
 from provisioner.verify.run import verify
 
 JUNIT_MARK = '<testsuites name="provision verify '  # what report.junit writes first after the declaration
@@ -39,6 +39,11 @@ def check_junit_target(path: Path) -> None:
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    with children_end_with_the_command():  # a signal ends every ssh first
+        return _run(args, out, err)
+
+
+def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.junit is not None:
         check_junit_target(args.junit)
     loaded = load(err, args.manifest)

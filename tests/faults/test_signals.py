@@ -7,6 +7,7 @@ and asserts the message is one line with no traceback, the exit code is the shel
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -39,3 +40,53 @@ def test_ctrl_c_at_any_moment_of_validate_is_one_line(write_cluster: Any, delay:
     assert proc.returncode in (-signal.SIGINT, 130), (proc.returncode, err)
     if proc.returncode == 130:
         assert err == "interrupted (Ctrl-C)\n"
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if marker in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+@pytest.mark.parametrize("verb", [["status"], ["verify"], ["drain", "n1"]])
+def test_a_signal_ends_every_ssh_of_a_remote_verb(write_cluster: Any, tmp_path: Path, verb: list[str],
+                                                  sig: signal.Signals) -> None:
+    """SIGTERM to verify, status or drain exited silently and left its ssh children running;
+    drain left one even on Ctrl-C, so a drain could land after 'interrupted' (issue 27 item 6).
+    The ssh here is a stand-in that waits (it contacts nothing)."""
+    marker = f"{40 + int(sig)}.{len(verb[0])}{os.getpid() % 1000:03d}"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text(f"#!/bin/sh\nexec sleep {marker}\n")
+    (bin_dir / "ssh").chmod(0o755)
+    manifest: Path = write_cluster(slurm=True)
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    proc = subprocess.Popen([sys.executable, "-m", "provisioner.cli", *verb[:1], str(manifest), *verb[1:]],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                            env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not _processes_with(f"sleep {marker}"):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no ssh started"
+            time.sleep(0.1)
+        proc.send_signal(sig)  # to the command alone, as kill(1) or a service manager sends it
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    leftovers = _processes_with(f"sleep {marker}")
+    for pid in leftovers:
+        os.kill(pid, signal.SIGKILL)
+    assert leftovers == []
+    assert proc.returncode == 128 + sig, (out, err)
+    assert err == ("interrupted (Ctrl-C)\n" if sig == signal.SIGINT else f"interrupted by {sig.name}\n")
