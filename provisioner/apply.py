@@ -409,7 +409,7 @@ def _apply(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Console
         st.runs.append(record)
         state.save(st)
         try:
-            install_failed = install_phase(loaded, state, st, installs.wipe, opts, console, signals)
+            install_failed = install_phase(loaded, state, st, installs.wipe, opts, console, signals, run_id)
             if install_failed:  # nodes that did not install cannot be configured in this run
                 run_hosts = [n for n in run_hosts if n not in install_failed]
                 if not run_hosts:
@@ -549,16 +549,17 @@ def dry_run(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Consol
 
 def install_phase(
     loaded: Loaded, state: StateDir, st: State, wipe: list[str], opts: ApplyOptions, console: Console,
-    signals: Signals,
+    signals: Signals, run_id: str = "",
 ) -> list[str]:
     """Install ``wipe`` over BMC + PXE before configuring them (see probe_installs for who is
     in it). A node's lifecycle becomes ``installed`` only once it was reached over SSH with
-    the host key its installer reported. Returns the nodes whose install failed."""
+    the host key its installer reported. Returns the nodes whose install failed. The PXE
+    server's play logs to ``runs/<run_id>-pxe/``: the id of the run the state records."""
     if not wipe:
         return []
     m = loaded.manifest
     console.print(f"installing over PXE: {', '.join(wipe)}", highlight=False, markup=False)
-    run_id = new_run_id("-pxe")
+    run_id = f"{run_id or new_run_id()}-pxe"
     head = m.head.name
     atomic_write(state.inventory / "targets.yml", targets_inventory([head]))
     meet_new_nodes(loaded, state, [head], opts)
