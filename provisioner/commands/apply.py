@@ -139,7 +139,19 @@ def run_rolling(loaded: Loaded, state: StateDir, args: argparse.Namespace, out: 
     return 0
 
 
+DEFAULT_BATCH = 1
+DEFAULT_DRAIN_TIMEOUT = 3600  # seconds
+
+
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    if not args.rolling:  # an option of the roll without one would be silently ignored
+        given = [flag for flag, value in (("--batch", args.batch), ("--drain-timeout", args.drain_timeout))
+                 if value is not None]
+        if given:
+            raise ProvisionError(f"{' and '.join(given)} {'applies' if len(given) == 1 else 'apply'} only with "
+                                 "--rolling")
+    args.batch = args.batch or DEFAULT_BATCH
+    args.drain_timeout = args.drain_timeout or DEFAULT_DRAIN_TIMEOUT
     loaded = load(err, args.manifest)
     state = StateDir.beside(args.manifest, args.state_dir)
     if args.rolling:

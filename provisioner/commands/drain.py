@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from rich.console import Console
 
@@ -32,14 +33,19 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     execute = ssh_executor({head.name: SshTarget(head.name, str(head.ip), ssh.port, ssh.user, ssh.private_key)},
                            state.known_hosts, grace=5)
     failed = []
+    results = []
     for node in nodes:
         if args.command == "drain":
             done = drain_node(head.name, node, execute, args.wait, args.reason)
         else:
             done = resume_node(head.name, node, execute)
-        out.print(f"{node}: {done.detail}", highlight=False, markup=False, style=None if done.ok else "red")
+        results.append({"node": node, "ok": done.ok, "detail": done.detail})
+        if not args.json:
+            out.print(f"{node}: {done.detail}", highlight=False, markup=False, style=None if done.ok else "red")
         if not done.ok:
             failed.append(node)
+    if args.json:
+        print(json.dumps(results, indent=2))
     if failed:
         err.print(f"{args.command} failed on {', '.join(failed)}", style="red", highlight=False, markup=False)
         return 1
