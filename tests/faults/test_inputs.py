@@ -32,7 +32,7 @@ def provision(*argv: str, bound: float) -> tuple[int, str, float]:
 
 def test_validate_of_an_endless_stream_stops_at_the_cap() -> None:
     rc, said, took = provision("validate", "/dev/zero", bound=30)
-    assert (rc, said) == (1, "/dev/zero: file is too large for a manifest (over 8 MiB)\n")
+    assert (rc, said) == (1, "/dev/zero: file is too large for a manifest (over 2 MiB)\n")
     assert took < 20
 
 
