@@ -75,7 +75,8 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("manifest", type=Path, help="the cluster manifest (YAML)")
         return sp
 
-    add("validate", "check a manifest and report every problem with file:line")
+    val = add("validate", "check a manifest and report every problem with file:line")
+    val.add_argument("--json", action="store_true", help="print the result, every error and warning, as JSON")
 
     inv = add("inventory", "write the Ansible inventory generated from the manifest")
     inv.add_argument("--out", type=Path, help="output folder (default: inventory/<cluster>/ beside the manifest)")

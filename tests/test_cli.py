@@ -149,6 +149,24 @@ def test_validate_bad_files(capsys: Capsys, tmp_path: Path, content: bytes | Non
     assert needle in err
 
 
+def test_validate_json(capsys: Capsys, kit: Any, tmp_path: Path) -> None:
+    """--json on every verb that reports (issue 27 item 13), with null for what is unknown."""
+    code, out, _ = run(capsys, "validate", str(kit.examples / "music-lab.yaml"), "--json")
+    assert code == 0
+    assert json.loads(out) == {"ok": True, "errors": [], "warnings": [], "cluster": "musiclab", "nodes": 6, "gpus": 6}
+    bad = tmp_path / "m.yaml"
+    bad.write_text("version: 1\nversion: 2\n")
+    code, out, err = run(capsys, "validate", str(bad), "--json")
+    assert code == 1 and err == ""
+    data = json.loads(out)
+    assert data["ok"] is False and data["cluster"] is None and data["warnings"] == []
+    assert data["errors"] == [{"file": str(bad), "line": 2, "col": 1, "path": "version", "severity": "error",
+                               "message": "duplicate key (first defined on line 1)"}]
+    bad.write_text("")
+    data = json.loads(run(capsys, "validate", str(bad), "--json")[1])
+    assert data["errors"][0]["line"] is None and data["errors"][0]["path"] is None
+
+
 def test_validate_directory(capsys: Capsys, tmp_path: Path) -> None:
     code, _, err = run(capsys, "validate", str(tmp_path))
     assert code == 1
