@@ -15,7 +15,7 @@ from provisioner.manifest.ranges import RangeError, expand_all
 from provisioner.remove import DRAIN_REASON, removal_problems
 from provisioner.runner import SshTarget
 from provisioner.state import StateDir
-from provisioner.verify.remote import ssh_executor
+from provisioner.verify.remote import children_end_with_the_command, ssh_executor
 
 
 def confirm(console: Console, nodes: list[str], yes: bool) -> None:
@@ -45,6 +45,11 @@ def removal_names(text: str) -> list[str]:
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    with children_end_with_the_command():  # a signal ends the drain's ssh first
+        return _run(args, out, err)
+
+
+def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     loaded = load(err, args.manifest)
     m = loaded.manifest
     state = StateDir.beside(args.manifest, args.state_dir)

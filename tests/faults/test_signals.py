@@ -7,6 +7,7 @@ and asserts the message is one line with no traceback, the exit code is the shel
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -56,10 +57,10 @@ def _processes_with(marker: str) -> list[int]:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
-@pytest.mark.parametrize("verb", [["status"], ["verify"], ["drain", "n1"]])
+@pytest.mark.parametrize("verb", [["status"], ["verify"], ["drain", "n1"], ["remove", "n9", "--yes"]])
 def test_a_signal_ends_every_ssh_of_a_remote_verb(write_cluster: Any, tmp_path: Path, verb: list[str],
                                                   sig: signal.Signals) -> None:
-    """SIGTERM to verify, status or drain exited silently and left its ssh children running;
+    """SIGTERM to verify, status or drain (remove: its drain) exited silently and left its ssh children running;
     drain left one even on Ctrl-C, so a drain could land after 'interrupted' (issue 27 item 6).
     The ssh here is a stand-in that waits (it contacts nothing)."""
     marker = f"{40 + int(sig)}.{len(verb[0])}{os.getpid() % 1000:03d}"
@@ -68,6 +69,11 @@ def test_a_signal_ends_every_ssh_of_a_remote_verb(write_cluster: Any, tmp_path: 
     (bin_dir / "ssh").write_text(f"#!/bin/sh\nexec sleep {marker}\n")
     (bin_dir / "ssh").chmod(0o755)
     manifest: Path = write_cluster(slurm=True)
+    if verb[0] == "remove":  # a node the manifest no longer lists, still recorded
+        state = manifest.parent / ".provision"
+        state.mkdir()
+        (state / "state.json").write_text(json.dumps({"version": 1, "cluster": "faults", "nodes": {
+            "n9": {"lifecycle": "configured"}}, "runs": []}))
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     proc = subprocess.Popen([sys.executable, "-m", "provisioner.cli", *verb[:1], str(manifest), *verb[1:]],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
@@ -90,3 +96,6 @@ def test_a_signal_ends_every_ssh_of_a_remote_verb(write_cluster: Any, tmp_path: 
     assert leftovers == []
     assert proc.returncode == 128 + sig, (out, err)
     assert err == ("interrupted (Ctrl-C)\n" if sig == signal.SIGINT else f"interrupted by {sig.name}\n")
+    if verb[0] == "remove":  # stopped in the drain: nothing recorded
+        assert json.loads((manifest.parent / ".provision" / "state.json").read_text())["nodes"]["n9"] == {
+            "lifecycle": "configured"}
