@@ -7,11 +7,15 @@ and asserts the message is one line with no traceback, the exit code is the shel
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -99,3 +103,58 @@ def test_a_signal_ends_every_ssh_of_a_remote_verb(write_cluster: Any, tmp_path: 
     if verb[0] == "remove":  # stopped in the drain: nothing recorded
         assert json.loads((manifest.parent / ".provision" / "state.json").read_text())["nodes"]["n9"] == {
             "lifecycle": "configured"}
+
+
+class HoldingListener:
+    """Accepts connections on 127.0.0.1 and never answers (an sshd stalled before its banner)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.accepted = threading.Event()
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.sock.accept()
+                self.conns.append(conn)
+                self.accepted.set()
+
+    def close(self) -> None:
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM])  # SIGINT and SIGHUP take the same path (tests/test_interrupts.py)
+def test_a_signal_while_apply_probes_its_nodes_records_the_run_and_frees_the_lock(
+        write_cluster: Any, sig: signal.Signals) -> None:
+    """A signal while apply waits for a stalled node's SSH banner (bounded, 10 s): one line,
+    128 + the signal, the run recorded as interrupted, the lock free."""
+    listener = HoldingListener()
+    manifest: Path = write_cluster(port=listener.port)
+    proc = subprocess.Popen([sys.executable, "-m", "provisioner.cli", "apply", str(manifest), "--yes"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        assert listener.accepted.wait(60), "apply never probed the node"
+        proc.send_signal(sig)
+        start = time.monotonic()
+        out, err = proc.communicate(timeout=30)
+        took = time.monotonic() - start
+    finally:
+        listener.close()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 128 + sig, (out, err)
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert err.startswith("interrupted (Ctrl-C)" if sig == signal.SIGINT else f"interrupted by {sig.name}")
+    assert took < 15  # the probe's own bound (10 s) at most
+    state = manifest.parent / ".provision"
+    last = json.loads((state / "state.json").read_text())["runs"][-1]
+    assert last["result"] == "interrupted" and last["finished"]
+    with (state / "lock").open("r+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released
