@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime as dt
+import fcntl
 import os
 import shutil
 import sys
@@ -50,6 +51,7 @@ from provisioner.plan import (
     PASSIVE_SECTIONS,
     ClusterVars,
     Plan,
+    PlaySpec,
     cluster_fingerprint,
     compute,
     heavy_cluster_fingerprints,
@@ -66,7 +68,7 @@ from provisioner.runner import (
     run_playbook,
     scan_for_secrets,
 )
-from provisioner.state import RunRecord, State, StateDir, now
+from provisioner.state import RunRecord, State, StateDir, atomic_write, now
 
 TARGETS_GROUP = "provision_targets"
 # The probe that keeps a node marked for install from being wiped when it already runs an
@@ -309,13 +311,47 @@ def new_run_id(suffix: str = "") -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ") + suffix
 
 
+CHECK_PREFIX = "provision-check-"
+CHECK_MARK = "check.lock"  # in a dry run's scratch folder: its cluster's name, flock'ed while it runs
+KEEP_CHECKS = 3  # dry runs whose scratch folder (inventory, log) is kept, per cluster
+
+
+def prune_checks(folder: Path, cluster: str, keep: int = KEEP_CHECKS) -> list[Path]:
+    """Remove the scratch folders of this cluster's dry runs but the ``keep`` newest; one
+    whose run still holds its mark, or of another cluster, stays. Returns those removed."""
+    mine = []
+    for path in folder.glob(f"{CHECK_PREFIX}{cluster}-*"):
+        with contextlib.suppress(OSError):
+            if path.is_dir() and not path.is_symlink() and (path / CHECK_MARK).read_text() == cluster:
+                mine.append((path.stat().st_mtime, path))
+    removed = []
+    for _, path in sorted(mine, reverse=True)[keep:]:
+        try:
+            fd = os.open(path / CHECK_MARK, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a dry run still running holds it
+        except BlockingIOError:
+            continue
+        finally:
+            os.close(fd)
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
 @contextlib.contextmanager
-def scratch_state(state: StateDir) -> Iterator[StateDir]:
+def scratch_state(state: StateDir, cluster: str) -> Iterator[StateDir]:
     """A scratch copy of the state directory for a dry run, in a private temporary folder:
     known host keys, secrets and the fact cache are copied in (a check may record a new
     host key or gather facts, never into the real state). On the way out the copies are
-    removed; the run's log and inventory stay for the operator to read."""
-    scratch = StateDir(Path(tempfile.mkdtemp(prefix="provision-check-")))
+    removed; the run's log and inventory stay for the operator to read, those of the
+    KEEP_CHECKS newest dry runs of the cluster."""
+    scratch = StateDir(Path(tempfile.mkdtemp(prefix=f"{CHECK_PREFIX}{cluster}-")))
+    mark = os.open(scratch.root / CHECK_MARK, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(mark, fcntl.LOCK_EX)
+    os.write(mark, cluster.encode())
     try:
         scratch.ensure()
         if state.known_hosts.is_file():
@@ -329,14 +365,27 @@ def scratch_state(state: StateDir) -> Iterator[StateDir]:
             shutil.rmtree(path, ignore_errors=True)
         with contextlib.suppress(OSError):
             scratch.known_hosts.unlink()
+        os.close(mark)
+        with contextlib.suppress(OSError):
+            prune_checks(scratch.root.parent, cluster)
 
 
 def apply(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Console) -> int:
     if opts.check:
         return dry_run(loaded, state, opts, console)
-    m = loaded.manifest
     plays = load_plays(project_root() / "playbooks" / "site.yml")
+    fresh = not state.root.exists()
     state.ensure()
+    try:
+        return _apply(loaded, state, opts, console, plays)
+    except ProvisionError:
+        if fresh and not state.state_file.exists():  # refused or aborted before any change: leave no trace
+            state.remove_if_untouched()
+        raise
+
+
+def _apply(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Console, plays: list[PlaySpec]) -> int:
+    m = loaded.manifest
     with state.lock("apply"), Signals() as signals:
         st = state.load_for(m.cluster.name)
         close_abandoned_runs(st)
@@ -361,7 +410,7 @@ def apply(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Console)
         st.runs.append(record)
         state.save(st)
         try:
-            install_failed = install_phase(loaded, state, st, installs.wipe, opts, console, signals)
+            install_failed = install_phase(loaded, state, st, installs.wipe, opts, console, signals, run_id)
             if install_failed:  # nodes that did not install cannot be configured in this run
                 run_hosts = [n for n in run_hosts if n not in install_failed]
                 if not run_hosts:
@@ -433,7 +482,7 @@ def run_site(loaded: Loaded, state: StateDir, plan: Plan, run_id: str, run_hosts
              console: Console, signals: Signals) -> RunResult:
     """site.yml on the reachable ``run_hosts``; the unreachable ones fail at once."""
     m = loaded.manifest
-    (state.inventory / "targets.yml").write_text(targets_inventory(plan.targets))
+    atomic_write(state.inventory / "targets.yml", targets_inventory(plan.targets))
     down = unreachable_now(loaded, run_hosts)
     reachable = [h for h in run_hosts if h not in down]
     meet_new_nodes(loaded, state, reachable, opts)
@@ -477,7 +526,7 @@ def dry_run(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Consol
         if not run_hosts:
             console.print(f"check: nothing to check; nothing under {state.root} changed", highlight=False)
             return 0
-        with scratch_state(state) as scratch:
+        with scratch_state(state, m.cluster.name) as scratch:
             for hook in PREPARE_HOOKS:
                 hook(loaded, scratch)
             inventory.write(inventory.build(m, source=str(loaded.path), state_dir=scratch.root), scratch.inventory)
@@ -501,18 +550,19 @@ def dry_run(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Consol
 
 def install_phase(
     loaded: Loaded, state: StateDir, st: State, wipe: list[str], opts: ApplyOptions, console: Console,
-    signals: Signals,
+    signals: Signals, run_id: str = "",
 ) -> list[str]:
     """Install ``wipe`` over BMC + PXE before configuring them (see probe_installs for who is
     in it). A node's lifecycle becomes ``installed`` only once it was reached over SSH with
-    the host key its installer reported. Returns the nodes whose install failed."""
+    the host key its installer reported. Returns the nodes whose install failed. The PXE
+    server's play logs to ``runs/<run_id>-pxe/``: the id of the run the state records."""
     if not wipe:
         return []
     m = loaded.manifest
     console.print(f"installing over PXE: {', '.join(wipe)}", highlight=False, markup=False)
-    run_id = new_run_id("-pxe")
+    run_id = f"{run_id or new_run_id()}-pxe"
     head = m.head.name
-    (state.inventory / "targets.yml").write_text(targets_inventory([head]))
+    atomic_write(state.inventory / "targets.yml", targets_inventory([head]))
     meet_new_nodes(loaded, state, [head], opts)
     with LiveProgress(console, "PXE server", enabled=opts.verbosity == 0) as live, signals.deferred():
         tracker = Tracker([head], on_change=live.update)

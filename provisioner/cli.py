@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "image": "provisioner.commands.image",
 }
 VERSION_MODULE = "provisioner.commands.version"
+INTERRUPTED = "interrupted (Ctrl-C)"  # what provisioner.interrupts.Interrupted says for SIGINT
 
 
 class _Version(argparse.Action):
@@ -74,10 +75,11 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("manifest", type=Path, help="the cluster manifest (YAML)")
         return sp
 
-    add("validate", "check a manifest and report every problem with file:line")
+    val = add("validate", "check a manifest and report every problem with file:line")
+    val.add_argument("--json", action="store_true", help="print the result, every error and warning, as JSON")
 
     inv = add("inventory", "write the Ansible inventory generated from the manifest")
-    inv.add_argument("--out", type=Path, help="output folder (default: inventory/<cluster>/)")
+    inv.add_argument("--out", type=Path, help="output folder (default: inventory/<cluster>/ beside the manifest)")
 
     plan = add("plan", "show what apply would change, per node")
     plan.add_argument("--state-dir", type=Path, help="state directory (default: .provision/ beside the manifest)")
@@ -98,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--reinstall", metavar="NODES",
                     help="reinstall the OS on these nodes over BMC + PXE (wipes their install disks); new nodes "
                          "marked install: pxe in the manifest are installed without it")
-    ap.add_argument("--install-timeout", type=float, metavar="SECONDS", default=None,
+    ap.add_argument("--install-timeout", type=_positive_int, metavar="SECONDS", default=None,
                     help="give up on a node's OS install after this long (default 5400)")
     ap.add_argument("--stall-timeout", type=_positive_int, metavar="SECONDS", default=None,
                     help="fail a node whose current task has not finished after this long (every task, also "
@@ -112,9 +114,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="Slurm compute nodes with node-local changes go a batch at a time: drained (jobs waited "
                          "for), their plays, a reboot when needed and cluster.allow_reboot, verify, resumed; a "
                          "failure stops the roll and leaves that node drained with the reason")
-    ap.add_argument("--batch", type=_batch_size, metavar="N", default=1,
+    ap.add_argument("--batch", type=_batch_size, metavar="N", default=None,
                     help="with --rolling: nodes per batch (default 1)")
-    ap.add_argument("--drain-timeout", type=_positive_int, metavar="SECONDS", default=3600,
+    ap.add_argument("--drain-timeout", type=_positive_int, metavar="SECONDS", default=None,
                     help="with --rolling: wait this long for a drained node's jobs (default 3600); never killed")
     ap.add_argument("-v", "--verbose", action="count", default=0,
                     help="show Ansible's own output (-vv, -vvv: more) instead of the live table; it is also in "
@@ -141,8 +143,8 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--no-probe", action="store_true", help="only the recorded state: do not contact the nodes")
 
     rm = add("remove", "take nodes the manifest no longer lists out of the cluster (drain, re-render, record)")
-    rm.add_argument("nodes", metavar="NODES", help="the nodes to remove (names, comma-separated); delete them from "
-                    "the manifest first")
+    rm.add_argument("nodes", metavar="NODES", help="the nodes to remove (names, ranges like gpu[01-04]; "
+                    "comma-separated); delete them from the manifest first")
     rm.add_argument("--state-dir", type=Path, help="state directory (default: .provision/ beside the manifest)")
     rm.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     rm.add_argument("--drain-timeout", type=_positive_int, metavar="SECONDS", default=600,
@@ -157,9 +159,11 @@ def _parser() -> argparse.ArgumentParser:
                     help="wait up to this long for the nodes' jobs to end (default 0: do not wait); jobs are "
                          "never killed")
     dr.add_argument("--state-dir", type=Path, help="state directory (default: .provision/ beside the manifest)")
+    dr.add_argument("--json", action="store_true", help="print one result per node as JSON")
     rs = add("resume", "resume drained nodes in Slurm (scontrol on the controller)")
     rs.add_argument("nodes", metavar="NODES", help="names, ranges like gpu[01-04], @role; comma-separated")
     rs.add_argument("--state-dir", type=Path, help="state directory (default: .provision/ beside the manifest)")
+    rs.add_argument("--json", action="store_true", help="print one result per node as JSON")
     image = sub.add_parser("image", help="node OS images for image deploys",
                            description="node OS images for image deploys")
     image_sub = image.add_subparsers(dest="image_action", required=True, metavar="ACTION")
@@ -183,9 +187,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    command = importlib.import_module(COMMANDS[args.command])
-    return int(command.main(args))
+    try:
+        args = _parser().parse_args(argv)
+        command = importlib.import_module(COMMANDS[args.command])
+        return int(command.main(args))
+    except KeyboardInterrupt:  # Ctrl-C before the command's own handling (imports take ~0.3-1 s)
+        print(INTERRUPTED, file=sys.stderr)
+        return 130
+
 
 
 if __name__ == "__main__":

@@ -35,7 +35,8 @@ def parse_jobs(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
-def _why(out: Output) -> str:
+def why_failed(out: Output) -> str:
+    """A failed command's reason in one line: the transport's error, else its last line."""
     if out.error:
         return out.error
     lines = [line for line in (out.stderr + out.stdout).splitlines() if line.strip()]
@@ -58,15 +59,15 @@ def drain_node(head: str, node: str, execute: Execute, timeout_s: float, reason:
     if not shown.error and shown.rc != 0 and "not found" in (shown.stdout + shown.stderr):
         return Drained(node, True, "not in Slurm: nothing to drain")
     if shown.error or shown.rc != 0:
-        return Drained(node, False, f"scontrol on {head}: {_why(shown)}")
+        return Drained(node, False, f"scontrol on {head}: {why_failed(shown)}")
     drained = execute(head, drain_command(node, reason), COMMAND_TIMEOUT)
     if drained.error or drained.rc != 0:
-        return Drained(node, False, f"drain on {head}: {_why(drained)}")
+        return Drained(node, False, f"drain on {head}: {why_failed(drained)}")
     deadline = clock() + timeout_s
     while True:
         jobs = execute(head, jobs_command(node), COMMAND_TIMEOUT)
         if jobs.error or jobs.rc != 0:
-            return Drained(node, False, f"squeue on {head}: {_why(jobs)}")
+            return Drained(node, False, f"squeue on {head}: {why_failed(jobs)}")
         running = parse_jobs(jobs.stdout)
         if not running:
             return Drained(node, True, "drained, no jobs")
@@ -86,7 +87,7 @@ def resume_node(head: str, node: str, execute: Execute) -> Drained:
     """Resume ``node`` (a node that is not drained is left as it is: scontrol says so)."""
     out = execute(head, resume_command(node), COMMAND_TIMEOUT)
     if out.error or out.rc != 0:
-        why = _why(out)
+        why = why_failed(out)
         if "Invalid node state transition" in why:
             return Drained(node, True, "not drained: left as it is")
         return Drained(node, False, f"resume on {head}: {why}")

@@ -15,7 +15,7 @@ import contextlib
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
@@ -44,16 +44,23 @@ class Interrupted(ProvisionError):
 
 class Signals:
     """Catch SIGINT, SIGTERM and SIGHUP while the context is open (main thread only; in
-    another thread it records nothing and changes nothing)."""
+    another thread it records nothing and changes nothing). A signal the process was started
+    ignoring stays ignored: ``nohup provision apply`` goes on when the terminal closes."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_signal: Callable[[], None] | None = None) -> None:
+        """``on_signal``: called in the main thread when a signal arrives, before anything is
+        raised (e.g. end the command's child processes, so that nothing they do lands after
+        the command said it was interrupted)."""
         self.received: int | None = None
         self._deferred = 0
         self._saved: dict[signal.Signals, Any] = {}
+        self._on_signal = on_signal
 
     def __enter__(self) -> Signals:
         if threading.current_thread() is threading.main_thread():
             for sig in STOP_SIGNALS:
+                if signal.getsignal(sig) is signal.SIG_IGN:  # nohup (or the caller) asked to ignore it: keep that
+                    continue
                 self._saved[sig] = signal.signal(sig, self._handle)
         return self
 
@@ -65,6 +72,8 @@ class Signals:
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.received is None:
             self.received = signum
+        if self._on_signal is not None:
+            self._on_signal()
         if self._deferred == 0:
             raise Interrupted(signum)
 

@@ -16,6 +16,7 @@ from provisioner import overrides, yamltext
 from provisioner.areas import registry
 from provisioner.areas.monitoring import decide as monitoring
 from provisioner.areas.slurm import rolevars as slurm_vars
+from provisioner.errors import ProvisionError
 from provisioner.manifest.model import Manifest, Node
 from provisioner.manifest.select import select_nodes
 
@@ -150,8 +151,17 @@ def build(m: Manifest, *, source: str, state_dir: Path | None = None) -> dict[st
 def write(files: dict[str, str], out: Path) -> list[Path]:
     """Write the inventory under ``out``, removing generated files no longer produced.
 
-    Returns the paths written. Only files carrying our header are ever removed.
-    """
+    Returns the paths written. Only files carrying our header are ever removed. A file
+    system that refuses (full, read-only, ``out`` a file) is a ProvisionError naming the
+    path; a half-written file never stays behind."""
+    try:
+        return _write(files, out)
+    except OSError as exc:
+        where = exc.filename or out
+        raise ProvisionError(f"cannot write the inventory in {out}: {where}: {exc.strerror or exc}") from None
+
+
+def _write(files: dict[str, str], out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     for rel, text in sorted(files.items()):
@@ -159,8 +169,15 @@ def write(files: dict[str, str], out: Path) -> list[Path]:
         path.parent.mkdir(parents=True, exist_ok=True)
         if not path.is_file() or path.read_bytes() != text.encode():
             tmp = path.with_suffix(path.suffix + ".tmp")
-            tmp.write_text(text)
-            tmp.replace(path)
+            try:
+                with open(tmp, "w") as fh:
+                    fh.write(text)
+                tmp.replace(path)
+            except OSError as exc:
+                tmp.unlink(missing_ok=True)
+                if exc.errno is not None:
+                    exc.filename = exc.filename or str(path)
+                raise
         written.append(path)
     keep = {out / rel for rel in files}
     for sub in ("host_vars", "group_vars/all"):

@@ -11,7 +11,8 @@ The roll (pure; its side effects are the injected :class:`Steps`, faked in the t
 5. each node is resumed.
 
 A failure stops the roll (an apply that raises ProvisionError is one too): the failing node
-stays drained with the reason in Slurm, and the nodes of later batches are not touched.
+stays drained with the reason in Slurm, and the nodes of later batches are not touched; a
+node that could not be drained (the controller unreachable) is reported as such.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class Steps:
     reboot: Callable[[str], str]  # reboot and wait for SSH: "" when back, else why not
     verify: Callable[[str], list[str]]  # the node's failed checks, in words (empty: it passed)
     resume: Callable[[str], Drained]
-    leave_drained: Callable[[str, str], None]  # keep the node drained with this reason in Slurm
+    leave_drained: Callable[[str, str], str]  # keep the node drained with this reason in Slurm: "" or why not
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,8 @@ class Roll:
     done: list[str] = field(default_factory=list)  # rolled and resumed
     failed: str = ""  # the node (or batch) that stopped the roll
     untouched: list[str] = field(default_factory=list)  # later nodes the roll never reached
+    left_drained: list[str] = field(default_factory=list)  # nodes now drained with the failure as the reason
+    not_drained: dict[str, str] = field(default_factory=dict)  # nodes that could not be (left) drained, and why
 
     @property
     def ok(self) -> bool:
@@ -74,7 +77,11 @@ def roll(groups: list[list[str]], steps: Steps, allow_reboot: bool) -> Roll:
             if n in result.done:
                 continue
             where = "" if n == node or not node else f" on {node}"
-            steps.leave_drained(n, f"{REASON_PREFIX}: {stage} failed{where}: {detail}"[:200])
+            why = steps.leave_drained(n, f"{REASON_PREFIX}: {stage} failed{where}: {detail}"[:200])
+            if why:  # e.g. the controller is unreachable: nobody may say this node is drained
+                result.not_drained[n] = why
+            else:
+                result.left_drained.append(n)
         result.untouched = [n for g in groups[index + 1:] for n in g]
         return result
 

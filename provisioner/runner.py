@@ -81,38 +81,80 @@ class Reach:
     banner: str = ""
 
 
+SSH_MSG_KEXINIT = 20
+PROBE_IDENT = b"SSH-2.0-provision_probe\r\n"
+
+
 def probe_ssh(address: str, port: int = 22, timeout: float = SSH_CONNECT_TIMEOUT,
               banner_timeout: float = 10.0) -> Reach:
-    """Is there an SSH server at ``address:port``? Only an SSH identification line
-    (``SSH-2.0-...``) counts: a firewall, a NAT or another service accepting TCP on the port
-    is not one. Never logs in, so it changes nothing anywhere."""
+    """Is there a working SSH server at ``address:port``? It must send an identification
+    line (``SSH-2.0-...``) and, once it has ours, the first packet of its key exchange
+    (KEXINIT): a firewall, a NAT or another service accepting TCP on the port is not one,
+    and neither is an sshd that stalls after its banner (OpenSSH's ConnectTimeout ends at
+    the banner; Ansible then waited minutes). ``timeout`` bounds the TCP connection,
+    ``banner_timeout`` the rest. Never logs in, so it changes nothing anywhere."""
     where = f"{address}:{port}"
     try:
         sock = socket.create_connection((address, port), timeout=timeout)
     except TimeoutError:
-        return Reach(False, f"no answer from {where} within {timeout:.0f} s")
+        return Reach(False, f"no answer from {where} within {timeout:g} s")
     except OSError as exc:
         return Reach(False, f"{network_reason(exc) or exc.strerror or exc} ({where})")
     with sock:
-        sock.settimeout(banner_timeout)
-        data = b""
         try:
-            # RFC 4253 4.2: a server may send other lines before its identification line
-            while len(data) < 4096:
-                chunk = sock.recv(1024)
-                if not chunk:
-                    break
-                data += chunk
-                lines = data.split(b"\n")
-                for line in lines[:-1]:
-                    if line.startswith(b"SSH-"):
-                        return Reach(True, banner=line.decode("ascii", "replace").strip())
-        except TimeoutError:
-            return Reach(False, f"{where} accepts connections but sent no SSH banner within "
-                                f"{banner_timeout:.0f} s: not an SSH server (a firewall, NAT or another service?)")
+            return _handshake(sock, where, time.monotonic() + banner_timeout, banner_timeout)
         except OSError as exc:
             return Reach(False, f"{network_reason(exc) or exc.strerror or exc} ({where})")
-    return Reach(False, f"{where} closed the connection without an SSH banner: not an SSH server")
+
+
+def _recv(sock: socket.socket, deadline: float) -> bytes | None:
+    """One read before ``deadline``: bytes, b"" when the other end closed, None on time out."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return None
+    sock.settimeout(left)
+    try:
+        return sock.recv(4096)
+    except TimeoutError:
+        return None
+
+
+def _handshake(sock: socket.socket, where: str, deadline: float, bound: float) -> Reach:
+    data = b""
+    banner = ""
+    while not banner:  # RFC 4253 4.2: a server may send other lines before its identification line
+        lines = data.split(b"\n")
+        found = [line for line in lines[:-1] if line.startswith(b"SSH-")]
+        if found:
+            banner = found[0].decode("ascii", "replace").strip()
+            data = data.split(found[0] + b"\n", 1)[1]
+            break
+        chunk = _recv(sock, deadline) if len(data) < 4096 else b""
+        if chunk:
+            data += chunk
+            continue
+        other = next((line.strip() for line in data.split(b"\n") if line.strip()), b"")
+        said = f" (it said {other[:60].decode('ascii', 'replace')!r})" if other else ""
+        if chunk is None and not other:
+            return Reach(False, f"{where} accepts connections but sent no SSH banner within {bound:g} s: not an "
+                                "SSH server (a firewall, NAT or another service?)")
+        if chunk is None:
+            return Reach(False, f"{where} sent no SSH banner within {bound:g} s{said}: not an SSH server")
+        return Reach(False, f"{where} closed the connection without an SSH banner{said}: not an SSH server")
+    sock.sendall(PROBE_IDENT)
+    while len(data) < 6:  # uint32 packet length, byte padding length, byte message number
+        chunk = _recv(sock, deadline)
+        if chunk is None:
+            return Reach(False, f"{where} sent its SSH banner ({banner}) and then no key exchange within "
+                                f"{bound:g} s: its SSH server is stalled")
+        if not chunk:
+            return Reach(False, f"{where} closed the connection after its SSH banner ({banner}), before the key "
+                                "exchange")
+        data += chunk
+    if data[5] != SSH_MSG_KEXINIT:
+        return Reach(False, f"{where} sent its SSH banner ({banner}) but no key exchange after it: not a working "
+                            "SSH server")
+    return Reach(True, banner=banner)
 
 
 @dataclass(frozen=True)

@@ -89,14 +89,73 @@ class State:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> State:
+        """The state from its JSON form; a ValueError names the first field of a wrong shape
+        (a hand-edited file must not surface later as an AttributeError in plan)."""
         if data.get("version") != STATE_VERSION:
-            raise ProvisionError(f"state file version {data.get('version')!r} is not {STATE_VERSION}")
+            raise StateVersionError(data.get("version"))
+        nodes = _shaped(data.get("nodes", {}), dict, "nodes")
+        runs = _shaped(data.get("runs", []), list, "runs")
         return cls(
-            cluster=str(data.get("cluster", "")),
-            cluster_fingerprint=data.get("cluster_fingerprint"),
-            nodes={k: NodeState(**v) for k, v in data.get("nodes", {}).items()},
-            runs=[RunRecord(**r) for r in data.get("runs", [])],
+            cluster=_shaped(data.get("cluster", ""), str, "cluster"),
+            cluster_fingerprint=_optional(data.get("cluster_fingerprint"), "cluster_fingerprint"),
+            nodes={k: NodeState(**_fields(_NODE_SHAPES, v, f"nodes.{k}")) for k, v in nodes.items()},
+            runs=[RunRecord(**_fields(_RUN_SHAPES, r, f"runs[{i}]")) for i, r in enumerate(runs)],
         )
+
+
+class StateVersionError(ValueError):
+    def __init__(self, version: object) -> None:
+        self.version = version
+        super().__init__(f"state version {version!r}; this provision reads version {STATE_VERSION}")
+
+
+# What each recorded field must hold: str, str | None ("str?"), list[str], dict[str, str], dict[str, int].
+_NODE_SHAPES: dict[str, str] = {
+    "lifecycle": "lifecycle", "fingerprints": "dict[str]", "applied_at": "str?", "last_run": "str?",
+    "last_result": "str?", "removed_at": "str?",
+}
+_RUN_SHAPES: dict[str, str] = {
+    "id": "str", "started": "str", "finished": "str?", "command": "str", "limit": "list[str]",
+    "targets": "list[str]", "result": "str", "failed": "list[str]", "changed": "dict[int]", "results": "dict[str]",
+    "stopped_at": "dict[str]", "note": "str",
+}
+
+
+def _shaped(value: Any, kind: type, where: str) -> Any:
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise ValueError(f"{where}: expected {'a JSON ' + kind.__name__ if kind is not str else 'a string'}, "
+                         f"found {json.dumps(value)[:40]}")
+    return value
+
+
+def _optional(value: Any, where: str) -> str | None:
+    return None if value is None else str(_shaped(value, str, where))
+
+
+def _fits(shape: str, value: Any) -> bool:
+    if shape == "lifecycle":
+        return value in ("new", "installed", "configured", "removed")
+    if shape.endswith("?") and value is None:
+        return True
+    if shape.rstrip("?") == "str":
+        return isinstance(value, str)
+    if shape == "list[str]":
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    item = str if shape == "dict[str]" else int
+    return isinstance(value, dict) and all(isinstance(v, item) and not isinstance(v, bool) for v in value.values())
+
+
+def _fields(shapes: dict[str, str], value: Any, where: str) -> dict[str, Any]:
+    """``value`` as keyword arguments of a record whose fields are ``shapes``, each checked."""
+    _shaped(value, dict, where)
+    for key, item in value.items():
+        shape = shapes.get(key)
+        if shape is None:
+            raise ValueError(f"{where}: unknown field {key!r}")
+        if not _fits(shape, item):
+            wanted = "one of new, installed, configured, removed" if shape == "lifecycle" else shape
+            raise ValueError(f"{where}.{key}: expected {wanted}, found {json.dumps(item)[:40]}")
+    return dict(value)
 
 
 def now() -> str:
@@ -114,9 +173,11 @@ def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.errno is not None and not exc.filename:
+            exc.filename = str(path)  # a full disk says ENOSPC; the message must say where
         raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
@@ -192,6 +253,18 @@ class StateDir:
             raise ProvisionError(f"cannot set up the state directory {self.root}: {where}: {_reason(exc)}; "
                                  f"{STATE_DIR_HINT}") from None
 
+    def remove_if_untouched(self) -> None:
+        """Undo :meth:`ensure` for a command that changed nothing (a refused or aborted
+        apply): the empty folders, the empty known_hosts and the lock file go, and the state
+        directory itself when that leaves it empty. Anything with content stays."""
+        for path in (self.known_hosts, self.root / "lock"):
+            with contextlib.suppress(OSError):
+                if path.is_file() and not path.is_symlink() and path.stat().st_size == 0:
+                    path.unlink()
+        for folder in (self.facts, self.runs, self.inventory, self.secrets, self.root):
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only an empty one
+
     def load(self) -> State:
         problem = self._not_a_directory()
         if problem is not None:
@@ -207,6 +280,9 @@ class StateDir:
             if not isinstance(data, dict):
                 raise TypeError(f"expected a JSON object, found {type(data).__name__}")
             return State.from_json(data)
+        except StateVersionError as exc:
+            raise ProvisionError(f"{self.state_file}: {exc} (written by another version of provision?); "
+                                 f"{STATE_DIR_HINT} or use the matching provision") from None
         except (ValueError, TypeError, AttributeError) as exc:  # bad JSON, bad UTF-8, wrong shapes
             raise ProvisionError(f"{self.state_file}: unreadable state ({exc}); {self._restore_hint()}") from None
 
@@ -250,7 +326,7 @@ class StateDir:
         text = json.dumps(state.to_json(), indent=2, sort_keys=True) + "\n"
         try:
             self._keep_previous()
-            atomic_write(self.state_file, text)
+            atomic_write(self.state_file, text, 0o600)  # as its backups: run history is the operator's
         except OSError as exc:
             raise ProvisionError(f"cannot write the state {self.state_file}: {_reason(exc)}; {STATE_DIR_HINT} "
                                  "(or make this one writable)") from None
@@ -274,8 +350,12 @@ class StateDir:
                 holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or CHECK_HOLDER
                 raise ProvisionError(f"another provision run holds {path}: {holder}") from None
             info = f"{command} by {getpass.getuser()}@{socket.gethostname()} pid {os.getpid()} since {now()}"
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, info.encode(), 0)
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, info.encode(), 0)
+            except OSError as exc:  # a full disk: the holder's name cannot be written
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                raise ProvisionError(f"cannot take the lock {path}: {_reason(exc)}; {STATE_DIR_HINT}") from None
             try:
                 yield
             finally:
@@ -284,6 +364,21 @@ class StateDir:
         finally:
             os.close(fd)
 
+
+    def lock_held(self) -> bool:
+        """Whether a run holds the lock right now (it is never taken here)."""
+        try:
+            fd = os.open(self.root / "lock", os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
 
     @contextlib.contextmanager
     def shared_lock(self) -> Iterator[None]:

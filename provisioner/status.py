@@ -11,14 +11,15 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from provisioner.manifest.model import Manifest
-from provisioner.state import State
+from provisioner.state import RunRecord, State
 from provisioner.verify.catalog import Output
 
 NODE_PROBE = ("printf 'uptime=%s\\n' \"$(cut -d' ' -f1 /proc/uptime)\"; "
               "if command -v nvidia-smi >/dev/null 2>&1; then "
               "printf 'gpus=%s\\n' \"$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')\"; else echo gpus=none; fi")
 SLURM_PROBE = "sinfo --noheader --Node --format='%N|%T'"
-PROBE_TIMEOUT = 10  # seconds per probe command (status is meant to be quick)
+PROBE_TIMEOUT = 10  # seconds status waits for a node at most, the SSH connection included (it is meant to be quick)
+PROBE_COMMAND_TIMEOUT = 5  # of them for the command on the node (timeout(1) there); the rest is the connection's
 
 
 @dataclass(frozen=True)
@@ -55,17 +56,27 @@ def parse_sinfo(text: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Row:
+    """One node's row. None is unknown or not asked, in the table shown as "-" (JSON: null)."""
+
     node: str
     lifecycle: str  # from the state; for a node the manifest no longer lists: "removed", or
     # "<lifecycle>, not in the manifest" while its removal is pending (provision remove)
-    last_result: str
-    applied_at: str  # for a removed node: when it was removed
-    reach: str  # "up <uptime>", or why not; "-" when not probed
-    slurm: str  # Slurm's state of the node; "-" when Slurm is off or not asked
-    gpus: str  # "seen/expected", "-" without GPUs in the manifest and none seen
+    last_result: str | None
+    applied_at: str | None  # for a removed node: when it was removed
+    reachable: bool | None  # None: not probed
+    reach_detail: str | None  # why not, when not reachable
+    uptime_s: float | None
+    slurm: str | None  # Slurm's state of the node; None: Slurm off, not asked, not a Slurm node, or unknown
+    gpus_seen: int | None  # None: not probed, unreachable, or no nvidia-smi on the node
+    gpus_expected: int
+    nvidia_smi: bool | None = None  # whether the node has nvidia-smi; None: not probed
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def probe_failed(self) -> bool:
+        return self.reachable is False
 
 
 def uptime_text(seconds: float) -> str:
@@ -74,42 +85,60 @@ def uptime_text(seconds: float) -> str:
     return f"{days}d {hours}h" if days else f"{hours}h {rest // 60}m"
 
 
-def gpus_text(expected: int, probe: NodeProbe | None) -> str:
-    if probe is None or not probe.reachable:
-        return f"?/{expected}" if expected else "-"
-    if probe.gpus is None:
-        return f"no nvidia-smi/{expected}" if expected else "-"
-    return f"{probe.gpus}/{expected}"
+def reach_text(r: Row) -> str:
+    if r.reachable is None:
+        return "-"
+    return f"up {uptime_text(r.uptime_s or 0)}" if r.reachable else (r.reach_detail or "unreachable")
+
+
+def gpus_text(r: Row) -> str:
+    if r.gpus_seen is not None:
+        return f"{r.gpus_seen}/{r.gpus_expected}"
+    if not r.gpus_expected:
+        return "-"
+    return f"no nvidia-smi/{r.gpus_expected}" if r.reachable and r.nvidia_smi is False else f"?/{r.gpus_expected}"
+
+
+def slurm_text(r: Row, slurm_asked: bool, is_slurm_node: bool) -> str:
+    if r.slurm is not None:
+        return r.slurm
+    return "?" if slurm_asked and is_slurm_node else "-"
+
+
+def pending_run(state: State) -> RunRecord | None:
+    """The newest run still marked running: an apply going on now, or one that was killed
+    before it could record its result (SIGKILL, a crash). Its nodes' recorded results are
+    older than it."""
+    return next((r for r in reversed(state.runs) if r.result == "running"), None)
 
 
 def rows(m: Manifest, state: State, probes: dict[str, NodeProbe], slurm: dict[str, str] | None,
-         slurm_problem: str = "") -> list[Row]:
+         pending: str | None = None, run: RunRecord | None = None) -> list[Row]:
     """One row per manifest node (in its order), then the recorded nodes it no longer lists.
-    ``slurm``: sinfo's states (None: Slurm off or not asked); ``slurm_problem``: why sinfo
-    gave nothing."""
+    ``slurm``: sinfo's states (None: Slurm off, not asked, or sinfo failed). ``pending``:
+    what the last result of the nodes of ``run`` is instead of the recorded one
+    ("running", or that the run ended without recording)."""
     out: list[Row] = []
+    in_pending = set(run.limit or m.node_names()) if run is not None else set()
     for node in m.nodes:
         ns = state.nodes.get(node.name)
         probe = probes.get(node.name)
-        if probe is None:
-            reach = "-"
-        elif probe.reachable:
-            reach = f"up {uptime_text(probe.uptime_s or 0)}"
-        else:
-            reach = probe.detail
-        if slurm is None:
-            slurm_state = slurm_problem or "-"
-        elif node.has_role("compute") or node.name in slurm:
-            slurm_state = slurm.get(node.name, "not in sinfo")
-        else:
-            slurm_state = "-"
+        known = slurm is not None and (node.has_role("compute") or node.name in slurm)
         lifecycle: str = "new" if ns is None or ns.lifecycle == "removed" else ns.lifecycle  # added again: afresh
-        out.append(Row(node.name, lifecycle, (ns.last_result or "-") if ns else "-",
-                       (ns.applied_at or "-") if ns else "-", reach, slurm_state,
-                       gpus_text(node.gpu_count, probe)))
+        last = pending if node.name in in_pending and pending else (ns.last_result if ns else None)
+        out.append(Row(
+            node.name, lifecycle, last, ns.applied_at if ns else None,
+            reachable=None if probe is None else probe.reachable,
+            reach_detail=probe.detail if probe is not None and not probe.reachable else None,
+            uptime_s=probe.uptime_s if probe is not None else None,
+            slurm=(slurm or {}).get(node.name, "not in sinfo") if known else None,
+            gpus_seen=probe.gpus if probe is not None and probe.reachable else None,
+            gpus_expected=node.gpu_count,
+            nvidia_smi=(probe.gpus is not None) if probe is not None and probe.reachable else None,
+        ))
     names = set(m.node_names())
     for name in sorted(set(state.nodes) - names):
         ns = state.nodes[name]
         gone = "removed" if ns.lifecycle == "removed" else f"{ns.lifecycle}, not in the manifest"
-        out.append(Row(name, gone, ns.last_result or "-", ns.removed_at or ns.applied_at or "-", "-", "-", "-"))
+        out.append(Row(name, gone, ns.last_result, ns.removed_at or ns.applied_at, None, None, None, None, None, 0))
     return out

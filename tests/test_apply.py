@@ -143,6 +143,17 @@ def test_install_phase_installs_and_resets(setup: Any, monkeypatch: pytest.Monke
     assert st.nodes["node01"].lifecycle == "installed" and st.nodes["node01"].fingerprints == {}
 
 
+def test_the_pxe_log_folder_is_named_by_the_recorded_run(setup: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The PXE server's play logged under an id of its own, which no run in the state had
+    (issue 27 item 12)."""
+    loaded, state, st = setup
+    fakes = Fakes(monkeypatch)
+    console, _ = _console()
+    with Signals() as signals:
+        install_phase(loaded, state, st, ["node01"], ApplyOptions(yes=True), console, signals, "20261126T000000Z")
+    assert fakes.pxe_runs[0]["run_id"] == "20261126T000000Z-pxe"
+
+
 def test_install_timeout_reaches_the_installer(setup: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     loaded, state, st = setup
     fakes = Fakes(monkeypatch)

@@ -11,11 +11,13 @@ stopped, and have released the lock. Each case takes a few seconds.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -31,6 +33,7 @@ from provisioner.interrupts import Interrupted, Signals
 
 ROOT = Path(__file__).resolve().parents[1]
 ADDRESSES = ("127.0.0.2", "127.0.0.3")
+KEXINIT = struct.pack(">IBB", 12, 10, 20) + bytes(10)  # packet length, padding length, SSH_MSG_KEXINIT
 
 
 # --------------------------------------------------------------------------- Signals
@@ -66,6 +69,21 @@ def test_wait_sleeps_when_no_signal_comes() -> None:
         assert time.monotonic() - start >= 0.3
 
 
+def test_a_signal_ignored_at_start_stays_ignored() -> None:
+    """nohup sets SIGHUP to SIG_IGN; Signals replaced it and a closed terminal stopped the
+    apply anyway (rc 129, issue 27 item 3)."""
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with Signals() as signals:
+            signal.raise_signal(signal.SIGHUP)  # no Interrupted
+            assert not signals.stop_requested()
+            with pytest.raises(Interrupted):  # the others are still caught
+                signal.raise_signal(signal.SIGTERM)
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)
+
+
 # --------------------------------------------------------------------------- the real CLI
 class BannerServer:
     """Answers every connection with an SSH identification line, then closes."""
@@ -88,8 +106,12 @@ class BannerServer:
                 continue
             except OSError:
                 return
-            with conn:
+            with conn:  # apply's probe wants the banner and, after its own, the first key exchange packet
+                conn.settimeout(5)
                 conn.sendall(b"SSH-2.0-BannerOnly\r\n")
+                with contextlib.suppress(OSError):
+                    conn.recv(256)
+                    conn.sendall(KEXINIT)
 
     def close(self) -> None:
         self.stop.set()
@@ -196,3 +218,34 @@ def test_a_signal_stops_the_whole_run_records_it_and_frees_the_lock(
     assert all(n["applied_at"] is None for n in state["nodes"].values())
     with (path.parent / ".provision" / "lock").open("r+") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released
+
+
+def test_nohup_apply_goes_on_after_sighup(tmp_path: Path, banner: BannerServer) -> None:
+    """Started as by nohup (SIGHUP ignored): a SIGHUP changes nothing, a SIGTERM still stops it."""
+    marker = f"{9300 + os.getpid() % 10}"
+    project = stand_in_project(tmp_path / "project", marker)
+    path = tmp_path / "cluster" / "cluster.yaml"
+    path.parent.mkdir()
+    path.write_text(yaml.safe_dump(manifest(banner.port), sort_keys=False))
+    env = dict(os.environ, PROVISION_HOME=str(project))
+    exe = Path(sys.executable).parent / "provision"
+    proc = subprocess.Popen([str(exe), "apply", str(path), "--yes"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    try:
+        deadline = time.monotonic() + 90
+        while len(processes_with(f"sleep {marker}")) < 2:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the sleep tasks never started"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(1.5)
+        assert proc.poll() is None and len(processes_with(f"sleep {marker}")) == 2
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 143, (out, err)
+    assert processes_with(f"sleep {marker}") == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 import yaml
 
 from provisioner import inventory
+from provisioner.errors import ProvisionError
 from provisioner.manifest import Manifest
 from provisioner.manifest.model import Bmc
 from provisioner.validate import load_manifest
@@ -276,3 +278,22 @@ def test_write_replaces_a_binary_file_it_generates(kit: Any, tmp_path: Path) -> 
     (tmp_path / "hosts.yml").write_bytes(b"\xff\x00garbage")
     inventory.write(files, tmp_path)
     assert (tmp_path / "hosts.yml").read_text() == files["hosts.yml"]
+
+
+def test_write_on_a_full_disk_names_the_file_and_leaves_no_temporary(
+        kit: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`internal error: OSError` and a hosts.yml.tmp left behind before."""
+    _, files = build_example(kit, "llm-200k.yaml")
+    out = tmp_path / "inv"
+    real_replace = Path.replace
+
+    def full(self: Path, target: Path) -> Path:
+        if target.name == "hosts.yml":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_replace(self, target)
+
+    monkeypatch.setattr(Path, "replace", full)
+    with pytest.raises(ProvisionError) as info:
+        inventory.write(files, out)
+    assert str(info.value) == f"cannot write the inventory in {out}: {out / 'hosts.yml'}: No space left on device"
+    assert not list(out.rglob("*.tmp"))

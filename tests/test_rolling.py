@@ -51,8 +51,9 @@ class Cluster:
             self.drained.discard(n)
             return Drained(n, True, "resumed")
 
-        def leave(n: str, reason: str) -> None:
+        def leave(n: str, reason: str) -> str:
             self.reasons[n] = reason
+            return ""
 
         return Steps(drain, apply, lambda n: n in self.pending_reboot, reboot, verify, resume, leave)
 

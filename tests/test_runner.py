@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -446,14 +447,20 @@ def test_mitogen_runs_without_ssh_multiplexing(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- reachability probe
-class OneShotServer:
-    """A TCP server on 127.0.0.1 that answers each connection with ``greeting`` (or
-    nothing, holding it open) and closes."""
+KEXINIT = struct.pack(">IBB", 12, 10, 20) + bytes(10)  # packet length, padding length, SSH_MSG_KEXINIT
 
-    def __init__(self, greeting: bytes | None) -> None:
+
+class OneShotServer:
+    """A TCP server on 127.0.0.1 that answers one connection with ``greeting`` (or nothing,
+    holding it open), then, when ``after`` is given, reads the client's identification line
+    and sends ``after`` (None: holds the connection open, stalled); then closes."""
+
+    def __init__(self, greeting: bytes | None, after: bytes | None = b"", hold: float = 3) -> None:
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.greeting = greeting
+        self.after = after
+        self.hold = hold
         self.thread = threading.Thread(target=self.serve, daemon=True)
         self.thread.start()
 
@@ -461,10 +468,19 @@ class OneShotServer:
         with contextlib.suppress(OSError):
             conn, _ = self.sock.accept()
             with conn:
+                conn.settimeout(self.hold)
                 if self.greeting is None:
-                    time.sleep(3)
-                else:
-                    conn.sendall(self.greeting)
+                    time.sleep(self.hold)
+                    return
+                conn.sendall(self.greeting)
+                if self.after == b"":
+                    return
+                conn.recv(256)
+                if self.after is None:
+                    time.sleep(self.hold)
+                    return
+                conn.sendall(self.after)
+                time.sleep(self.hold)  # stalled after it, as far as the client can tell
 
     def close(self) -> None:
         self.sock.close()
@@ -473,7 +489,7 @@ class OneShotServer:
 def test_probe_needs_an_ssh_banner_not_just_a_tcp_answer() -> None:
     """Issue 18 item 2: anything accepting TCP on port 22 (a firewall, NAT, another
     machine) counted as 'answers SSH' and marked a new node installed for good."""
-    sshd = OneShotServer(b"Welcome banner of a chatty server\r\nSSH-2.0-OpenSSH_9.2p1 Debian\r\n")
+    sshd = OneShotServer(b"Welcome banner of a chatty server\r\nSSH-2.0-OpenSSH_9.2p1 Debian\r\n", KEXINIT)
     web = OneShotServer(b"HTTP/1.1 400 Bad Request\r\n\r\n")
     silent = OneShotServer(None)
     try:
@@ -602,3 +618,66 @@ def test_first_contact_records_into_a_path_with_spaces(tmp_path: Path) -> None:
 def test_a_path_ssh_cannot_take_is_refused_with_a_message(tmp_path: Path) -> None:
     with pytest.raises(ProvisionError, match="double quote"):
         ansible_env(StateDir(tmp_path / 'say "hi"'), tmp_path, 1)
+
+
+# ------------------------------------------------------------------- a node stalling at each step (issue 27 item 9)
+STALL_BOUND = 0.5  # the probe's handshake bound in these cases (apply: 10 s)
+
+
+def _stalled_listener() -> tuple[socket.socket, list[socket.socket]]:
+    """A listener whose accept queue is full: the kernel drops further SYNs, so a connect
+    never completes (a node stalled at the TCP accept)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)
+    fillers = []
+    for _ in range(4):
+        c = socket.socket()
+        c.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            c.connect(server.getsockname())
+        fillers.append(c)
+    return server, fillers
+
+
+@pytest.mark.parametrize(("step", "said"), [
+    ("accept", "no answer from 127.0.0.1:{port} within 0.5 s"),
+    ("banner", "127.0.0.1:{port} accepts connections but sent no SSH banner within 0.5 s: not an SSH server "
+               "(a firewall, NAT or another service?)"),
+    ("after banner", "127.0.0.1:{port} sent its SSH banner (SSH-2.0-OpenSSH_9.2p1) and then no key exchange "
+                     "within 0.5 s: its SSH server is stalled"),
+    ("mid packet", "127.0.0.1:{port} sent its SSH banner (SSH-2.0-OpenSSH_9.2p1) and then no key exchange "
+                   "within 0.5 s: its SSH server is stalled"),
+    ("http", "127.0.0.1:{port} closed the connection without an SSH banner (it said 'HTTP/1.0 400 Bad Request'): "
+             "not an SSH server"),
+    ("http, kept open", "127.0.0.1:{port} sent no SSH banner within 0.5 s (it said 'HTTP/1.0 400 Bad Request'): "
+                        "not an SSH server"),
+    ("not ssh after banner", "127.0.0.1:{port} sent its SSH banner (SSH-2.0-OpenSSH_9.2p1) but no key exchange "
+                             "after it: not a working SSH server"),
+])
+def test_a_node_stalling_at_each_step_is_unreachable_within_the_bound(step: str, said: str) -> None:
+    """A node whose sshd sent its banner and stalled took 185 s to be called unreachable
+    (Ansible's own waits), and a listener answering `HTTP/1.0 400` 'sent no SSH banner'."""
+    banner = b"SSH-2.0-OpenSSH_9.2p1\r\n"
+    http = b"HTTP/1.0 400 Bad Request\r\n\r\n"
+    if step == "accept":
+        server, fillers = _stalled_listener()
+        port = server.getsockname()[1]
+        closers = [server, *fillers]
+    else:
+        one = {"banner": OneShotServer(None), "after banner": OneShotServer(banner, None),
+               "mid packet": OneShotServer(banner, KEXINIT[:3]), "http": OneShotServer(http),
+               "http, kept open": OneShotServer(http + b"x", None),
+               "not ssh after banner": OneShotServer(banner, b"HTTP/1.0 200 OK\r\n")}[step]
+        port = one.port
+        closers = [one]
+    try:
+        start = time.monotonic()
+        reach = probe_ssh("127.0.0.1", port, timeout=STALL_BOUND, banner_timeout=STALL_BOUND)
+        took = time.monotonic() - start
+    finally:
+        for c in closers:
+            c.close()
+    assert not reach.ok
+    assert reach.reason == said.format(port=port)
+    assert took < 2 * STALL_BOUND + 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -383,3 +384,82 @@ def test_a_dry_run_shares_the_lock_and_writes_nothing(tmp_path: Path) -> None:
     assert (sd.root / "lock").stat().st_mtime_ns == before
     with sd.lock("apply"), pytest.raises(ProvisionError, match="another provision run holds"), sd.shared_lock():
         pass
+
+
+# --------------------------------------------------------------------------- hand-edited and full (issue 27)
+@pytest.mark.parametrize(("nodes", "said"), [
+    ({"a": {"fingerprints": "x"}}, 'nodes.a.fingerprints: expected dict[str], found "x"'),
+    ({"a": {"fingerprints": {"common": 3}}}, "nodes.a.fingerprints: expected dict[str]"),
+    ({"a": {"lifecycle": "gone"}}, "nodes.a.lifecycle: expected one of new, installed, configured, removed"),
+    ({"a": {"applied_at": 5}}, "nodes.a.applied_at: expected str?, found 5"),
+])
+def test_a_hand_edited_state_of_the_wrong_shape_names_the_field(tmp_path: Path, nodes: object, said: str) -> None:
+    """A string of fingerprints loaded and failed later in plan as `internal error: AttributeError`."""
+    sd = StateDir(tmp_path)
+    sd.state_file.write_text(json.dumps({"version": 1, "nodes": nodes}))
+    with pytest.raises(ProvisionError) as info:
+        sd.load()
+    assert str(info.value).startswith(f"{sd.state_file}: unreadable state ({said}")
+
+
+def test_a_state_of_another_version_names_the_file(tmp_path: Path) -> None:
+    sd = StateDir(tmp_path)
+    sd.state_file.write_text(json.dumps({"version": 99, "nodes": {}}))
+    with pytest.raises(ProvisionError) as info:
+        sd.load()
+    assert str(info.value) == (f"{sd.state_file}: state version 99; this provision reads version 1 (written by "
+                               "another version of provision?); choose another state directory with --state-dir "
+                               "or use the matching provision")
+
+
+def test_a_full_disk_at_the_state_names_it_and_keeps_the_old_one(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    sd = StateDir(tmp_path)
+    sd.save(State(cluster="c"))
+    before = sd.state_file.read_text()
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(state_mod.os, "fsync", full)
+    with pytest.raises(ProvisionError, match=rf"cannot write the state {sd.state_file}: No space left on device"):
+        StateDir(tmp_path).save(State(cluster="c", runs=[RunRecord(id="r", started="now")]))
+    assert sd.state_file.read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json"]
+
+
+def test_atomic_write_failures_name_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(state_mod.os, "fsync", full)
+    with pytest.raises(OSError) as info:
+        atomic_write(tmp_path / "f", "text")
+    assert info.value.filename == str(tmp_path / "f")
+
+
+def test_a_full_disk_at_the_lock_is_a_clear_error_and_frees_it(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """`internal error: OSError: [Errno 28] No space left on device` before, naming no file."""
+    sd = StateDir(tmp_path)
+
+    def full(fd: int, data: bytes, offset: int) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(state_mod.os, "pwrite", full)
+    with pytest.raises(ProvisionError) as info, sd.lock("apply"):
+        pass
+    assert str(info.value) == (f"cannot take the lock {tmp_path / 'lock'}: No space left on device; choose another "
+                               "state directory with --state-dir")
+    monkeypatch.undo()
+    with sd.lock("apply"):  # not left held
+        pass
+
+
+def test_the_state_is_private_as_its_backups(tmp_path: Path) -> None:
+    """state.json was 0644 while state.json.1 .. .3 were 0600 (issue 27 item 16)."""
+    sd = StateDir(tmp_path)
+    sd.save(State(cluster="c"))
+    StateDir(tmp_path).save(State(cluster="c"))
+    assert stat.S_IMODE(sd.state_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE(sd.backup(1).stat().st_mode) == 0o600

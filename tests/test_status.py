@@ -4,8 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.state import NodeState, State
-from provisioner.status import NodeProbe, parse_node_probe, parse_sinfo, rows, uptime_text
+from provisioner.state import NodeState, RunRecord, State
+from provisioner.status import (
+    NodeProbe,
+    gpus_text,
+    parse_node_probe,
+    parse_sinfo,
+    pending_run,
+    reach_text,
+    rows,
+    slurm_text,
+    uptime_text,
+)
 from provisioner.verify.catalog import Output
 
 
@@ -46,15 +56,39 @@ def test_rows(kit: Any) -> None:
     }
     found = {r.node: r for r in rows(m, state, probes, {"node01": "idle", "node02": "down*"})}
     assert list(found) == ["head01", "node01", "node02", "gone01", "gone02"]
-    assert (found["head01"].reach, found["head01"].slurm, found["head01"].gpus) == ("up 1h 2m", "-", "-")
-    assert (found["node01"].lifecycle, found["node01"].slurm, found["node01"].gpus) == ("configured", "idle", "1/2")
-    assert found["node02"].lifecycle == "new" and found["node02"].last_result == "-"
-    assert found["node02"].reach.endswith("Connection refused") and found["node02"].gpus == "?/2"
-    assert found["gone01"].lifecycle == "configured, not in the manifest" and found["gone01"].reach == "-"
+    head = found["head01"]
+    assert (reach_text(head), head.slurm, gpus_text(head)) == ("up 1h 2m", None, "-")
+    assert (found["node01"].lifecycle, found["node01"].slurm, gpus_text(found["node01"])) == ("configured", "idle",
+                                                                                               "1/2")
+    assert (found["node01"].gpus_seen, found["node01"].gpus_expected) == (1, 2)
+    assert found["node02"].lifecycle == "new" and found["node02"].last_result is None
+    assert found["node02"].reachable is False and found["node02"].reach_detail.endswith("Connection refused")
+    assert found["node02"].gpus_seen is None and gpus_text(found["node02"]) == "?/2"
+    assert found["gone01"].lifecycle == "configured, not in the manifest" and found["gone01"].reachable is None
     assert found["gone02"].lifecycle == "removed" and found["gone02"].applied_at == "2026-11-22T05:00:00+00:00"
     # node02 was removed once and is in the manifest again: it starts afresh
-    # Slurm not asked, or sinfo failed: said so per compute node
-    failed = {r.node: r for r in rows(m, state, probes, None, "sinfo: timed out after 10 s on head01")}
-    assert failed["node01"].slurm == "sinfo: timed out after 10 s on head01"
+    # sinfo failed: unknown (None), said once by the command, not in every row
+    failed = {r.node: r for r in rows(m, state, probes, None)}
+    assert failed["node01"].slurm is None and slurm_text(failed["node01"], True, True) == "?"
+    assert slurm_text(failed["head01"], True, False) == "-"
     no_probe = {r.node: r for r in rows(m, state, {}, None)}
-    assert (no_probe["node01"].reach, no_probe["node01"].slurm, no_probe["node01"].gpus) == ("-", "-", "?/2")
+    assert (reach_text(no_probe["node01"]), no_probe["node01"].slurm, gpus_text(no_probe["node01"])) == ("-", None,
+                                                                                                         "?/2")
+    assert no_probe["node01"].to_json() == {
+        "node": "node01", "lifecycle": "configured", "last_result": "ok", "applied_at": "2026-11-23T05:00:00+00:00",
+        "reachable": None, "reach_detail": None, "uptime_s": None, "slurm": None, "gpus_seen": None,
+        "gpus_expected": 2, "nvidia_smi": None}
+
+
+def test_a_run_that_never_recorded_its_result_shows(kit: Any) -> None:
+    """After a SIGKILLed apply, status showed the result of the run before it (issue 27 item 10)."""
+    m = kit.load(kit.base()).manifest
+    state = State(cluster="testc", nodes={"node01": NodeState(lifecycle="configured", last_result="ok")},
+                  runs=[RunRecord(id="r1", started="t", result="ok"),
+                        RunRecord(id="r2", started="t", limit=["node01"])])
+    run = pending_run(state)
+    assert run is not None and run.id == "r2"
+    found = {r.node: r for r in rows(m, state, {}, None, "interrupted (run r2 ended without recording)", run)}
+    assert found["node01"].last_result == "interrupted (run r2 ended without recording)"
+    assert found["head01"].last_result is None  # not in that run
+    assert pending_run(State(runs=[RunRecord(id="r1", started="t", result="ok")])) is None

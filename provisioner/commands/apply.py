@@ -13,7 +13,7 @@ from rich.table import Table
 from provisioner.apply import ApplyOptions, apply, settle_cluster_files
 from provisioner.commands.common import guarded, limit, load
 from provisioner.content import project_root
-from provisioner.drain import COMMAND_TIMEOUT, drain_command, drain_node, resume_node
+from provisioner.drain import COMMAND_TIMEOUT, drain_command, drain_node, resume_node, why_failed
 from provisioner.errors import ProvisionError
 from provisioner.manifest.load import Loaded
 from provisioner.plan import compute, load_plays
@@ -31,8 +31,9 @@ BOOT_ID = "cat /proc/sys/kernel/random/boot_id"
 
 def options(loaded: Loaded, args: argparse.Namespace, nodes: list[str] | None) -> ApplyOptions:
     return ApplyOptions(limit=nodes, check=args.check, yes=args.yes, full=args.full,
-                        reinstall=limit(loaded, args.reinstall) or [], install_timeout=args.install_timeout,
-                        stall_timeout=args.stall_timeout, strategy=args.strategy, verbosity=args.verbose)
+                        reinstall=limit(loaded, args.reinstall, "--reinstall") or [],
+                        install_timeout=args.install_timeout, stall_timeout=args.stall_timeout,
+                        strategy=args.strategy, verbosity=args.verbose)
 
 
 def rolling_nodes(loaded: Loaded, state: StateDir, nodes: list[str] | None, full: bool) -> list[str]:
@@ -67,8 +68,9 @@ def steps(loaded: Loaded, state: StateDir, args: argparse.Namespace, out: Consol
         results = verify(checks, [node], execute, m.verify.command_timeout)
         return [f"{r.check}: {r.detail}" for r in results if r.status == "FAIL"]
 
-    def leave(node: str, reason: str) -> None:
-        execute(head, drain_command(node, reason), COMMAND_TIMEOUT)
+    def leave(node: str, reason: str) -> str:
+        done = execute(head, drain_command(node, reason), COMMAND_TIMEOUT)
+        return "" if not done.error and done.rc == 0 else f"scontrol on {head}: {why_failed(done)}"
 
     def needs_reboot(node: str) -> bool:
         return execute(node, "test -e /var/run/reboot-required", COMMAND_TIMEOUT).rc == 0
@@ -91,6 +93,19 @@ def roll_table(r: Roll) -> Table:
     for e in r.events:
         t.add_row(e.node or "(batch)", e.stage, "[green]ok[/]" if e.ok else "[bold red]failed[/]", e.detail)
     return t
+
+
+def stopped_message(r: Roll) -> str:
+    """Where the roll stopped and what is true of each node now: drained with the reason in
+    Slurm only where that drain succeeded."""
+    parts = [f"rolling stopped at {r.failed}"]
+    if r.left_drained:
+        parts.append(f"left drained with the reason in Slurm: {', '.join(r.left_drained)}")
+    for node, why in r.not_drained.items():
+        parts.append(f"{node} could not be drained ({why}): check its state in Slurm")
+    if r.untouched:
+        parts.append(f"not rolled: {', '.join(r.untouched)}")
+    return "; ".join(parts)
 
 
 def run_rolling(loaded: Loaded, state: StateDir, args: argparse.Namespace, out: Console) -> int:
@@ -117,16 +132,26 @@ def run_rolling(loaded: Loaded, state: StateDir, args: argparse.Namespace, out: 
     result = roll(batches(rolling, args.batch), steps(loaded, state, args, out, execute), m.cluster.allow_reboot)
     out.print(roll_table(result))
     if not result.ok:
-        out.print(f"rolling stopped at {result.failed}: left drained with the reason in Slurm"
-                  + (f"; not rolled: {', '.join(result.untouched)}" if result.untouched else ""),
-                  style="red", highlight=False, markup=False)
+        out.print(stopped_message(result), style="red", highlight=False, markup=False)
         return 1
     if chosen is None:
         settle_cluster_files(loaded, state)
     return 0
 
 
+DEFAULT_BATCH = 1
+DEFAULT_DRAIN_TIMEOUT = 3600  # seconds
+
+
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    if not args.rolling:  # an option of the roll without one would be silently ignored
+        given = [flag for flag, value in (("--batch", args.batch), ("--drain-timeout", args.drain_timeout))
+                 if value is not None]
+        if given:
+            raise ProvisionError(f"{' and '.join(given)} {'applies' if len(given) == 1 else 'apply'} only with "
+                                 "--rolling")
+    args.batch = args.batch or DEFAULT_BATCH
+    args.drain_timeout = args.drain_timeout or DEFAULT_DRAIN_TIMEOUT
     loaded = load(err, args.manifest)
     state = StateDir.beside(args.manifest, args.state_dir)
     if args.rolling:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -27,10 +28,22 @@ def consoles() -> tuple[Console, Console]:
     return out, err
 
 
-def print_diagnostics(console: Console, diags: list[Diagnostic]) -> None:
+MAX_DIAGNOSTICS = 100  # of each severity printed; the rest are counted in one line
+
+
+def print_diagnostics(console: Console, diags: list[Diagnostic], most: int = MAX_DIAGNOSTICS) -> None:
+    """Each diagnostic on its line, at most ``most`` of each severity (in file order), then
+    one line counting the rest: 20,000 errors are not 20,000 lines."""
+    shown: dict[str, int] = {}
     for d in diags:
-        style = "red" if d.severity == "error" else "yellow"
-        console.print(d.format(), style=style, markup=False, highlight=False, soft_wrap=True)
+        shown[d.severity] = shown.get(d.severity, 0) + 1
+        if shown[d.severity] <= most:
+            style = "red" if d.severity == "error" else "yellow"
+            console.print(d.format(), style=style, markup=False, highlight=False, soft_wrap=True)
+    for severity, count in shown.items():
+        if count > most:
+            console.print(f"... and {count - most:,} more {severity}s", style="red" if severity == "error" else
+                          "yellow", markup=False, highlight=False, soft_wrap=True)
 
 
 def guarded(command: Command, args: argparse.Namespace) -> int:
@@ -51,8 +64,13 @@ def guarded(command: Command, args: argparse.Namespace) -> int:
         return 1
     except BrokenPipeError:
         return 1
+    except OSError as exc:  # the file system refused (full, read-only): say where, in one line
+        where = f"{exc.filename}: " if exc.filename else ""
+        err.print(f"error: {where}{exc.strerror or exc}", style="red", markup=False, highlight=False)
+        return 1
     except KeyboardInterrupt:
-        err.print("interrupted", style="red")
+        with contextlib.suppress(OSError):
+            err.print(str(Interrupted(signal.SIGINT)), style="red", markup=False, highlight=False)
         return 130
     except Exception as exc:  # never a traceback for the operator, unless asked for
         if os.environ.get("PROVISION_DEBUG"):
@@ -69,17 +87,18 @@ def load(console: Console, path: Path) -> Loaded:
     return loaded
 
 
-def limit(loaded: Loaded, text: str | None) -> list[str] | None:
-    """The nodes named by a --limit value (None: no limit)."""
+def limit(loaded: Loaded, text: str | None, what: str = "--limit") -> list[str] | None:
+    """The nodes named by a node selector (None: none given); ``what`` names the option or
+    argument in errors (--limit, --reinstall, NODES)."""
     if text is None:
         return None
     items = [t.strip() for t in split_selectors(text) if t.strip()]
     if not items:  # an empty limit would run the light plays everywhere
-        raise ProvisionError("--limit: no nodes given")
+        raise ProvisionError(f"{what}: no nodes given")
     try:
         return select_nodes(loaded.manifest, items)
     except SelectorError as exc:
-        raise ProvisionError(f"--limit: {exc}") from None
+        raise ProvisionError(f"{what}: {exc}") from None
 
 
 def split_selectors(text: str) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from rich.console import Console
 
@@ -11,18 +12,20 @@ from provisioner.drain import drain_node, resume_node
 from provisioner.errors import ProvisionError
 from provisioner.runner import SshTarget
 from provisioner.state import StateDir
-from provisioner.verify.remote import ssh_executor
+from provisioner.verify.remote import children_end_with_the_command, ssh_executor
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    with children_end_with_the_command():  # a signal ends every ssh first
+        return _run(args, out, err)
+
+
+def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     loaded = load(err, args.manifest)
     m = loaded.manifest
     if not m.slurm.enabled:
         raise ProvisionError("slurm.enabled is false in the manifest: there is no Slurm to drain or resume nodes in")
-    try:
-        nodes = limit(loaded, args.nodes) or []
-    except ProvisionError as exc:  # the selector's message, for NODES rather than --limit
-        raise ProvisionError(str(exc).replace("--limit:", "NODES:", 1)) from None
+    nodes = limit(loaded, args.nodes, "NODES") or []
     state = StateDir.beside(args.manifest, args.state_dir)
     state.load_for(m.cluster.name)  # refused when it is another cluster's
     state.ensure()  # known_hosts
@@ -30,14 +33,19 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     execute = ssh_executor({head.name: SshTarget(head.name, str(head.ip), ssh.port, ssh.user, ssh.private_key)},
                            state.known_hosts, grace=5)
     failed = []
+    results = []
     for node in nodes:
         if args.command == "drain":
             done = drain_node(head.name, node, execute, args.wait, args.reason)
         else:
             done = resume_node(head.name, node, execute)
-        out.print(f"{node}: {done.detail}", highlight=False, markup=False, style=None if done.ok else "red")
+        results.append({"node": node, "ok": done.ok, "detail": done.detail})
+        if not args.json:
+            out.print(f"{node}: {done.detail}", highlight=False, markup=False, style=None if done.ok else "red")
         if not done.ok:
             failed.append(node)
+    if args.json:
+        print(json.dumps(results, indent=2))
     if failed:
         err.print(f"{args.command} failed on {', '.join(failed)}", style="red", highlight=False, markup=False)
         return 1

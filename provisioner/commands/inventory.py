@@ -11,13 +11,15 @@ from provisioner import inventory
 from provisioner.commands.common import guarded, load
 
 
-def default_inventory_dir(cluster: str) -> Path:
-    return Path.cwd() / "inventory" / cluster
+def default_inventory_dir(manifest: Path, cluster: str) -> Path:
+    """``inventory/<cluster>/`` beside the manifest, as the state directory is (it was the
+    current folder's, so the same command wrote to different places from different folders)."""
+    return manifest.resolve().parent / "inventory" / cluster
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     loaded = load(err, args.manifest)
-    target = args.out or default_inventory_dir(loaded.manifest.cluster.name)
+    target = args.out or default_inventory_dir(args.manifest, loaded.manifest.cluster.name)
     files = inventory.build(loaded.manifest, source=str(args.manifest))
     written = inventory.write(files, target)
     out.print(f"wrote {len(written)} files to {target}", highlight=False)

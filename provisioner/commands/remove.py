@@ -11,10 +11,11 @@ from provisioner.apply import ApplyOptions, apply, mark_removed
 from provisioner.commands.common import guarded, load, split_selectors
 from provisioner.drain import drain_node
 from provisioner.errors import ProvisionError
+from provisioner.manifest.ranges import RangeError, expand_all
 from provisioner.remove import DRAIN_REASON, removal_problems
 from provisioner.runner import SshTarget
 from provisioner.state import StateDir
-from provisioner.verify.remote import ssh_executor
+from provisioner.verify.remote import children_end_with_the_command, ssh_executor
 
 
 def confirm(console: Console, nodes: list[str], yes: bool) -> None:
@@ -27,13 +28,32 @@ def confirm(console: Console, nodes: list[str], yes: bool) -> None:
         raise ProvisionError("aborted: nothing was changed")
 
 
+def removal_names(text: str) -> list[str]:
+    """NODES of remove: names and ranges (gpu[03-04]), comma-separated, as every verb takes
+    them. ``@role`` selects nodes of the manifest, and the nodes to remove are not in it."""
+    items = [t.strip() for t in split_selectors(text) if t.strip()]
+    if not items:
+        raise ProvisionError("NODES: no nodes given")
+    roles = [t for t in items if t.startswith("@")]
+    if roles:
+        raise ProvisionError(f"NODES: {roles[0]} selects nodes by their role in the manifest, and the nodes to "
+                             "remove are no longer in it: name them (names, ranges)")
+    try:
+        return list(dict.fromkeys(expand_all(items)))
+    except RangeError as exc:
+        raise ProvisionError(f"NODES: {exc}") from None
+
+
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    with children_end_with_the_command():  # a signal ends the drain's ssh first
+        return _run(args, out, err)
+
+
+def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     loaded = load(err, args.manifest)
     m = loaded.manifest
     state = StateDir.beside(args.manifest, args.state_dir)
-    nodes = [n.strip() for n in split_selectors(args.nodes) if n.strip()]
-    if not nodes:
-        raise ProvisionError("no node given")
+    nodes = removal_names(args.nodes)
     problems = removal_problems(m, state.load_for(m.cluster.name), nodes)
     if problems:
         raise ProvisionError("nothing was changed: " + "; ".join(problems))

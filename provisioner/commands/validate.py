@@ -3,14 +3,43 @@
 from __future__ import annotations
 
 import argparse
+import json
+from typing import Any
 
 from rich.console import Console
 
 from provisioner.commands.common import guarded, load
+from provisioner.errors import Diagnostic, ManifestError
 from provisioner.manifest.model import Node
+from provisioner.validate import load_manifest
+
+
+def diagnostic_json(d: Diagnostic) -> dict[str, Any]:
+    """A diagnostic with null for what is unknown (no line, no field path)."""
+    return {"file": d.file, "line": d.line or None, "col": (d.col or 1) if d.line else None,
+            "path": d.path or None, "severity": d.severity, "message": d.message}
+
+
+def run_json(args: argparse.Namespace) -> int:
+    """``--json``: one object, {"ok", "errors", "warnings", "cluster", "nodes", "gpus"} (the
+    last three null when the manifest could not be loaded); exit 0 or 1 as without it."""
+    try:
+        loaded = load_manifest(args.manifest)
+    except ManifestError as exc:
+        print(json.dumps({"ok": False, "errors": [diagnostic_json(d) for d in exc.diagnostics if d.severity == "error"],
+                          "warnings": [diagnostic_json(d) for d in exc.diagnostics if d.severity != "error"],
+                          "cluster": None, "nodes": None, "gpus": None}, indent=2))
+        return 1
+    m = loaded.manifest
+    print(json.dumps({"ok": True, "errors": [], "warnings": [diagnostic_json(d) for d in loaded.warnings],
+                      "cluster": m.cluster.name, "nodes": len(m.nodes), "gpus": sum(n.gpu_count for n in m.nodes)},
+                     indent=2))
+    return 0
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    if args.json:
+        return run_json(args)
     loaded = load(err, args.manifest)
     m = loaded.manifest
     gpus = sum(n.gpu_count for n in m.nodes)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from rich.console import Console
 
@@ -12,11 +13,39 @@ from provisioner.errors import ProvisionError
 from provisioner.runner import SshTarget
 from provisioner.state import StateDir, atomic_write
 from provisioner.verify import catalog, report
-from provisioner.verify.remote import ssh_executor
+from provisioner.verify.remote import children_end_with_the_command, ssh_executor
 from provisioner.verify.run import verify
+
+JUNIT_MARK = '<testsuites name="provision verify '  # what report.junit writes first after the declaration
+
+
+def check_junit_target(path: Path) -> None:
+    """Refuse a --junit FILE that is not ours to write, before any node is contacted: its
+    folder must exist (it is not created), and an existing file is replaced only when it is
+    an earlier report of provision verify (never the manifest, or any other file)."""
+    if not path.parent.is_dir():
+        raise ProvisionError(f"--junit {path}: no folder {path.parent}; create it first")
+    if path.is_dir():
+        raise ProvisionError(f"--junit {path}: is a directory")
+    if path.exists():
+        try:
+            with path.open("rb") as fh:
+                head = fh.read(512).decode("utf-8", errors="replace")
+        except OSError as exc:
+            raise ProvisionError(f"--junit {path}: {exc.strerror or exc}") from None
+        if JUNIT_MARK not in head:
+            raise ProvisionError(f"--junit {path}: the file exists and is not a report of provision verify; "
+                                 "refusing to overwrite it (remove it, or name another file)")
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    with children_end_with_the_command():  # a signal ends every ssh first
+        return _run(args, out, err)
+
+
+def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    if args.junit is not None:
+        check_junit_target(args.junit)
     loaded = load(err, args.manifest)
     m = loaded.manifest
     state = StateDir.beside(args.manifest, args.state_dir)

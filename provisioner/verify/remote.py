@@ -8,10 +8,15 @@ network stalls (ConnectTimeout covers the connection itself).
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import subprocess
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
+from provisioner.interrupts import Signals
 from provisioner.runner import SshTarget, ssh_path_option
 from provisioner.verify.catalog import Output
 from provisioner.verify.run import TIMED_OUT, Execute
@@ -31,17 +36,92 @@ def ssh_argv(target: SshTarget, known_hosts: Path, text: str, timeout: int) -> l
     return [*cmd, f"{target.user}@{target.address}", remote]
 
 
+def ssh_failure(stderr: str) -> str:
+    """ssh's own failure in one line with one ``ssh:`` (its messages start with one already)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    last = lines[-1] if lines else "exit 255"
+    return last if last.startswith("ssh: ") else f"ssh: {last}"
+
+
+class Children:
+    """The ssh processes running now, so that a signal can end them all (the commands pass
+    :meth:`stop` to ``interrupts.Signals``): a SIGTERM left them running, and a drain could
+    land after 'interrupted' was printed. Once stopped, no new one starts."""
+
+    def __init__(self) -> None:
+        self._live: set[subprocess.Popen[str]] = set()
+        self._lock = threading.Lock()
+        self.stopped = False
+
+    def start(self, argv: list[str]) -> subprocess.Popen[str] | None:
+        with self._lock:
+            if self.stopped:
+                return None
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                    text=True, errors="replace")
+            self._live.add(proc)
+            return proc
+
+    def reopen(self) -> None:
+        with self._lock:
+            self.stopped = False
+
+    def finished(self, proc: subprocess.Popen[str]) -> None:
+        with self._lock:
+            self._live.discard(proc)
+
+    def stop(self, wait: float = 5.0) -> None:
+        """TERM every live ssh, KILL what is left after ``wait`` seconds, and reap them."""
+        with self._lock:
+            self.stopped = True
+            live = list(self._live)
+        for proc in live:
+            with contextlib.suppress(OSError):
+                proc.terminate()
+        deadline = time.monotonic() + wait
+        for proc in live:  # only waits with a timeout: the main thread may be inside this process's communicate()
+            try:
+                proc.wait(timeout=max(0.01, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=2)
+
+
+CHILDREN = Children()  # this process's ssh clients (one command runs per process)
+
+
+@contextlib.contextmanager
+def children_end_with_the_command() -> Iterator[None]:
+    """While open, SIGINT, SIGTERM and SIGHUP end every ssh of this process at once, then
+    raise Interrupted (one line and 128 + the signal, through commands.common.guarded); on
+    any way out, no ssh is left running."""
+    CHILDREN.reopen()
+    try:
+        with Signals(on_signal=CHILDREN.stop):
+            yield
+    finally:
+        CHILDREN.stop()
+        CHILDREN.reopen()  # the next command in this process (tests call several) starts afresh
+
+
 def ssh_executor(targets: dict[str, SshTarget], known_hosts: Path, grace: float = GRACE) -> Execute:
     def execute(host: str, text: str, timeout: int) -> Output:
         argv = ssh_argv(targets[host], known_hosts, text, timeout)
+        proc = CHILDREN.start(argv)
+        if proc is None:
+            return Output(rc=-1, error="not run: the command was interrupted")
         try:
-            r = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout + grace,
-                               check=False, stdin=subprocess.DEVNULL)
+            stdout, stderr = proc.communicate(timeout=timeout + grace)
         except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
             return Output(rc=-1, error=f"{TIMED_OUT} {timeout + grace:g} s (no answer from {host})")
+        finally:
+            CHILDREN.finished(proc)
+        r = subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
         if r.returncode == 255:  # ssh's own failure: the node was not reached
-            lines = [line for line in r.stderr.splitlines() if line.strip()]
-            return Output(rc=255, stderr=r.stderr, error=f"ssh: {lines[-1] if lines else 'exit 255'}")
+            return Output(rc=255, stderr=r.stderr, error=ssh_failure(r.stderr))
         if r.returncode == 124:  # timeout(1) on the node ended the command
             return Output(rc=124, stdout=r.stdout, stderr=r.stderr, error=f"{TIMED_OUT} {timeout} s on {host}")
         return Output(rc=r.returncode, stdout=r.stdout, stderr=r.stderr)

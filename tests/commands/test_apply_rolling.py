@@ -116,7 +116,28 @@ def test_a_failed_verify_stops_the_roll(changed: Path, monkeypatch: pytest.Monke
     assert any(line.startswith("scontrol node01 State=DRAIN Reason='provision apply --rolling: verify failed: "
                                "clock:") for line in reasons), reasons
     assert any(line.startswith("scontrol node02") and "verify failed on node01" in line for line in reasons)
-    assert "rolling stopped at node01" in capsys.readouterr().out
+    assert ("rolling stopped at node01; left drained with the reason in Slurm: node01, node02"
+            in capsys.readouterr().out)
+
+
+def test_a_roll_with_the_controller_unreachable_does_not_claim_a_drain(changed: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: Capsys) -> None:
+    """It said 'left drained with the reason in Slurm' although no drain had worked (issue 27
+    item 5)."""
+    fakes(monkeypatch)
+    down = Output(rc=255, error="ssh: connect to host 10.0.0.10 port 22: Connection refused")
+    inner = apply_cmd.ssh_executor
+
+    def executor(targets: dict[str, SshTarget], known_hosts: Path, grace: float = 0) -> Execute:
+        execute = inner(targets, known_hosts, grace)
+        return lambda host, text, timeout: down if host == "head01" else execute(host, text, timeout)
+
+    monkeypatch.setattr(apply_cmd, "ssh_executor", executor)
+    assert main(["apply", str(changed), "--rolling", "--yes"]) == 1
+    out = capsys.readouterr().out
+    assert "left drained" not in out
+    assert ("rolling stopped at node01; node01 could not be drained (scontrol on head01: ssh: connect to host "
+            "10.0.0.10 port 22: Connection refused): check its state in Slurm; not rolled: node02") in out
 
 
 def test_rolling_needs_slurm(write_manifest: Any, kit: Any, capsys: Capsys) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -64,3 +65,16 @@ def test_without_slurm_or_with_an_unknown_node(write_manifest: Any, kit: Any, mo
     assert main(["drain", str(write_manifest(data, "other.yaml")), "node01"]) == 1
     assert "slurm.enabled is false" in capsys.readouterr().err
     assert sent == []
+
+
+def test_drain_and_resume_json(write_manifest: Any, kit: Any, monkeypatch: pytest.MonkeyPatch,
+                               capsys: Capsys) -> None:
+    """--json on every verb that reports (issue 27 item 13): one object per node."""
+    path = write_manifest(kit.base())
+    fake(monkeypatch, refuse="NodeName=node02")
+    assert main(["drain", str(path), "node[01-02]", "--json"]) == 1
+    first, second = json.loads(capsys.readouterr().out)
+    assert first == {"node": "node01", "ok": True, "detail": "drained, no jobs"}
+    assert second["node"] == "node02" and second["ok"] is False and second["detail"].startswith("drain on head01: ")
+    assert main(["resume", str(path), "node01", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [{"node": "node01", "ok": True, "detail": "resumed"}]

@@ -11,6 +11,7 @@ import pytest
 from provisioner.apply import ApplyOptions
 from provisioner.cli import main
 from provisioner.commands import remove as remove_cmd
+from provisioner.drain import Drained
 from provisioner.manifest.load import Loaded
 from provisioner.runner import SshTarget
 from provisioner.state import NodeState, State, StateDir
@@ -103,3 +104,19 @@ def test_without_slurm_no_drain_and_no_terminal_no_removal(manifest: Path, monke
     assert "pass --yes" in capsys.readouterr().err and events == []
     assert main(["remove", str(manifest), "node03", "--yes"]) == 0
     assert events == ["apply"]
+
+
+def test_nodes_take_ranges_as_every_verb_does(write_manifest: Any, kit: Any, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: Capsys) -> None:
+    """remove took comma-separated names only, drain and resume ranges and @role (issue 27
+    item 13): one grammar; @role is refused with why (the nodes are not in the manifest)."""
+    path: Path = write_manifest(kit.base())
+    nodes = {n: NodeState(lifecycle="configured") for n in ("head01", "node01", "node02", "node03", "node04")}
+    StateDir.beside(path).save(State(cluster="testc", nodes=nodes))
+    events = fakes(monkeypatch)
+    monkeypatch.setattr(remove_cmd, "drain_node", lambda head, node, *rest: Drained(node, True, "drained, no jobs"))
+    assert main(["remove", str(path), "node[03-04]", "--yes"]) == 0, capsys.readouterr().err
+    assert "removed: node03, node04" in capsys.readouterr().out and events == ["apply"]
+    assert main(["remove", str(path), "@compute", "--yes"]) == 1
+    assert capsys.readouterr().err == ("error: NODES: @compute selects nodes by their role in the manifest, and the "
+                                       "nodes to remove are no longer in it: name them (names, ranges)\n")

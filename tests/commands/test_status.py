@@ -11,8 +11,8 @@ import pytest
 from provisioner.cli import main
 from provisioner.commands import status as status_cmd
 from provisioner.runner import SshTarget
-from provisioner.state import NodeState, State, StateDir
-from provisioner.status import NODE_PROBE, SLURM_PROBE
+from provisioner.state import NodeState, RunRecord, State, StateDir
+from provisioner.status import NODE_PROBE, PROBE_TIMEOUT, SLURM_PROBE
 from provisioner.verify.catalog import Output
 from provisioner.verify.run import Execute
 
@@ -49,22 +49,36 @@ def fake(monkeypatch: pytest.MonkeyPatch, sinfo: Output) -> list[tuple[str, str]
 
 
 def test_status_json(manifest: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capsys) -> None:
+    """Unknowns are null, not "-" or "?/2" (issue 27 item 10); a node that could not be
+    probed makes the exit 1, said once on stderr."""
     sent = fake(monkeypatch, Output(stdout="node01|idle\nnode02|down*\n"))
-    assert main(["status", str(manifest), "--json"]) == 0
-    found = {r["node"]: r for r in json.loads(capsys.readouterr().out)}
+    assert main(["status", str(manifest), "--json"]) == 1
+    captured = capsys.readouterr()
+    found = {r["node"]: r for r in json.loads(captured.out)}
     assert found["node01"] == {"node": "node01", "lifecycle": "configured", "last_result": "failed",
-                               "applied_at": "2026-11-23T05:00:00+00:00", "reach": "up 1h 6m", "slurm": "idle",
-                               "gpus": "2/2"}
-    assert found["node02"]["reach"].startswith("timed out") and found["node02"]["slurm"] == "down*"
+                               "applied_at": "2026-11-23T05:00:00+00:00", "reachable": True, "reach_detail": None,
+                               "uptime_s": 4000.0, "slurm": "idle", "gpus_seen": 2, "gpus_expected": 2,
+                               "nvidia_smi": True}
+    assert found["node02"]["reachable"] is False and found["node02"]["reach_detail"].startswith("timed out")
+    assert found["node02"]["slurm"] == "down*" and found["node02"]["gpus_seen"] is None
+    assert found["node02"]["last_result"] is None and found["node02"]["applied_at"] is None
+    assert found["head01"]["slurm"] is None and found["head01"]["nvidia_smi"] is False
+    assert captured.err == "status: 1 of 3 nodes could not be probed: node02\n"
     assert ("head01", SLURM_PROBE) in sent
 
 
 def test_status_table_and_a_failed_sinfo(manifest: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capsys) -> None:
+    """The controller's error was repeated in every node's slurm column, storage nodes too,
+    and the exit was 0."""
     fake(monkeypatch, Output(rc=1, stderr="slurm_load_partitions: Unable to contact slurm controller\n"))
-    assert main(["status", str(manifest), "--limit", "node01"]) == 0
-    out = capsys.readouterr().out
-    assert "status testc" in out and "node01" in out and "head01" not in out
-    assert "sinfo: slurm_load_partitions: Unable to contact slurm controller" in out
+    assert main(["status", str(manifest), "--limit", "node01,head01"]) == 1
+    captured = capsys.readouterr()
+    assert "status testc" in captured.out and "node01" in captured.out and "node02" not in captured.out
+    assert "Unable to contact" not in captured.out
+    row = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[1:-1]]
+           for line in captured.out.splitlines() if line.startswith("│")}
+    assert row["node01"][5] == "?" and row["head01"][5] == "-"  # unknown for the compute node; head is none
+    assert captured.err == ("status: sinfo on head01: slurm_load_partitions: Unable to contact slurm controller\n")
 
 
 def test_status_without_probe_contacts_nobody(manifest: Path, monkeypatch: pytest.MonkeyPatch,
@@ -73,4 +87,35 @@ def test_status_without_probe_contacts_nobody(manifest: Path, monkeypatch: pytes
     assert main(["status", str(manifest), "--no-probe", "--json"]) == 0
     assert sent == []
     found = {r["node"]: r for r in json.loads(capsys.readouterr().out)}
-    assert found["node02"]["lifecycle"] == "new" and found["node01"]["reach"] == "-"
+    assert found["node02"]["lifecycle"] == "new" and found["node01"]["reachable"] is None
+
+
+def test_status_waits_for_a_node_as_documented(manifest: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """README: at most 10 s per node; status said 'timed out after 15 s'."""
+    bounds: list[float] = []
+
+    def executor(targets: dict[str, SshTarget], known_hosts: Path, grace: float = 0) -> Execute:
+        def execute(host: str, text: str, timeout: int) -> Output:
+            bounds.append(timeout + grace)
+            return Output(stdout="uptime=1\n")
+        return execute
+
+    monkeypatch.setattr(status_cmd, "ssh_executor", executor)
+    main(["status", str(manifest)])
+    assert bounds and set(bounds) == {PROBE_TIMEOUT} and PROBE_TIMEOUT == 10
+
+
+def test_status_after_a_killed_apply_says_so(manifest: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: Capsys) -> None:
+    sd = StateDir.beside(manifest)
+    st = sd.load()
+    st.runs.append(RunRecord(id="r9", started="2026-11-24T05:00:00+00:00"))  # SIGKILLed: still "running"
+    sd.save(st)
+    fake(monkeypatch, Output())
+    main(["status", str(manifest), "--no-probe", "--json"])
+    found = {r["node"]: r for r in json.loads(capsys.readouterr().out)}
+    assert found["node01"]["last_result"] == "interrupted (run r9 ended without recording its result)"
+    with sd.lock("apply"):  # an apply that is running now
+        main(["status", str(manifest), "--no-probe", "--json"])
+    found = {r["node"]: r for r in json.loads(capsys.readouterr().out)}
+    assert found["node01"]["last_result"] == "running (run r9)"

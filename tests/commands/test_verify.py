@@ -68,6 +68,7 @@ def test_a_failure_exits_1_and_json_junit(manifest: Path, monkeypatch: pytest.Mo
                                           tmp_path: Path) -> None:
     sent = fake_cluster(monkeypatch, {"node02": Output(rc=1, stderr="506 Cannot talk to daemon\n")})
     junit = tmp_path / "out" / "verify.xml"
+    junit.parent.mkdir()
     code = main(["verify", str(manifest), "--json", "--junit", str(junit)])
     data = json.loads(capsys.readouterr().out)
     assert code == 1 and data["passed"] is False
@@ -93,3 +94,31 @@ def test_unknown_limit_is_an_error(manifest: Path, monkeypatch: pytest.MonkeyPat
     fake_cluster(monkeypatch)
     assert main(["verify", str(manifest), "--limit", "nope"]) == 1
     assert "--limit" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("target", ["manifest", "other file", "no folder", "a folder"])
+def test_junit_never_overwrites_what_is_not_a_report_nor_makes_folders(
+        manifest: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capsys, tmp_path: Path, target: str) -> None:
+    """`verify --junit llm.yaml` replaced the manifest with the report, and a missing folder
+    anywhere was created (issue 27 item 14). Refused before any node is contacted."""
+    sent = fake_cluster(monkeypatch)
+    other = tmp_path / "notes.txt"
+    other.write_text("my notes\n")
+    path = {"manifest": manifest, "other file": other, "no folder": tmp_path / "new" / "deep" / "r.xml",
+            "a folder": tmp_path}[target]
+    before = {p: p.read_text() for p in (manifest, other)}
+    assert main(["verify", str(manifest), "--junit", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --junit {path}: ") and err.count("\n") == 1, err
+    assert sent == []
+    assert {p: p.read_text() for p in (manifest, other)} == before
+    assert not (tmp_path / "new").exists()
+
+
+def test_junit_replaces_an_earlier_report(manifest: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capsys,
+                                          tmp_path: Path) -> None:
+    fake_cluster(monkeypatch)
+    junit = tmp_path / "verify.xml"
+    for _ in range(2):
+        assert main(["verify", str(manifest), "--limit", "head01", "--junit", str(junit)]) == 0
+        assert ET.parse(junit).getroot().get("tests") == "5"

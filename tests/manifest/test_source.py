@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -297,3 +298,48 @@ def test_parse_errors_name_the_file(tmp_path: Path) -> None:
     path.write_text("a: 1\na: 2\n")
     d = _read_error(path)
     assert d.format().startswith(f"{path}:2:1: a: duplicate key")
+
+
+# --------------------------------------------------------------------------- endless and blocking inputs
+def test_an_endless_stream_stops_at_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(source_mod, "MAX_MANIFEST_BYTES", 1024 * 1024)
+    start = time.monotonic()
+    d = _read_error(Path("/dev/zero"))  # endless: the cap is checked while reading, not after
+    assert d.format() == "/dev/zero: file is too large for a manifest (over 1 MiB)"
+    assert time.monotonic() - start < 5
+
+
+def test_a_fifo_without_a_writer_fails_within_the_read_timeout(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(source_mod, "READ_TIMEOUT", 0.5)
+    fifo = tmp_path / "m.yaml"
+    os.mkfifo(fifo)
+    start = time.monotonic()
+    d = _read_error(fifo)
+    assert time.monotonic() - start < 5
+    assert d.format().startswith(f"{fifo}: no end of the file after 0.5 s (a FIFO or pipe with no writer")
+
+
+def test_a_fifo_whose_writer_never_closes_fails_within_the_read_timeout(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(source_mod, "READ_TIMEOUT", 0.5)
+    fifo = tmp_path / "m.yaml"
+    os.mkfifo(fifo)
+    writer = os.open(fifo, os.O_RDWR)  # holds the write end open (O_RDWR does not block on a FIFO)
+    try:
+        os.write(writer, b"version: 1\n")
+        assert "no end of the file after 0.5 s" in _read_error(fifo).message
+    finally:
+        os.close(writer)
+
+
+def test_a_fifo_with_a_writer_is_read(tmp_path: Path) -> None:
+    fifo = tmp_path / "m.yaml"
+    os.mkfifo(fifo)
+    # the writer's open blocks until the reader is there; then it writes and closes
+    writer = subprocess.Popen(["sh", "-c", 'printf "version: 1\\ncluster: {name: x}\\n" > "$1"', "sh", str(fifo)])
+    try:
+        assert read_source(fifo).data == {"version": 1, "cluster": {"name": "x"}}
+    finally:
+        writer.kill()
+        writer.wait(timeout=10)

@@ -49,7 +49,7 @@ def test_outcomes(fake_ssh: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     out = execute("n1", "true", 1)
     assert (out.rc, out.stdout, out.stderr, out.error) == (3, "out\n", "err\n", "")
     monkeypatch.setenv("FAKE_SSH", "down")
-    assert execute("n1", "true", 1).error == "ssh: ssh: connect to host 127.0.0.1 port 2222: Connection refused"
+    assert execute("n1", "true", 1).error == "ssh: connect to host 127.0.0.1 port 2222: Connection refused"  # once
     monkeypatch.setenv("FAKE_SSH", "timeout")
     assert execute("n1", "true", 7).error == f"{TIMED_OUT} 7 s on n1"
     monkeypatch.setenv("FAKE_SSH", "hang")

@@ -303,13 +303,22 @@ def _write_private(path: Path, value: str) -> None:
     except (FileNotFoundError, UnicodeDecodeError):
         pass
     tmp = path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        os.write(fd, value.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            data = value.encode()
+            written = 0
+            while written < len(data):
+                written += os.write(fd, data[written:])
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:  # a full disk: no half-written secret stays, and the message says where
+        tmp.unlink(missing_ok=True)
+        if exc.errno is not None:
+            exc.filename = exc.filename or str(path)
+        raise
 
 
 def prepare_secrets(loaded: Loaded, state: StateDir) -> None:

@@ -461,6 +461,10 @@ def ensure_munge_key(path: Path) -> None:
             os.link(tmp, path)
         except FileExistsError:
             _check_existing_key(path)  # another run won the race: keep its key
+    except OSError as exc:  # a full disk says ENOSPC; the message must say where
+        if exc.errno is not None:
+            exc.filename = exc.filename or str(path)
+        raise
     finally:
         if fd >= 0:
             os.close(fd)

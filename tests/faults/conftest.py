@@ -1,0 +1,75 @@
+"""Fixtures of the fault suite (issue 27): a cluster on loopback and the real CLI in a subprocess.
+
+Every node of these clusters lives on a loopback address, so nothing a command does can
+reach another machine; every subprocess runs under a hard time bound.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB2kqf7m7pIo2l8ZpZ5o0rC8m9Qf3c4C3QWv8wq0m2nA ops@test"
+
+
+def loopback_manifest(port: int, addresses: tuple[str, ...] = ("127.0.0.1",), slurm: bool = False) -> dict[str, Any]:
+    """Nodes n1 (head; compute too when it is the only node) .. nN (compute) on ``addresses``,
+    SSH on ``port``."""
+    return {
+        "version": 1,
+        "cluster": {"name": "faults", "admin_users": [{"name": "ops", "ssh_keys": [SSH_KEY]}],
+                    "ssh": {"port": port}},
+        "networks": {"management": {"cidr": "127.0.0.0/8"}},
+        "nodes": [
+            {"name": f"n{i}", "os": "debian-12",
+             "roles": (["head"] if len(addresses) > 1 else ["head", "compute"]) if i == 1 else ["compute"],
+             "interfaces": {"management": {"ip": address}},
+             "hardware": {"cpu": {"cores_per_socket": 2}, "memory_gb": 4}}
+            for i, address in enumerate(addresses, start=1)
+        ],
+        "docker": {"enabled": False},
+        "slurm": {"enabled": True, "partitions": [{"name": "batch", "nodes": ["@compute"], "default": True}]}
+        if slurm else {"enabled": False},
+        "software": {"nvidia_driver": {"branch": "535", "source": "debian"},
+                     "cuda": {"versions": ["11.8"], "source": "debian"}},
+    }
+
+
+@dataclass
+class Cli:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def said(self) -> str:
+        return self.stdout + self.stderr
+
+
+@pytest.fixture
+def write_cluster(tmp_path: Path) -> Callable[..., Path]:
+    def write(port: int = 9, addresses: tuple[str, ...] = ("127.0.0.1",), slurm: bool = False) -> Path:
+        path = tmp_path / "cluster" / "cluster.yaml"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(yaml.safe_dump(loopback_manifest(port, addresses, slurm), sort_keys=False))
+        return path
+    return write
+
+
+@pytest.fixture
+def provision() -> Callable[..., Cli]:
+    """Run ``python -m provisioner.cli ARGV`` bounded by ``timeout`` seconds."""
+    def run(*argv: str, timeout: float = 120, cwd: Path | None = None,
+            preexec: Callable[[], None] | None = None, env: dict[str, str] | None = None) -> Cli:
+        r = subprocess.run([sys.executable, "-m", "provisioner.cli", *argv], capture_output=True, text=True,
+                           timeout=timeout, preexec_fn=preexec, stdin=subprocess.DEVNULL, cwd=cwd, env=env,
+                           check=False)
+        return Cli(r.returncode, r.stdout, r.stderr)
+    return run

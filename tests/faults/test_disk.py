@@ -1,0 +1,60 @@
+"""Fault suite: a file system that refuses writes, for the verbs that write (issue 27 item 7).
+
+The real CLI runs in a subprocess whose file size limit (RLIMIT_FSIZE, SIGXFSZ ignored)
+makes the kernel refuse every write past a few bytes with EFBIG, the way a full disk
+refuses with ENOSPC; this works as root, where permission bits stop nothing. Each verb must
+say in one line which file it could not write, exit 1, and leave no temporary file and no
+half-written state behind. (In-process, tests/test_state.py and tests/test_inventory.py
+inject OSError(ENOSPC) itself.)
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def file_size_limit(limit: int) -> Callable[[], None]:
+    def preexec() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # write() then fails with EFBIG instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return preexec
+
+
+def leftovers(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if ".tmp" in p.name or p.name.startswith("."))
+
+
+def test_inventory_on_a_full_disk_names_the_file(write_cluster: Any, provision: Any, tmp_path: Path) -> None:
+    out = tmp_path / "inv"
+    r = provision("inventory", str(write_cluster()), "--out", str(out), preexec=file_size_limit(200))
+    assert r.returncode == 1 and r.stdout == "", r.said
+    assert r.stderr.startswith(f"error: cannot write the inventory in {out}: {out}/") and r.stderr.count("\n") == 1
+    assert r.stderr.endswith(": File too large\n")
+    assert leftovers(out) == []
+
+
+@pytest.mark.parametrize(("limit", "what"), [
+    (0, "cannot take the lock {state}/lock: File too large; choose another state directory with --state-dir"),
+    (300, "{state}/secrets/munge.key: File too large"),  # the cluster's munge key (1024 bytes)
+    (500, "cannot write the inventory in {state}/inventory: {state}/inventory/group_vars/all/baremetal.yml: "
+          "File too large"),
+])
+def test_apply_on_a_full_disk_says_which_file(write_cluster: Any, provision: Any, limit: int, what: str) -> None:
+    manifest = write_cluster(slurm=True)
+    state = manifest.parent / ".provision"
+    if limit > 300:  # past the munge key: a cluster that has one
+        (state / "secrets").mkdir(parents=True)
+        (state / "secrets" / "munge.key").write_bytes(os.urandom(1024))
+        (state / "secrets" / "munge.key").chmod(0o600)
+    r = provision("apply", str(manifest), "--yes", preexec=file_size_limit(limit))
+    assert r.returncode == 1, r.said
+    assert r.stderr == "error: " + what.format(state=state) + "\n"
+    assert leftovers(state) == []
+    assert not (state / "state.json").exists()

@@ -1,0 +1,160 @@
+"""Fault suite: signals at several moments of the real CLI (issue 27 items 4 and 6).
+
+Every case runs ``python -m provisioner.cli`` in a subprocess of its own session, bounded,
+and asserts the message is one line with no traceback, the exit code is the shell's
+128 + signal, and no child of the command survives it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+DELAYS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.45, 0.6, 0.8, 1.0, 1.3)  # seconds after the start: imports take ~0.3-1 s
+
+
+@pytest.mark.parametrize("delay", DELAYS)
+def test_ctrl_c_at_any_moment_of_validate_is_one_line(write_cluster: Any, delay: float) -> None:
+    """Ctrl-C while the command imports its modules printed a KeyboardInterrupt traceback."""
+    manifest: Path = write_cluster()
+    proc = subprocess.Popen([sys.executable, "-m", "provisioner.cli", "validate", str(manifest)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    assert "Traceback" not in err
+    if proc.returncode == 0:  # it finished before the signal came
+        return
+    # killed before Python installed its handler (-2), or caught: one line, 130
+    assert proc.returncode in (-signal.SIGINT, 130), (proc.returncode, err)
+    if proc.returncode == 130:
+        assert err == "interrupted (Ctrl-C)\n"
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if marker in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+@pytest.mark.parametrize("verb", [["status"], ["verify"], ["drain", "n1"], ["remove", "n9", "--yes"]])
+def test_a_signal_ends_every_ssh_of_a_remote_verb(write_cluster: Any, tmp_path: Path, verb: list[str],
+                                                  sig: signal.Signals) -> None:
+    """SIGTERM to verify, status or drain (remove: its drain) exited silently and left its ssh children running;
+    drain left one even on Ctrl-C, so a drain could land after 'interrupted' (issue 27 item 6).
+    The ssh here is a stand-in that waits (it contacts nothing)."""
+    marker = f"{40 + int(sig)}.{len(verb[0])}{os.getpid() % 1000:03d}"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text(f"#!/bin/sh\nexec sleep {marker}\n")
+    (bin_dir / "ssh").chmod(0o755)
+    manifest: Path = write_cluster(slurm=True)
+    if verb[0] == "remove":  # a node the manifest no longer lists, still recorded
+        state = manifest.parent / ".provision"
+        state.mkdir()
+        (state / "state.json").write_text(json.dumps({"version": 1, "cluster": "faults", "nodes": {
+            "n9": {"lifecycle": "configured"}}, "runs": []}))
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    proc = subprocess.Popen([sys.executable, "-m", "provisioner.cli", *verb[:1], str(manifest), *verb[1:]],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                            env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not _processes_with(f"sleep {marker}"):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no ssh started"
+            time.sleep(0.1)
+        proc.send_signal(sig)  # to the command alone, as kill(1) or a service manager sends it
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    leftovers = _processes_with(f"sleep {marker}")
+    for pid in leftovers:
+        os.kill(pid, signal.SIGKILL)
+    assert leftovers == []
+    assert proc.returncode == 128 + sig, (out, err)
+    assert err == ("interrupted (Ctrl-C)\n" if sig == signal.SIGINT else f"interrupted by {sig.name}\n")
+    if verb[0] == "remove":  # stopped in the drain: nothing recorded
+        assert json.loads((manifest.parent / ".provision" / "state.json").read_text())["nodes"]["n9"] == {
+            "lifecycle": "configured"}
+
+
+class HoldingListener:
+    """Accepts connections on 127.0.0.1 and never answers (an sshd stalled before its banner)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.accepted = threading.Event()
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.sock.accept()
+                self.conns.append(conn)
+                self.accepted.set()
+
+    def close(self) -> None:
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM])  # SIGINT and SIGHUP take the same path (tests/test_interrupts.py)
+def test_a_signal_while_apply_probes_its_nodes_records_the_run_and_frees_the_lock(
+        write_cluster: Any, sig: signal.Signals) -> None:
+    """A signal while apply waits for a stalled node's SSH banner (bounded, 10 s): one line,
+    128 + the signal, the run recorded as interrupted, the lock free."""
+    listener = HoldingListener()
+    manifest: Path = write_cluster(port=listener.port)
+    proc = subprocess.Popen([sys.executable, "-m", "provisioner.cli", "apply", str(manifest), "--yes"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        assert listener.accepted.wait(60), "apply never probed the node"
+        proc.send_signal(sig)
+        start = time.monotonic()
+        out, err = proc.communicate(timeout=30)
+        took = time.monotonic() - start
+    finally:
+        listener.close()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 128 + sig, (out, err)
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert err.startswith("interrupted (Ctrl-C)" if sig == signal.SIGINT else f"interrupted by {sig.name}")
+    assert took < 15  # the probe's own bound (10 s) at most
+    state = manifest.parent / ".provision"
+    last = json.loads((state / "state.json").read_text())["runs"][-1]
+    assert last["result"] == "interrupted" and last["finished"]
+    with (state / "lock").open("r+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released
