@@ -1,4 +1,5 @@
-"""The SSH edge of `provision verify`: one bounded ``ssh`` per command.
+"""The SSH edge of `provision verify` (and status, drain, remove): one bounded ``ssh`` per
+command, over one shared connection per node while the command runs.
 
 The same access as apply: the manifest's SSH user, port and key, the state directory's
 known_hosts (a changed host key is refused). Each command is bounded twice: ``timeout`` on
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import shlex
+import shutil
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -23,13 +26,21 @@ from provisioner.verify.run import TIMED_OUT, Execute
 
 CONNECT_TIMEOUT = 10  # seconds for the SSH connection
 GRACE = 15  # seconds beyond a command's own bound before the local ssh is killed
+# A shared connection outlives its last command by this much at most: the command closes
+# them when it ends; this bounds one left by a process that was killed outright.
+CONTROL_PERSIST = 60
+CLOSE_TIMEOUT = 10
 
 
-def ssh_argv(target: SshTarget, known_hosts: Path, text: str, timeout: int) -> list[str]:
+def ssh_argv(target: SshTarget, known_hosts: Path, text: str, timeout: int, shared: Path | None = None) -> list[str]:
+    """``shared``: the folder of the command's shared connections (one per node, see
+    :func:`children_end_with_the_command`); None: a connection of its own."""
+    share = (["-o", "ControlMaster=auto", "-o", ssh_path_option("ControlPath", shared / "%C"),
+              "-o", f"ControlPersist={CONTROL_PERSIST}"] if shared is not None else ["-o", "ControlMaster=no"])
     cmd = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new",
            "-o", ssh_path_option("UserKnownHostsFile", known_hosts), "-o", "HashKnownHosts=no",
            "-o", f"ConnectTimeout={CONNECT_TIMEOUT}", "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3",
-           "-o", "ControlMaster=no", "-o", "LogLevel=ERROR", "-p", str(target.port)]
+           *share, "-o", "LogLevel=ERROR", "-p", str(target.port)]
     if target.private_key:
         cmd += ["-i", target.private_key, "-o", "IdentitiesOnly=yes"]
     remote = f"LC_ALL=C timeout -k 5 {timeout} sh -c {shlex.quote(text)}"
@@ -52,6 +63,7 @@ class Children:
         self._live: set[subprocess.Popen[str]] = set()
         self._lock = threading.Lock()
         self.stopped = False
+        self.shared: Path | None = None  # the command's shared connections (a private folder)
 
     def start(self, argv: list[str]) -> subprocess.Popen[str] | None:
         with self._lock:
@@ -95,19 +107,36 @@ CHILDREN = Children()  # this process's ssh clients (one command runs per proces
 def children_end_with_the_command() -> Iterator[None]:
     """While open, SIGINT, SIGTERM and SIGHUP end every ssh of this process at once, then
     raise Interrupted (one line and 128 + the signal, through commands.common.guarded); on
-    any way out, no ssh is left running."""
+    any way out, no ssh is left running.
+
+    The command's commands to one node share one SSH connection (ssh's ControlMaster, its
+    socket in a private folder made here): a new connection costs a key exchange and a
+    login each time, seconds on a busy or slow node (verify runs about 20 commands a node).
+    The shared connections are closed on the way out."""
     CHILDREN.reopen()
+    CHILDREN.shared = Path(tempfile.mkdtemp(prefix="provision-ssh-"))
     try:
         with Signals(on_signal=CHILDREN.stop):
             yield
     finally:
         CHILDREN.stop()
+        close_shared(CHILDREN.shared)
+        CHILDREN.shared = None
         CHILDREN.reopen()  # the next command in this process (tests call several) starts afresh
+
+
+def close_shared(folder: Path) -> None:
+    """End the shared connections whose sockets are in ``folder``, then remove it."""
+    for socket in folder.iterdir():
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            subprocess.run(["ssh", "-o", ssh_path_option("ControlPath", socket), "-O", "exit", "shared"],
+                           capture_output=True, timeout=CLOSE_TIMEOUT, check=False, stdin=subprocess.DEVNULL)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def ssh_executor(targets: dict[str, SshTarget], known_hosts: Path, grace: float = GRACE) -> Execute:
     def execute(host: str, text: str, timeout: int) -> Output:
-        argv = ssh_argv(targets[host], known_hosts, text, timeout)
+        argv = ssh_argv(targets[host], known_hosts, text, timeout, CHILDREN.shared)
         proc = CHILDREN.start(argv)
         if proc is None:
             return Output(rc=-1, error="not run: the command was interrupted")

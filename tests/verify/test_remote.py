@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from provisioner.runner import SshTarget
+from provisioner.verify import remote
 from provisioner.verify.remote import ssh_argv, ssh_executor
 from provisioner.verify.run import TIMED_OUT
 
@@ -56,3 +57,32 @@ def test_outcomes(fake_ssh: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     start = time.monotonic()
     out = execute("n1", "true", 1)
     assert out.error == f"{TIMED_OUT} 1.5 s (no answer from n1)" and time.monotonic() - start < 10
+
+
+def test_commands_of_one_command_share_a_connection_per_node(tmp_path: Path) -> None:
+    """A new SSH connection costs a key exchange and a login (seconds on a busy node): within
+    a command, one connection per node serves every command to it; outside one, none is shared."""
+    alone = ssh_argv(TARGET, tmp_path / "kh", "true", 5)
+    assert "ControlMaster=no" in alone and not any(a.startswith("ControlPath") for a in alone)
+    shared = ssh_argv(TARGET, tmp_path / "kh", "true", 5, tmp_path / "shared")
+    assert "ControlMaster=auto" in shared and f"ControlPersist={remote.CONTROL_PERSIST}" in shared
+    assert f'ControlPath="{tmp_path / "shared"}/%C"' in shared
+
+
+def test_the_shared_connections_are_closed_and_their_folder_removed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "ssh.log"
+    (bin_dir / "ssh").write_text(f'#!/bin/sh\necho "$@" >> "{log}"\n')
+    (bin_dir / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    with remote.children_end_with_the_command():
+        folder = remote.CHILDREN.shared
+        assert folder is not None and folder.is_dir() and (folder.stat().st_mode & 0o777) == 0o700
+        execute = ssh_executor({"n1": TARGET}, tmp_path / "kh")
+        assert execute("n1", "true", 5).rc == 0
+        assert f'ControlPath="{folder}/%C"' in log.read_text()
+        (folder / "0123abcd").touch()  # the socket ssh would have made for n1
+    assert remote.CHILDREN.shared is None and not folder.exists()
+    assert f'-o ControlPath="{folder / "0123abcd"}" -O exit shared' in log.read_text()
