@@ -141,6 +141,20 @@ class Netns:
         return fd
 
 
+# The lab's own network (tests/lab/lab.yaml): management (the host's end of its bridge is
+# the lab's apt proxy, 10.213.9.254:3142), the "infiniband" fabric (soft-RoCE) and data.
+LAB_NETNS = "provlab"
+MGMT, FABRIC, DATA = "br-mgmt", "br-ib", "br-data"
+HOST_ADDRESS = "10.213.9.254/24"
+# The node images and the deploy ramdisk of tests/lab/lab.yaml (built through its apt proxy
+# by the image tests or the lab, whichever runs first), kept between runs
+LAB_IMAGES = Path(os.environ.get("LAB_CACHE", "/var/cache/provision-lab")) / "lab-images"
+
+
+def lab_netns() -> Netns:
+    return Netns(LAB_NETNS, [Bridge(MGMT, HOST_ADDRESS), Bridge(FABRIC), Bridge(DATA)])
+
+
 # --------------------------------------------------------------------------- guests
 @dataclass
 class Nic:
@@ -346,18 +360,34 @@ def kill_stale(netns_name: str) -> list[str]:
 @dataclass
 class Ssh:
     """``ssh root@127.0.0.1 -p PORT`` into a lab guest (the lab's own checks); with
-    ``known_hosts``, into ``host`` accepting only the host keys recorded there."""
+    ``known_hosts``, into ``host`` accepting only the host keys recorded there.
+
+    One connection per guest serves all the lab's commands (ControlMaster, its socket in the
+    key's folder): a new SSH connection costs a guest under emulation seconds of CPU (key
+    exchange, authentication, PAM), and the lab's checks run a hundred commands."""
 
     key: Path
     port: int
     host: str = "127.0.0.1"
     known_hosts: Path | None = None
 
+    @property
+    def control_path(self) -> Path:
+        return self.key.parent / f"cm-{self.host}-{self.port}"
+
     def argv(self, command: str) -> list[str]:
         trust = (["-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={self.known_hosts}"]
                  if self.known_hosts else ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"])
         return ["ssh", "-i", str(self.key), "-p", str(self.port), "-o", "BatchMode=yes", *trust,
-                "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=10", f"root@{self.host}", command]
+                "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=10",
+                "-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_path}", "-o", "ControlPersist=600",
+                f"root@{self.host}", command]
+
+    def close(self) -> None:
+        """Ends the shared connection (a guest that is going away would leave it waiting)."""
+        if self.control_path.exists():
+            subprocess.run(["ssh", "-o", f"ControlPath={self.control_path}", "-O", "exit", f"root@{self.host}"],
+                           capture_output=True, timeout=30, check=False)
 
     def run(self, command: str, *, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         r = subprocess.run(self.argv(command), capture_output=True, text=True, timeout=timeout)

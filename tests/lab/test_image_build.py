@@ -1,6 +1,8 @@
-"""`provision image build` for real: a Debian 12 node image built with mmdebstrap from the
-test bed's apt-cacher-ng, then found in the cache on the second run. Lab lane (root, minutes:
-~3-4 min on 2 cores the first time; the cache under LAB_CACHE keeps it between runs)."""
+"""`provision image build` for real: the lab manifest's Debian 12 node image and deploy ramdisk,
+built with mmdebstrap through its apt proxy (the test bed's apt-cacher-ng, reached at the host's
+end of the lab's management bridge), then found in the cache on the second run. test_lab.py
+deploys this very image (it finds it in the cache). Lab lane (root, minutes: ~3-4 min on 2
+cores the first time; the cache under LAB_CACHE keeps it between runs)."""
 
 from __future__ import annotations
 
@@ -17,12 +19,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lab.labvm import LAB_IMAGES, Netns
+
 pytestmark = pytest.mark.lab
 
 ROOT = Path(__file__).resolve().parents[2]
-MIRROR = "http://127.0.0.1:3142/deb.debian.org/debian"
 ANY_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIC8kTz5vP3wJ9tYl0c0cA0mH7f2Jb3Yx1uY8R9n2kQ1a lab"
-CACHE = Path(os.environ.get("LAB_CACHE", "/var/cache/provision-lab")) / "images"
+PROXY = "http://10.213.9.254:3142"  # lab.yaml's apt proxy: apt-cacher-ng at the host's end of the bridge
+CACHE = LAB_IMAGES
 
 
 def _skip_reason() -> str | None:
@@ -31,9 +35,9 @@ def _skip_reason() -> str | None:
     if shutil.which("mmdebstrap") is None:
         return "mmdebstrap is not installed (tests/testbed/setup.sh installs it)"
     try:
-        urllib.request.urlopen(f"{MIRROR}/dists/bookworm/Release", timeout=10).close()
+        urllib.request.urlopen(f"{PROXY}/acng-report.html", timeout=10).close()
     except OSError:
-        return "the test bed's apt-cacher-ng does not answer on 127.0.0.1:3142 (tests/testbed/setup.sh)"
+        return f"the test bed's apt-cacher-ng does not answer on {PROXY} (tests/testbed/setup.sh)"
     return None
 
 
@@ -43,20 +47,26 @@ def provision(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=1800, cwd=ROOT)
 
 
-def test_debian_12_image_is_built_once_and_holds_what_a_node_needs(tmp_path: Path) -> None:
+def lab_manifest(folder: Path) -> Path:
+    """tests/lab/lab.yaml as it stands (its apt proxy too: the images are the lab's); test_lab.py
+    fills in the lab's own key, and any key will do for building an image (none is in it)."""
+    data = yaml.safe_load((ROOT / "tests" / "lab" / "lab.yaml").read_text())
+    data["cluster"]["ssh"]["public_key"] = ANY_KEY
+    manifest = folder / "lab.yaml"
+    manifest.write_text(yaml.safe_dump(data))
+    return manifest
+
+
+def test_debian_12_image_is_built_once_and_holds_what_a_node_needs(tmp_path: Path, lab_network: Netns) -> None:
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)
-    data = yaml.safe_load((ROOT / "tests" / "lab" / "lab.yaml").read_text())
-    data["cluster"]["mirrors"] = {"apt": MIRROR}
-    # test_lab.py fills in the lab's own key; any key will do for building an image
-    data["cluster"]["ssh"]["public_key"] = ANY_KEY
-    manifest = tmp_path / "lab.yaml"
-    manifest.write_text(yaml.safe_dump(data))
+    manifest = lab_manifest(tmp_path)
     start = time.monotonic()
-    first = provision("image", "build", str(manifest), "--os", "debian-12", "--cache-dir", str(CACHE))
+    first = provision("image", "build", str(manifest), "--cache-dir", str(CACHE))
     took = time.monotonic() - start
     assert first.returncode == 0, first.stdout + first.stderr
+    assert re.search(r"^deploy ramdisk: (built|cached)", first.stdout, re.M), first.stdout
     print(f"\nimage build: {first.stdout.strip().splitlines()[-1]} ({took:.0f} s)")
     match = re.search(r"debian-12: (built|cached).*: (\S+) sha256 ([0-9a-f]{64})", first.stdout)
     assert match, first.stdout
@@ -81,8 +91,9 @@ def test_debian_12_image_is_built_once_and_holds_what_a_node_needs(tmp_path: Pat
     assert mask == "/dev/null"  # no console prompt on the first boot
     # same inputs: found in the cache, not rebuilt
     start = time.monotonic()
-    again = provision("image", "build", str(manifest), "--os", "debian-12", "--cache-dir", str(CACHE))
+    again = provision("image", "build", str(manifest), "--cache-dir", str(CACHE))
     assert again.returncode == 0 and f"debian-12: cached: {image} sha256 {match.group(3)}" in again.stdout, again.stdout
+    assert re.search(r"^deploy ramdisk: cached: ", again.stdout, re.M), again.stdout
     assert time.monotonic() - start < 60
 
 

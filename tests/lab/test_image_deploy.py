@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
+from lab.labvm import LAB_IMAGES, Netns
 from provisioner.areas.baremetal import deploy
 from provisioner.areas.baremetal.decide import InstallServer
 from provisioner.validate import load_text
@@ -35,8 +36,7 @@ from provisioner.validate import load_text
 pytestmark = pytest.mark.lab
 
 ROOT = Path(__file__).resolve().parents[2]
-MIRROR = "http://127.0.0.1:3142/deb.debian.org/debian"
-CACHE = Path(os.environ.get("LAB_CACHE", "/var/cache/provision-lab")) / "images"
+CACHE = LAB_IMAGES  # the lab manifest's images: test_image_build.py's, found in the cache
 HOST = "10.213.9.254"  # the host as qemu's user network shows it to the guest
 NODE_IP = "10.213.9.20"
 DISK_SIZE = 4 << 30
@@ -93,15 +93,16 @@ def _skip_reason() -> str | None:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def built(tmp_path_factory: pytest.TempPathFactory, lab_network: Netns) -> Iterator[dict[str, Any]]:
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)
     work = tmp_path_factory.mktemp("deploy")
     key = work / "id_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    # the lab's manifest as it stands (its apt proxy on the lab's bridge): the same image
+    # and ramdisk as test_image_build.py's and test_lab.py's, built once
     data = yaml.safe_load((ROOT / "tests" / "lab" / "lab.yaml").read_text())
-    data["cluster"]["mirrors"] = {"apt": MIRROR}
     data["cluster"]["ssh"]["public_key"] = (work / "id_ed25519.pub").read_text().strip()
     manifest = work / "lab.yaml"
     manifest.write_text(yaml.safe_dump(data))
