@@ -18,6 +18,7 @@ from typing import Any
 from provisioner.areas.baremetal import checks as baremetal_checks
 from provisioner.areas.baremetal import rolevars as baremetal
 from provisioner.areas.common import checks as common_checks
+from provisioner.areas.common import decide as common_decide
 from provisioner.areas.common import rolevars as common
 from provisioner.areas.gpu import checks as gpu_checks
 from provisioner.areas.gpu import rolevars as gpu
@@ -45,12 +46,15 @@ class Area:
     light_keys: frozenset[str] = frozenset()
     checks: tuple[Check, ...] = ()
     prepare: PrepareHook | None = None
+    # packages of the OS archive that every node of the manifest gets from this area's roles,
+    # which a node image built for it carries (provision image build)
+    image_packages: Callable[[Manifest], tuple[str, ...]] | None = None
 
 
 # This order names the plan's sections (per node: which areas changed).
 AREAS: tuple[Area, ...] = (
     Area("common", common.cluster_vars, common.node_vars, frozenset({"common_hosts"}),
-         checks=common_checks.CHECKS),
+         checks=common_checks.CHECKS, image_packages=common_decide.image_packages),
     Area("storage", storage.cluster_vars, storage.node_vars, checks=storage_checks.CHECKS),
     Area("gpu", gpu.cluster_vars, gpu.node_vars, checks=gpu_checks.CHECKS),
     Area("slurm", slurm.cluster_vars, slurm.node_vars, slurm.LIGHT_KEYS, checks=slurm_checks.CHECKS,
@@ -58,7 +62,8 @@ AREAS: tuple[Area, ...] = (
     Area("baremetal", baremetal.cluster_vars, baremetal.node_vars, baremetal.LIGHT_KEYS,
          checks=baremetal_checks.CHECKS),
     Area("monitoring", monitoring.cluster_vars, monitoring.node_vars, monitoring.LIGHT_KEYS,
-         checks=monitoring_checks.CHECKS, prepare=monitoring_decide.prepare_secrets),
+         checks=monitoring_checks.CHECKS, prepare=monitoring_decide.prepare_secrets,
+         image_packages=monitoring_decide.image_packages),
 )
 
 # validate reports the areas' findings in this order: the GPU stack first (as before the areas
@@ -87,6 +92,12 @@ def checks() -> list[Check]:
     rank = {name: i for i, name in enumerate(CHECK_ORDER)}
     ordered = sorted(AREAS, key=lambda area: rank.get(area.name, len(rank)))  # stable: AREAS order after
     return [check for area in ordered for check in area.checks]
+
+
+def image_packages(m: Manifest) -> tuple[str, ...]:
+    """What a node OS image built for ``m`` carries beyond its recipe: every area's packages
+    that all of the manifest's nodes get, sorted, each once."""
+    return tuple(sorted({p for area in AREAS if area.image_packages is not None for p in area.image_packages(m)}))
 
 
 def prepare_hooks() -> list[PrepareHook]:

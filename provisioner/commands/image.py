@@ -4,8 +4,9 @@
 Per OS the manifest's nodes use (or ``--os``): the image the manifest names in
 ``cluster.images`` is fetched and verified against its SHA-256; otherwise one is built with
 mmdebstrap from ``cluster.mirrors.apt`` (:mod:`provisioner.image`), unless the cache holds
-the same recipe's image already. A built image of a monitored cluster carries the monitoring
-agent (node_exporter and its collectors) as well.
+the same recipe's image already. A built image carries what the areas' roles install on
+every node anyway (provisioner.areas.registry.image_packages): the common role's base
+packages, and for a monitored cluster the monitoring agent.
 
 Prune keeps each OS's current image and the current deploy ramdisk (what the PXE server
 publishes), and the ``--keep`` newest older ones of each (default 1: one to go back to); see
@@ -20,8 +21,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from provisioner.areas import registry
 from provisioner.areas.baremetal.deploy import method
-from provisioner.areas.monitoring.decide import image_packages
 from provisioner.commands.common import guarded, load
 from provisioner.errors import ProvisionError
 from provisioner.image import agent
@@ -51,7 +52,7 @@ def make(m: Manifest, os_name: str, cache: Path) -> Image:
         return fetch(os_name, named.url, named.sha256, cache)
     mirrors = m.cluster.mirrors
     try:
-        return build(recipe(os_name, mirrors.apt, mirrors.apt_proxy, image_packages(m)), cache)
+        return build(recipe(os_name, mirrors.apt, mirrors.apt_proxy, registry.image_packages(m)), cache)
     except ImageRecipeError as exc:
         raise ProvisionError(str(exc)) from None
 

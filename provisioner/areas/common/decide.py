@@ -22,6 +22,23 @@ from provisioner.manifest.model import Manifest, NetworkName, Node
 # Interfaces on these networks carry bulk traffic: address and MTU from the manifest.
 DATA_NETWORKS: tuple[NetworkName, ...] = ("data",)
 
+# What the common role installs on every node, the same on Debian 12 and Ubuntu 22.04/24.04
+# (roles/common/vars/*.yml: __common_required_packages, and the defaults' common_packages;
+# the tests hold this to them). A node image carries them (provision image build), so a
+# deployed node's first apply finds them installed instead of unpacking them then (100 s of
+# the VM lab's deployed node under emulation; minutes on a slow mirror).
+BASE_PACKAGES: tuple[str, ...] = (
+    "chrony", "sudo", "tzdata", "iproute2", "python3-apt", "ca-certificates",
+    "acl", "bash-completion", "ethtool", "htop", "iputils-ping", "jq", "lsof", "numactl", "pciutils", "psmisc",
+    "rsync", "tmux", "vim-tiny",
+)
+
+
+def image_packages(m: Manifest) -> tuple[str, ...]:
+    """Packages a node OS image built for this manifest carries: the common role's, which
+    every node gets."""
+    return BASE_PACKAGES
+
 
 def privileged_keys(m: Manifest) -> list[str]:
     """Keys of root (and of a non-root Ansible account): the keys of admins with sudo, then

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
+import yaml
+
+from provisioner.areas import registry
 from provisioner.areas.common import decide as common
+from provisioner.areas.monitoring.decide import NODE_AGENT_PACKAGES
 
 AUTOMATION_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA1b2c3d4e5f6g7h8i9j0k1l2m3n4o5p6q7r8s9t0u1v automation"
 
@@ -82,3 +88,25 @@ def test_root_keys_are_enforced_unless_none_is_allowed_root(kit: Any) -> None:
     assert common.enforced_root_keys(kit.load(data).manifest) == [AUTOMATION_KEY]  # bob's key goes
     data["cluster"]["ssh"] = {"user": "ansible", "public_key": AUTOMATION_KEY}
     assert common.enforced_root_keys(kit.load(data).manifest) == []  # root: no key at all
+
+
+# --------------------------------------------------------------------------- node images
+ROLE = Path(__file__).resolve().parents[3] / "roles" / "common"
+
+
+@pytest.mark.parametrize("os_vars", sorted((ROLE / "vars").glob("*.yml")), ids=lambda p: p.stem)
+def test_image_packages_are_what_the_common_role_installs(os_vars: Path) -> None:
+    """A node image carries the common role's packages, so they must be the role's own: the
+    OS's required ones and the defaults' common_packages, on every OS."""
+    required = yaml.safe_load(os_vars.read_text())["__common_required_packages"]
+    extra = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())["common_packages"]
+    assert sorted(common.BASE_PACKAGES) == sorted({*required, *extra})
+
+
+def test_every_image_carries_the_base_packages_and_a_monitored_one_the_agent(kit: Any) -> None:
+    plain = registry.image_packages(kit.load(kit.base()).manifest)
+    assert plain == tuple(sorted(common.BASE_PACKAGES))
+    data = kit.base()
+    data["monitoring"] = {}
+    monitored = registry.image_packages(kit.load(data).manifest)
+    assert monitored == tuple(sorted({*common.BASE_PACKAGES, *NODE_AGENT_PACKAGES}))
