@@ -343,3 +343,21 @@ def test_a_fifo_with_a_writer_is_read(tmp_path: Path) -> None:
     finally:
         writer.kill()
         writer.wait(timeout=10)
+
+
+# --------------------------------------------------------------------------- libyaml and the pure-Python loader
+@pytest.mark.parametrize("name", ["llm-200k.yaml", "music-lab.yaml"])
+def test_libyaml_gives_the_same_data_and_positions(kit: object, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Big manifests compose with libyaml (3x faster, issue 27 item 15); what they give must
+    be exactly what the pure-Python loader gives."""
+    assert source_mod._FAST_LOADER is not None  # PyYAML built with libyaml (its wheels are)
+    text = (Path(__file__).resolve().parents[2] / "examples" / name).read_text()
+    fast = parse_text(text, name)
+    monkeypatch.setattr(source_mod, "_FAST_LOADER", None)
+    slow = parse_text(text, name)
+    assert (fast.data, fast.positions, fast.key_positions) == (slow.data, slow.positions, slow.key_positions)
+
+
+def test_a_file_libyaml_refuses_gets_the_pure_python_message() -> None:
+    d = _one("a: [1\nb: 2\n")
+    assert "expected ',' or ']', but got ':'" in d.message  # libyaml: "did not find expected ',' or ']'"
