@@ -16,8 +16,8 @@ head. `provision verify` passes on the whole lab, its kernel-bound checks includ
 monitoring server on head1 scrapes every node: the real pool's ZFS series, the NFS servers'
 and the clients' (mountstats per export where node_exporter can read it) arrive, no storage
 alert fires. A
-second apply changes nothing and does not reinstall it; a reinstall without confirmation is
-refused.
+second `apply --full` changes nothing on the storage nodes and on the deployed node (and does
+not reinstall it); a reinstall without confirmation is refused.
 
 Run: `scripts/test.sh lab` (or `pytest -s -m lab tests/lab`). Needs root, qemu and the test
 bed's apt cache (tests/testbed/setup.sh); tests/lab/build-image.sh builds and caches the VM
