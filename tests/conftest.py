@@ -8,6 +8,7 @@ and finds the line a value sits on; ``write_manifest`` writes one to a temporary
 from __future__ import annotations
 
 import copy
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,22 @@ from provisioner.errors import Diagnostic, ManifestError
 from provisioner.validate import Loaded, load_text
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _signals_as_a_terminal_gives_them() -> None:
+    """Commands keep a signal ignored that they were started ignoring (nohup, issue 27), so
+    a suite started that way (a background job of a script ignores SIGINT, nohup SIGHUP)
+    would hand the ignoring on to the commands whose signal handling it tests. Start every
+    child as a terminal would: SIGINT raising KeyboardInterrupt here (SIG_DFL after exec),
+    SIGTERM and SIGHUP at their defaults."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            signal.signal(sig, signal.SIG_DFL)
+
+
+_signals_as_a_terminal_gives_them()
 
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB2kqf7m7pIo2l8ZpZ5o0rC8m9Qf3c4C3QWv8wq0m2nA ops@test"
 
