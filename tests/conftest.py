@@ -8,6 +8,7 @@ and finds the line a value sits on; ``write_manifest`` writes one to a temporary
 from __future__ import annotations
 
 import copy
+import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -191,6 +192,27 @@ class Kit:
 
     def line_of(self, text: str, needle: str, nth: int = 1) -> int:
         return self.pos_of(text, needle, nth)[0]
+
+
+def _processes_with(marker: str) -> list[int]:
+    """Pids whose command line contains ``marker`` (not this test process)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if marker in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.fixture
+def processes_with() -> Callable[[str], list[int]]:
+    """Finds processes by a marker in their command line (a stand-in's unique argument), to
+    show that a stopped command left none behind."""
+    return _processes_with
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -154,17 +154,6 @@ def manifest(port: int) -> dict[str, Any]:
     }
 
 
-def processes_with(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if marker in cmdline:
-                found.append(int(entry.name))
-    return found
 
 
 @pytest.fixture
@@ -180,7 +169,7 @@ def banner() -> Iterator[BannerServer]:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
-def test_a_signal_stops_the_whole_run_records_it_and_frees_the_lock(
+def test_a_signal_stops_the_whole_run_records_it_and_frees_the_lock(processes_with: Callable[[str], list[int]],
     tmp_path: Path, banner: BannerServer, sig: signal.Signals
 ) -> None:
     marker = f"{9000 + int(sig) * 10 + os.getpid() % 10}"
@@ -220,7 +209,8 @@ def test_a_signal_stops_the_whole_run_records_it_and_frees_the_lock(
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released
 
 
-def test_nohup_apply_goes_on_after_sighup(tmp_path: Path, banner: BannerServer) -> None:
+def test_nohup_apply_goes_on_after_sighup(processes_with: Callable[[str], list[int]], tmp_path: Path,
+                                          banner: BannerServer) -> None:
     """Started as by nohup (SIGHUP ignored): a SIGHUP changes nothing, a SIGTERM still stops it."""
     marker = f"{9300 + os.getpid() % 10}"
     project = stand_in_project(tmp_path / "project", marker)

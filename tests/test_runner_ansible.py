@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,18 +30,6 @@ def write(path: Path, data: Any) -> Path:
     return path
 
 
-def processes_with(marker: str) -> list[int]:
-    """Pids whose command line contains ``marker`` (not this test process)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if marker in cmdline:
-                found.append(int(entry.name))
-    return found
 
 
 def test_a_failed_or_unreachable_node_does_not_end_the_others_plays(tmp_path: Path) -> None:
@@ -105,7 +94,7 @@ def test_the_stall_cap_bounds_tasks_that_carry_a_larger_timeout_of_their_own(tmp
     assert took < 25, took  # not the 30 s of the sleep, let alone the 600 s of the role's bound
 
 
-def test_a_stopped_run_leaves_no_process_behind(tmp_path: Path) -> None:
+def test_a_stopped_run_leaves_no_process_behind(processes_with: Callable[[str], list[int]], tmp_path: Path) -> None:
     """Issue 18 items 7 and 9: stopping a run (a signal) must end ansible-playbook, its
     workers (each in a session of its own) and what they started, before it returns."""
     marker = f"{os.getpid() % 1000 + 7001}"  # a sleep length no other test uses
@@ -138,7 +127,8 @@ def test_a_stopped_run_leaves_no_process_behind(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl are Linux's")
-def test_the_subreaper_adopts_orphans_and_stop_tree_ends_them(tmp_path: Path) -> None:
+def test_the_subreaper_adopts_orphans_and_stop_tree_ends_them(processes_with: Callable[[str], list[int]],
+                                                               tmp_path: Path) -> None:
     """A grandchild in a session of its own whose parent exited (like an Ansible worker
     after ansible-playbook was killed) is still found and stopped."""
     marker = f"{os.getpid() % 1000 + 8001}"

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,23 +48,12 @@ def test_ctrl_c_at_any_moment_of_validate_is_one_line(write_cluster: Any, delay:
         assert err == "interrupted (Ctrl-C)\n"
 
 
-def _processes_with(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if marker in cmdline:
-                found.append(int(entry.name))
-    return found
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 @pytest.mark.parametrize("verb", [["status"], ["verify"], ["drain", "n1"], ["remove", "n9", "--yes"]])
-def test_a_signal_ends_every_ssh_of_a_remote_verb(write_cluster: Any, tmp_path: Path, verb: list[str],
-                                                  sig: signal.Signals) -> None:
+def test_a_signal_ends_every_ssh_of_a_remote_verb(processes_with: Callable[[str], list[int]], write_cluster: Any,
+                                                  tmp_path: Path, verb: list[str], sig: signal.Signals) -> None:
     """SIGTERM to verify, status or drain (remove: its drain) exited silently and left its ssh children running;
     drain left one even on Ctrl-C, so a drain could land after 'interrupted' (issue 27 item 6).
     The ssh here is a stand-in that waits (it contacts nothing)."""
@@ -84,7 +74,7 @@ def test_a_signal_ends_every_ssh_of_a_remote_verb(write_cluster: Any, tmp_path: 
                             env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
-        while not _processes_with(f"sleep {marker}"):
+        while not processes_with(f"sleep {marker}"):
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "no ssh started"
             time.sleep(0.1)
@@ -94,7 +84,7 @@ def test_a_signal_ends_every_ssh_of_a_remote_verb(write_cluster: Any, tmp_path: 
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    leftovers = _processes_with(f"sleep {marker}")
+    leftovers = processes_with(f"sleep {marker}")
     for pid in leftovers:
         os.kill(pid, signal.SIGKILL)
     assert leftovers == []
