@@ -135,7 +135,15 @@ def run_command(cmd: Command, execute: Execute, stalls: Stalls, cache: dict[tupl
 
 
 def _pair_command(cmd: Command, setup: tuple[str, str], execute: Execute, stalls: Stalls) -> Output:
-    """The peer side first (it returns once it serves), then the command."""
+    """The peer side first (it returns once it serves), then the command; once more, both,
+    when the command's output says the tool itself could not measure (``again_if``)."""
+    out = _pair_once(cmd, setup, execute, stalls)
+    if cmd.again_if is not None and cmd.again_if in out.stdout + out.stderr:
+        out = _pair_once(cmd, setup, execute, stalls)
+    return out
+
+
+def _pair_once(cmd: Command, setup: tuple[str, str], execute: Execute, stalls: Stalls) -> Output:
     host, text = setup
     if stalls.why(host):
         return Output(rc=-1, error=f"not run: {host} {stalls.why(host)}")
