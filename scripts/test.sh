@@ -48,10 +48,22 @@ rm -f "$LOGS"/*.pid "$LOGS"/*.watchdog
 # says which machine it ran on (docs/testing.md keeps the times per machine kind).
 MACHINE="$(awk -F': *' '/^model name/ {print $2; exit}' /proc/cpuinfo 2>/dev/null), $(nproc) cores"
 TCG_SPEED="TCG probe: not run (no qemu yet)"
+# The stage budgets of the emulated stages were set on a machine whose probe said about
+# TCG_REFERENCE M loops/s; on a slower one the same emulated work takes longer, so their
+# budgets grow by the ratio (never shrink). The run's total budget still bounds everything.
+TCG_REFERENCE=170
+TCG_STAGES=(lab)
 probe_tcg() {
   command -v qemu-system-x86_64 >/dev/null || return 0
   TCG_SPEED=$(timeout 150 python3 tests/testbed/tcg_probe.py 2>&1 | tail -n 1)
   echo "=== $TCG_SPEED"
+  local speed s
+  speed=$(sed -n 's/^TCG probe: \([0-9][0-9]*\) M loops\/s.*/\1/p' <<<"$TCG_SPEED")
+  [[ -n $speed ]] && ((speed > 0 && speed < TCG_REFERENCE)) || return 0
+  for s in "${TCG_STAGES[@]}"; do
+    BUDGET[$s]=$((BUDGET[$s] * TCG_REFERENCE / speed))
+    echo "=== budget of stage $s: ${BUDGET[$s]}s on this machine (TCG ${speed} M loops/s, budgets set at ${TCG_REFERENCE})"
+  done
 }
 echo "=== machine: $MACHINE"
 
