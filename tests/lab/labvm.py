@@ -26,6 +26,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 CLONE_NEWNET = 0x40000000
 TUNSETIFF = 0x400454CA
 IFF_TAP = 0x0002
@@ -153,6 +155,17 @@ LAB_IMAGES = Path(os.environ.get("LAB_CACHE", "/var/cache/provision-lab")) / "la
 
 def lab_netns() -> Netns:
     return Netns(LAB_NETNS, [Bridge(MGMT, HOST_ADDRESS), Bridge(FABRIC), Bridge(DATA)])
+
+
+def lab_manifest(folder: Path, public_key: str) -> Path:
+    """tests/lab/lab.yaml as it stands (its apt proxy too), with ``public_key`` for root, in
+    ``folder``: the image tests build the lab's own images from it (no key is in an image,
+    so any key gives the images test_lab.py deploys)."""
+    data = yaml.safe_load((Path(__file__).with_name("lab.yaml")).read_text())
+    data["cluster"]["ssh"]["public_key"] = public_key
+    manifest = folder / "lab.yaml"
+    manifest.write_text(yaml.safe_dump(data))
+    return manifest
 
 
 # --------------------------------------------------------------------------- guests

@@ -17,9 +17,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import yaml
 
-from lab.labvm import LAB_IMAGES, Netns
+from lab.labvm import LAB_IMAGES, Netns, lab_manifest
 
 pytestmark = pytest.mark.lab
 
@@ -47,21 +46,11 @@ def provision(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=1800, cwd=ROOT)
 
 
-def lab_manifest(folder: Path) -> Path:
-    """tests/lab/lab.yaml as it stands (its apt proxy too: the images are the lab's); test_lab.py
-    fills in the lab's own key, and any key will do for building an image (none is in it)."""
-    data = yaml.safe_load((ROOT / "tests" / "lab" / "lab.yaml").read_text())
-    data["cluster"]["ssh"]["public_key"] = ANY_KEY
-    manifest = folder / "lab.yaml"
-    manifest.write_text(yaml.safe_dump(data))
-    return manifest
-
-
 def test_debian_12_image_is_built_once_and_holds_what_a_node_needs(tmp_path: Path, lab_network: Netns) -> None:
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)
-    manifest = lab_manifest(tmp_path)
+    manifest = lab_manifest(tmp_path, ANY_KEY)  # any key: none is in an image
     start = time.monotonic()
     first = provision("image", "build", str(manifest), "--cache-dir", str(CACHE))
     took = time.monotonic() - start

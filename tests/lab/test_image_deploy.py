@@ -26,9 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from lab.labvm import LAB_IMAGES, Netns
+from lab.labvm import LAB_IMAGES, Netns, lab_manifest
 from provisioner.areas.baremetal import deploy
 from provisioner.areas.baremetal.decide import InstallServer
 from provisioner.validate import load_text
@@ -102,10 +101,7 @@ def built(tmp_path_factory: pytest.TempPathFactory, lab_network: Netns) -> Itera
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     # the lab's manifest as it stands (its apt proxy on the lab's bridge): the same image
     # and ramdisk as test_image_build.py's and test_lab.py's, built once
-    data = yaml.safe_load((ROOT / "tests" / "lab" / "lab.yaml").read_text())
-    data["cluster"]["ssh"]["public_key"] = (work / "id_ed25519.pub").read_text().strip()
-    manifest = work / "lab.yaml"
-    manifest.write_text(yaml.safe_dump(data))
+    manifest = lab_manifest(work, (work / "id_ed25519.pub").read_text().strip())
     start = time.monotonic()
     r = subprocess.run([sys.executable, "-m", "provisioner.cli", "image", "build", str(manifest),
                         "--cache-dir", str(CACHE)], capture_output=True, text=True, timeout=3000, cwd=ROOT)
