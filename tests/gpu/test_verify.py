@@ -1,0 +1,98 @@
+"""verify's GPU checks on the local node: the checks ``provision verify`` plans for a node
+described as this machine (gpukit.local_manifest), run by verify's own runner with a local
+executor instead of SSH, and judged by verify's own judges."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+from gpukit import Gpu, header_version, local_manifest
+
+from provisioner.areas.gpu.decide import CUDA_REPO_VERSIONS, NCCL_WHEEL_RANGE
+from provisioner.validate import load_text
+from provisioner.verify import catalog, run
+from provisioner.verify.catalog import Check, Output
+
+NODE = "gpu-suite"
+GPU_CHECKS = ("gpu.count", "gpu.model", "gpu.driver", "gpu.persistence", "gpu.ecc", "gpu.xid", "cuda")
+
+
+def local_executor(env: dict[str, str]) -> run.Execute:
+    def execute(host: str, text: str, timeout: int) -> Output:
+        assert host == NODE, f"a check for another host ({host}) would leave this machine"
+        try:
+            proc = subprocess.run(["bash", "-c", text], capture_output=True, text=True, timeout=timeout,
+                                  env=env, check=False)
+        except subprocess.TimeoutExpired:
+            return Output(error=f"{run.TIMED_OUT} {timeout}s")
+        return Output(proc.returncode, proc.stdout, proc.stderr)
+    return execute
+
+
+def manifest_cuda(release: str) -> str:
+    """The local toolkit's release, or the newest the manifest knows of its major (the checks
+    run here use the local toolkit; the manifest's release only has to validate)."""
+    known = CUDA_REPO_VERSIONS["ubuntu-24.04"]
+    same_major = [v for v in known if v.split(".")[0] == release.split(".")[0]]
+    return release if release in known else same_major[-1]
+
+
+def planned(gpus: list[Gpu], cuda: str, nccl: str) -> list[Check]:
+    data = local_manifest(NODE, gpus[0].name, len(gpus), gpus[0].driver.split(".")[0], manifest_cuda(cuda), nccl)
+    return catalog.plan(load_text(yaml.safe_dump(data)).manifest)
+
+
+def cuda_release(cuda_home: Path) -> str:
+    out = subprocess.run([str(cuda_home / "bin" / "nvcc"), "--version"], capture_output=True, text=True,
+                         timeout=60, check=False).stdout
+    m = re.search(r"release (\d+\.\d+)", out)
+    assert m, out
+    return m.group(1)
+
+
+def results(checks: list[Check], env: dict[str, str]) -> dict[str, run.Result]:
+    got = run.verify(checks, [NODE], local_executor(env), 60)
+    for r in got:
+        print(f"{r.node:10} {r.check:16} {r.status:5} {r.seconds:6.1f}s  {r.detail}")
+    return {r.check: r for r in got}
+
+
+def test_gpu_checks_pass_on_this_node(gpus: list[Gpu], cuda_home: Path) -> None:
+    cuda = cuda_release(cuda_home)
+    oldest_wheel = ".".join(map(str, NCCL_WHEEL_RANGE[int(cuda.split(".")[0])][0]))  # no NCCL check runs here
+    checks = [c for c in planned(gpus, cuda, oldest_wheel) if c.name in GPU_CHECKS]
+    assert sorted(c.name for c in checks) == sorted(GPU_CHECKS)
+    env = {**os.environ, "PATH": f"{cuda_home / 'bin'}:{os.environ.get('PATH', '')}"}
+    got = results(checks, env)
+    assert got["reach"].status == "PASS", got["reach"]
+    for name in ("gpu.count", "gpu.model", "gpu.driver", "cuda"):
+        assert got[name].status == "PASS", got[name]
+    assert got["gpu.xid"].status in ("PASS", "SKIP"), got["gpu.xid"]  # SKIP: a container, no kernel log
+    assert got["gpu.ecc"].status in ("PASS", "SKIP"), got["gpu.ecc"]  # SKIP: GPUs without ECC
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=persistence_mode", "--format=csv,noheader"],
+                         capture_output=True, text=True, timeout=60, check=False).stdout.split()
+    want = "PASS" if all(s == "Enabled" for s in smi) else "FAIL"  # a node setting: both are right answers
+    assert got["gpu.persistence"].status == want, (got["gpu.persistence"], smi)
+
+
+def test_nccl_checks_pass_on_this_node(gpus: list[Gpu], cuda_home: Path, nccl_prefix: Path, nccl_smoke: Path,
+                                       request: pytest.FixtureRequest) -> None:
+    version = header_version(nccl_prefix / "include")
+    checks = [c for c in planned(gpus, cuda_release(cuda_home), version) if c.name.startswith("nccl.")]
+    globs = {catalog.NCCL_SMOKE_GLOB: str(nccl_smoke.parent / "nccl-version-*")}
+    if len(gpus) >= 2:  # verify plans all_reduce_perf only where a node has several GPUs
+        globs[catalog.ALL_REDUCE_GLOB] = str(request.getfixturevalue("all_reduce_perf"))
+    for glob, here in globs.items():  # the nodes' install paths -> this suite's builds
+        checks = [replace(c, command=replace(c.command, text=c.command.text.replace(glob, here)))
+                  if c.command else c for c in checks]
+    env = {**os.environ, "LD_LIBRARY_PATH": f"{nccl_prefix / 'lib'}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
+    got = results(checks, env)
+    assert got["nccl.version"].status == "PASS", got["nccl.version"]
+    if len(gpus) >= 2:
+        assert got["nccl.all_reduce"].status == "PASS", got["nccl.all_reduce"]
