@@ -79,6 +79,12 @@ def test_gpu_query_rows() -> None:
     assert row.ecc_uncorrected is None and not row.persistence
 
 
+def test_gpu_query_recorded_on_an_h100() -> None:
+    (row,) = parsers.parse_gpu_query((RECORDED / "nvidia-smi-gpu-query-h100.csv").read_text())
+    assert (row.index, row.name, row.driver, row.persistence, row.ecc_uncorrected) == (
+        0, "NVIDIA H100 80GB HBM3", "580.159.04", True, 0)
+
+
 def test_gpu_query_refuses_an_error_message() -> None:
     with pytest.raises(ParseError, match="5 comma-separated"):
         parsers.parse_gpu_query(NVIDIA_SMI_DRIVER_GONE)

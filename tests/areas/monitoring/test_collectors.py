@@ -168,6 +168,15 @@ def test_nvidia_smi_gpus(gpu_collector: ModuleType) -> None:
     assert (g1.pci, g1.values["ecc_uncorrected_volatile_total"]) == ("0000:af:00", 1.0)
 
 
+def test_nvidia_smi_recorded_on_an_h100(gpu_collector: ModuleType) -> None:
+    result = gpu_collector.parse_query((SMI / "h100-recorded.csv").read_text())
+    assert result.errors == []
+    (g,) = result.gpus
+    assert (g.index, g.name, g.pci) == ("0", "NVIDIA H100 80GB HBM3", "0000:00:06")
+    assert g.values["memory_total_bytes"] == 81559 * 2**20
+    assert g.values["ecc_uncorrected_volatile_total"] == 0.0
+
+
 def test_readings_nvidia_smi_cannot_give_are_left_out(gpu_collector: ModuleType) -> None:
     result = gpu_collector.parse_query((SMI / "geforce-no-ecc.csv").read_text())
     g0, g1 = result.gpus
@@ -234,7 +243,7 @@ def test_a_gpu_without_xids_reports_zero(gpu_collector: ModuleType, promtool: st
     assert got['provision_gpu_utilization_ratio{gpu="0",uuid="GPU-5e0a8b3c-1f2d-4c6e-9a7b-0c1d2e3f4a5b"}'] == 0.97
 
 
-@pytest.mark.parametrize("name", ["a6000-pair", "gpu-lost", "driver-not-loaded", "no-devices"])
+@pytest.mark.parametrize("name", ["a6000-pair", "h100-recorded", "gpu-lost", "driver-not-loaded", "no-devices"])
 def test_gpu_collector_end_to_end(gpu_collector: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                   promtool: str, name: str) -> None:
     bin_dir = tmp_path / "bin"
@@ -250,7 +259,7 @@ def test_gpu_collector_end_to_end(gpu_collector: ModuleType, tmp_path: Path, mon
     got = samples(text)
     assert got["provision_gpu_collector_success"] == (1 if status == 0 else 0)
     infos = [k for k in got if k.startswith("provision_gpu_info")]
-    assert len(infos) == {"a6000-pair": 2, "gpu-lost": 1}.get(name, 0)
+    assert len(infos) == {"a6000-pair": 2, "h100-recorded": 1, "gpu-lost": 1}.get(name, 0)
     assert got['provision_gpu_last_xid{gpu="pci:0000:d8:00",pci_bus_id="0000:d8:00"}'] == 48
 
 
