@@ -135,6 +135,8 @@ def _parser() -> argparse.ArgumentParser:
     ver.add_argument("--limit", help="only these nodes (names, ranges like gpu[01-04], @role; comma-separated)")
     ver.add_argument("--json", action="store_true", help="print the results as JSON")
     ver.add_argument("--junit", type=Path, metavar="FILE", help="also write the results as JUnit XML to FILE")
+    ver.add_argument("--burn-in", type=_positive_int, metavar="SECONDS",
+                     help="also stress every GPU for SECONDS (check gpu.burn; overrides verify.burn_in_s)")
 
     st = add("status", "one table of nodes: lifecycle, last apply, reachability, Slurm state, GPUs seen")
     st.add_argument("--state-dir", type=Path, help="state directory (default: .provision/ beside the manifest)")

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from provisioner.commands.common import guarded, limit, load
 from provisioner.errors import ProvisionError
+from provisioner.manifest.model import Manifest
 from provisioner.runner import SshTarget
 from provisioner.state import StateDir, atomic_write
 from provisioner.verify import catalog, report
@@ -38,6 +39,13 @@ def check_junit_target(path: Path) -> None:
                                  "refusing to overwrite it (remove it, or name another file)")
 
 
+def with_burn_in(m: Manifest, seconds: int | None) -> Manifest:
+    """``m`` with ``--burn-in SECONDS`` in place of its verify.burn_in_s (unchanged without)."""
+    if not seconds:
+        return m
+    return m.model_copy(update={"verify": m.verify.model_copy(update={"burn_in_s": seconds})})
+
+
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     with children_end_with_the_command():  # a signal ends every ssh first
         return _run(args, out, err)
@@ -52,7 +60,7 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     state.load_for(m.cluster.name)  # refused when it is another cluster's
     state.ensure()  # known_hosts: first contact is recorded as apply records it
     names = limit(loaded, args.limit) or m.node_names()
-    checks = catalog.plan(m, names)
+    checks = catalog.plan(with_burn_in(m, getattr(args, "burn_in", None)), names)
     hosts = sorted(set(names) | {c.command.host for c in checks if c.command} |
                    {c.command.setup[0] for c in checks if c.command and c.command.setup})
     ssh = m.cluster.ssh

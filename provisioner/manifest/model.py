@@ -935,6 +935,10 @@ class Verify(Strict):
         "through Slurm, per fabric; unset kinds keep the defaults in docs/verify.md")
     docker_image: str | None = Field(default=None, description="an image present on the nodes for the "
                                      "`docker run --runtime nvidia` check; unset: that check says SKIP")
+    burn_in_s: int = Field(default=0, ge=0, le=86400, description="seconds of GPU burn-in per GPU node "
+                           "(check gpu.burn; `provision verify --burn-in` for one run); 0: none")
+    burn_in_max_temp_c: int = Field(default=87, ge=40, le=110, description="gpu.burn fails a GPU that reaches "
+                                    "this temperature (C)")
 
 
 # --------------------------------------------------------------------------- top level

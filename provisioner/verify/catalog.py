@@ -13,6 +13,7 @@ import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import resources
 from typing import Literal
 
 from provisioner.areas.gpu import decide as gpu
@@ -35,6 +36,7 @@ BUSBW_FLOORS: dict[Interconnect, float] = {"pcie": 5.0, "nvlink": 20.0, "nvswitc
 GOOD_SLURM_STATES = frozenset({"IDLE", "MIXED", "ALLOCATED", "COMPLETING"})
 BAD_SLURM_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED", "DOWN", "NOT_RESPONDING", "FAIL", "FAILING",
                              "INVALID", "INVALID_REG", "MAINTENANCE", "REBOOT_REQUESTED", "UNKNOWN"})
+BURN_BUILD_S = 240  # the burn-in check's bound beyond its seconds: nvcc, the first run, the CPU's sample
 NCCL_SMOKE_GLOB = "/usr/local/share/provision/nccl-smoke/nccl-version-*"
 ALL_REDUCE_GLOB = "/opt/nccl-tests/*/build/all_reduce_perf"
 # the nccl role's MPI build (make MPI=1 BUILDDIR=build-mpi): one rank per node under srun --mpi=pmix
@@ -250,6 +252,32 @@ def nccl_verdict(expected: str) -> Callable[[str], Outcome]:
     return verdict
 
 
+def burn_verdict(expected: int, seconds: int, max_temp_c: int) -> Callable[[list[parsers.BurnGpu]], Outcome]:
+    """Every GPU ran its ``seconds`` with no wrong result, no fault slowdown (thermal, HW
+    slowdown, power brake) and under ``max_temp_c``."""
+    def verdict(rows: list[parsers.BurnGpu]) -> Outcome:
+        if len(rows) != expected:
+            return Outcome("FAIL", f"{len(rows)} GPUs ran, manifest says {expected}")
+        bad: list[str] = []
+        for r in rows:
+            what = (f"could not run: {r.error}" if r.error
+                    else f"{r.errors} wrong results" if r.errors
+                    else f"{r.cpu_mismatch} results differ from the CPU's" if r.cpu_mismatch
+                    else f"slowed down ({', '.join(r.slowdown)})" if r.slowdown
+                    else f"reached {r.max_temp_c} C (limit {max_temp_c})" if r.max_temp_c >= max_temp_c
+                    else f"stopped after {r.seconds:g} s of {seconds}" if r.seconds < seconds * 0.9
+                    else "")
+            if what:
+                bad.append(f"GPU {r.index} {what}")
+        if bad:
+            return Outcome("FAIL", "; ".join(bad))
+        temps = [r.max_temp_c for r in rows if r.watched]
+        watch = f", max {max(temps)} C" if temps else ", temperatures not watched (no NVML)"
+        gflops = min(r.gflops for r in rows)
+        return Outcome("PASS", f"{len(rows)} GPUs, {seconds} s, 0 errors, >= {gflops:g} GFLOP/s each{watch}")
+    return verdict
+
+
 def interconnect(node: Node) -> Interconnect:
     hw = node.hardware.gpu
     if hw is None:
@@ -455,6 +483,14 @@ def device_query_command() -> str:
             + ' > "$d/q.cu" && PATH=/usr/local/cuda/bin:$PATH nvcc -o "$d/q" "$d/q.cu" && "$d/q"')
 
 
+def burn_command(seconds: int) -> str:
+    """Build the burn-in program (gpu_burn.cu, beside this module) with the node's nvcc, run it."""
+    source = (resources.files("provisioner.verify") / "gpu_burn.cu").read_text()
+    return ('d=$(mktemp -d) && trap \'rm -rf "$d"\' EXIT && printf %s ' + shlex.quote(source)
+            + ' > "$d/burn.cu" && PATH=/usr/local/cuda/bin:$PATH nvcc -O2 -o "$d/burn" "$d/burn.cu" && '
+            + f'"$d/burn" {int(seconds)}')
+
+
 def first_of(glob: str) -> str:
     """A shell line that runs the first executable matching ``glob`` (exit 127 when none)."""
     return f'for f in {glob}; do [ -x "$f" ] && exec "$f" "$@"; done; echo "nothing matches {glob}" >&2; exit 127'
@@ -565,6 +601,10 @@ def checks_for(m: Manifest, node: Node, drained_by: str, facts: ClusterFacts) ->
         version = gpu.nccl_base_version(m.software.nccl.version)
         add("nccl.version", run_first(NCCL_SMOKE_GLOB), judged(parsers.parse_nccl_version, nccl_verdict(version)),
             "gpu")
+        if m.verify.burn_in_s:
+            add("gpu.burn", burn_command(m.verify.burn_in_s),
+                judged(parsers.parse_burn, burn_verdict(hw.count, m.verify.burn_in_s, m.verify.burn_in_max_temp_c)),
+                "gpu", timeout=max(t, m.verify.burn_in_s + BURN_BUILD_S))
         if hw.count >= 2:
             kind, floor = busbw_floor(m, node)
             add("nccl.all_reduce", run_first(ALL_REDUCE_GLOB, f"-b 8 -e 256M -f 2 -g {hw.count}"),

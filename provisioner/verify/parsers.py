@@ -116,6 +116,54 @@ def parse_all_reduce(text: str) -> AllReduce:
     return AllReduce(float(bw.group(1)), int(oob.group(1)) if oob else 0)
 
 
+@dataclass(frozen=True)
+class BurnGpu:
+    """One GPU's line of the burn-in program (provisioner/verify/gpu_burn.cu)."""
+
+    index: int
+    error: str = ""  # CUDA's words when the GPU could not run; the rest is then unset
+    seconds: float = 0.0
+    iterations: int = 0
+    errors: int = 0  # results that differed from the first run's
+    cpu_mismatch: int = 0  # sampled results of the first run that differed from the CPU's
+    gflops: float = 0.0
+    max_temp_c: int = -1  # -1: not watched (no NVML)
+    max_power_w: float = -1.0
+    slowdown: tuple[str, ...] = ()  # the fault slowdowns NVML reported during the run
+    watched: bool = False
+
+
+_BURN_INTS = ("iterations", "errors", "cpu_mismatch", "max_temp_c")
+_BURN_FLOATS = ("seconds", "gflops", "max_power_w")
+
+
+def parse_burn(text: str) -> list[BurnGpu]:
+    """``gpu N key=value ...`` lines, then ``burn-in done gpus=N`` (every GPU must have a line)."""
+    done = re.search(r"^burn-in done gpus=(\d+)$", text, re.MULTILINE)
+    if not done:
+        no_gpu = re.search(r"^no usable GPU: (.*)$", text, re.MULTILINE)
+        raise ParseError(f"no usable GPU: {no_gpu.group(1)}" if no_gpu else "no 'burn-in done' line (did it finish?)")
+    rows: list[BurnGpu] = []
+    for m in re.finditer(r"^gpu (\d+) (.*)$", text, re.MULTILINE):
+        index, rest = int(m.group(1)), m.group(2)
+        if rest.startswith("error="):
+            rows.append(BurnGpu(index, error=rest.removeprefix("error=")))
+            continue
+        fields = dict(kv.split("=", 1) for kv in rest.split() if "=" in kv)
+        try:
+            ints = {k: int(fields[k]) for k in _BURN_INTS}
+            floats = {k: float(fields[k]) for k in _BURN_FLOATS}
+        except (KeyError, ValueError) as exc:
+            raise ParseError(f"GPU {index}: unreadable burn-in line {m.group(0)!r}") from exc
+        slowdown = () if fields.get("slowdown", "none") == "none" else tuple(fields["slowdown"].split(","))
+        rows.append(BurnGpu(index, "", floats["seconds"], ints["iterations"], ints["errors"], ints["cpu_mismatch"],
+                            floats["gflops"], ints["max_temp_c"], floats["max_power_w"], slowdown,
+                            fields.get("watch") == "nvml"))
+    if len(rows) != int(done.group(1)):
+        raise ParseError(f"{len(rows)} GPU lines for gpus={done.group(1)}")
+    return rows
+
+
 # --------------------------------------------------------------------------- RDMA, network
 @dataclass(frozen=True)
 class WriteBw:

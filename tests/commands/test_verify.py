@@ -122,3 +122,41 @@ def test_junit_replaces_an_earlier_report(manifest: Path, monkeypatch: pytest.Mo
     for _ in range(2):
         assert main(["verify", str(manifest), "--limit", "head01", "--junit", str(junit)]) == 0
         assert ET.parse(junit).getroot().get("tests") == "5"
+
+
+def test_burn_in_flag_adds_the_burn_check_with_its_bound(manifest: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: Capsys) -> None:
+    sent: list[tuple[str, int]] = []
+
+    def executor(targets: dict[str, SshTarget], known_hosts: Path) -> Execute:
+        def execute(host: str, text: str, timeout: int) -> Output:
+            if text == parsers.CONTEXT_COMMAND:
+                return Output(stdout="container=\ngpu_devices=2\n")
+            if "gpu_burn" in text or '"$d/burn" ' in text:
+                sent.append((host, timeout))
+                return Output(stdout=("gpu 0 seconds=30.0 iterations=9 errors=0 cpu_mismatch=0 gflops=100 "
+                                      "max_temp_c=50 max_power_w=200.0 slowdown=none watch=nvml\n"
+                                      "gpu 1 error=out of memory\nburn-in done gpus=2\n"))
+            return Output(rc=127, stderr="not found")
+        return execute
+
+    monkeypatch.setattr(verify_cmd, "ssh_executor", executor)
+    code = main(["verify", str(manifest), "--limit", "node01", "--burn-in", "30", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    (burn,) = [r for r in data["results"] if r["check"] == "gpu.burn"]
+    assert (burn["status"], burn["detail"]) == ("FAIL", "GPU 1 could not run: out of memory")
+    assert code == 1 and sent == [("node01", 30 + 240)]
+
+
+def test_no_burn_in_without_the_flag_or_the_manifest(manifest: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: Capsys) -> None:
+    fake_cluster(monkeypatch)
+    main(["verify", str(manifest), "--limit", "node01", "--json"])
+    assert "gpu.burn" not in {r["check"] for r in json.loads(capsys.readouterr().out)["results"]}
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "soon"])
+def test_burn_in_takes_whole_positive_seconds(manifest: Path, capsys: Capsys, value: str) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["verify", str(manifest), "--burn-in", value])
+    assert exc.value.code == 2 and "--burn-in" in capsys.readouterr().err

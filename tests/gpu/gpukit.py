@@ -84,7 +84,8 @@ def role_argv(role: str, tasks_file: str, name_start: str, variables: dict[str, 
     return [env.from_string(str(a)).render(**variables) for a in argv]
 
 
-def local_manifest(node: str, model: str, count: int, branch: str, cuda: str, nccl: str) -> dict[str, Any]:
+def local_manifest(node: str, model: str, count: int, branch: str, cuda: str, nccl: str,
+                   verify: dict[str, Any] | None = None) -> dict[str, Any]:
     """A one-node manifest describing this machine (head and compute, its GPUs, driver branch,
     CUDA and NCCL), for verify's checks of the local node. Loopback addresses only: the suite
     runs the node's own commands here and sends nothing anywhere."""
@@ -103,6 +104,7 @@ def local_manifest(node: str, model: str, count: int, branch: str, cuda: str, nc
         "slurm": {"enabled": False},
         "software": {"nvidia_driver": {"branch": branch}, "cuda": {"versions": [cuda]},
                      "nccl": {"version": nccl, "source": "pypi"}},
+        "verify": verify or {},
     }
 
 

@@ -16,7 +16,7 @@ from gpukit import Gpu, header_version, local_manifest
 
 from provisioner.areas.gpu.decide import CUDA_REPO_VERSIONS, NCCL_WHEEL_RANGE
 from provisioner.validate import load_text
-from provisioner.verify import catalog, run
+from provisioner.verify import catalog, parsers, run
 from provisioner.verify.catalog import Check, Output
 
 NODE = "gpu-suite"
@@ -43,8 +43,9 @@ def manifest_cuda(release: str) -> str:
     return release if release in known else same_major[-1]
 
 
-def planned(gpus: list[Gpu], cuda: str, nccl: str) -> list[Check]:
-    data = local_manifest(NODE, gpus[0].name, len(gpus), gpus[0].driver.split(".")[0], manifest_cuda(cuda), nccl)
+def planned(gpus: list[Gpu], cuda: str, nccl: str, verify: dict[str, int] | None = None) -> list[Check]:
+    data = local_manifest(NODE, gpus[0].name, len(gpus), gpus[0].driver.split(".")[0], manifest_cuda(cuda), nccl,
+                          verify)
     return catalog.plan(load_text(yaml.safe_dump(data)).manifest)
 
 
@@ -56,6 +57,27 @@ def cuda_release(cuda_home: Path) -> str:
     return m.group(1)
 
 
+def any_nccl(cuda_home: Path) -> str:
+    """An NCCL the manifest accepts with this CUDA (for the checks that run no NCCL)."""
+    return ".".join(map(str, NCCL_WHEEL_RANGE[int(cuda_release(cuda_home).split(".")[0])][0]))
+
+
+def test_burn_in_passes_on_this_node(gpus: list[Gpu], cuda_home: Path) -> None:
+    seconds = int(os.environ.get("GPU_SUITE_BURN_S", "20"))
+    checks = planned(gpus, cuda_release(cuda_home), any_nccl(cuda_home), {"burn_in_s": seconds})
+    (burn,) = [c for c in checks if c.name == "gpu.burn"]
+    assert burn.command is not None
+    env = {**os.environ, "PATH": f"{cuda_home / 'bin'}:{os.environ.get('PATH', '')}"}
+    out = local_executor(env)(NODE, burn.command.text, burn.command.timeout)
+    print(out.stdout, out.stderr, out.error)
+    outcome = burn.judge(out)
+    print(f"gpu.burn {outcome.status} {outcome.detail}")
+    assert outcome.status == "PASS", outcome
+    for row in parsers.parse_burn(out.stdout):  # what the judge read is real: it ran, watched, drew power
+        assert row.iterations > 0 and row.errors == 0 and row.cpu_mismatch == 0, row
+        assert row.watched and row.max_temp_c > 0 and row.max_power_w > 0, row
+
+
 def results(checks: list[Check], env: dict[str, str]) -> dict[str, run.Result]:
     got = run.verify(checks, [NODE], local_executor(env), 60)
     for r in got:
@@ -64,9 +86,7 @@ def results(checks: list[Check], env: dict[str, str]) -> dict[str, run.Result]:
 
 
 def test_gpu_checks_pass_on_this_node(gpus: list[Gpu], cuda_home: Path) -> None:
-    cuda = cuda_release(cuda_home)
-    oldest_wheel = ".".join(map(str, NCCL_WHEEL_RANGE[int(cuda.split(".")[0])][0]))  # no NCCL check runs here
-    checks = [c for c in planned(gpus, cuda, oldest_wheel) if c.name in GPU_CHECKS]
+    checks = [c for c in planned(gpus, cuda_release(cuda_home), any_nccl(cuda_home)) if c.name in GPU_CHECKS]
     assert sorted(c.name for c in checks) == sorted(GPU_CHECKS)
     env = {**os.environ, "PATH": f"{cuda_home / 'bin'}:{os.environ.get('PATH', '')}"}
     got = results(checks, env)

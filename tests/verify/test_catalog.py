@@ -461,3 +461,46 @@ def test_multi_node_nccl_needs_a_partner_and_an_undrained_node(kit: Any) -> None
     data = kit.base()
     data["slurm"] = {"enabled": False}
     assert "nccl.multi_node" not in names(catalog.plan(kit.load(data).manifest), "node01")  # Slurm starts it
+
+
+BURN_OK = ("gpu 0 seconds=60.0 iterations=1530 errors=0 cpu_mismatch=0 gflops=41234 max_temp_c=71 "
+           "max_power_w=412.3 slowdown=none watch=nvml\n"
+           "gpu 1 seconds=60.0 iterations=1529 errors=0 cpu_mismatch=0 gflops=41200 max_temp_c=69 "
+           "max_power_w=405.0 slowdown=none watch=nvml\nburn-in done gpus=2\n")
+
+
+def test_burn_in_is_planned_only_when_asked(kit: Any) -> None:
+    assert "gpu.burn" not in names(catalog.plan(kit.load(kit.base()).manifest), "node01")
+    data = kit.base()
+    data["verify"] = {"burn_in_s": 600}
+    checks = catalog.plan(kit.load(data).manifest)
+    burn = by_name(checks, "node01", "gpu.burn")
+    assert burn.needs == "gpu" and burn.command is not None
+    assert burn.command.timeout == 600 + catalog.BURN_BUILD_S
+    assert burn.command.text.endswith('"$d/burn" 600') and "__global__ void burn" in burn.command.text
+    assert "gpu.burn" not in names(checks, "head01")  # no GPUs there
+
+
+@pytest.mark.parametrize(("stdout", "status", "detail"), [
+    (BURN_OK, "PASS", "2 GPUs, 60 s, 0 errors, >= 41200 GFLOP/s each, max 71 C"),
+    (BURN_OK.replace("errors=0 cpu_mismatch=0 gflops=41200", "errors=3 cpu_mismatch=0 gflops=41200"),
+     "FAIL", "GPU 1 3 wrong results"),
+    (BURN_OK.replace("cpu_mismatch=0 gflops=41234", "cpu_mismatch=2 gflops=41234"),
+     "FAIL", "GPU 0 2 results differ from the CPU's"),
+    (BURN_OK.replace("slowdown=none watch=nvml\ngpu 1", "slowdown=hw_thermal,sw_thermal watch=nvml\ngpu 1"),
+     "FAIL", "GPU 0 slowed down (hw_thermal, sw_thermal)"),
+    (BURN_OK.replace("max_temp_c=69", "max_temp_c=88"), "FAIL", "GPU 1 reached 88 C (limit 87)"),
+    (BURN_OK.replace("seconds=60.0 iterations=1529", "seconds=20.5 iterations=1529"),
+     "FAIL", "GPU 1 stopped after 20.5 s of 60"),
+    (BURN_OK.replace("watch=nvml", "watch=none").replace("max_temp_c=71", "max_temp_c=-1"),
+     "PASS", "2 GPUs, 60 s, 0 errors, >= 41200 GFLOP/s each, temperatures not watched (no NVML)"),
+    ("gpu 0 error=out of memory\nburn-in done gpus=1\n", "FAIL", "1 GPUs ran, manifest says 2"),
+    ("no usable GPU: no CUDA-capable device is detected\n", "FAIL",
+     "no usable GPU: no CUDA-capable device is detected (exit 2)"),
+])
+def test_burn_verdict(kit: Any, stdout: str, status: str, detail: str) -> None:
+    data = kit.base()
+    data["verify"] = {"burn_in_s": 60}
+    burn = by_name(catalog.plan(kit.load(data).manifest), "node01", "gpu.burn")
+    outcome = burn.judge(Output(stdout=stdout, rc=2 if stdout.startswith("no usable") else 0))
+    assert (outcome.status, outcome.detail) == (status, detail)

@@ -191,3 +191,31 @@ def test_hosts_and_context() -> None:
     assert parsers.parse_context("container=none\ngpu_devices=8\n") == parsers.NodeContext("", 8)
     with pytest.raises(ParseError):
         parsers.parse_context("sh: systemd-detect-virt: not found\n")
+
+
+def test_burn_lines() -> None:
+    text = ("gpu 0 seconds=60.0 iterations=1530 errors=0 cpu_mismatch=0 gflops=41234 max_temp_c=71 "
+            "max_power_w=412.3 slowdown=hw_slowdown watch=nvml\ngpu 1 error=an illegal memory access was "
+            "encountered\nburn-in done gpus=2\n")
+    g0, g1 = parsers.parse_burn(text)
+    assert (g0.index, g0.iterations, g0.errors, g0.max_temp_c, g0.max_power_w, g0.slowdown, g0.watched) == (
+        0, 1530, 0, 71, 412.3, ("hw_slowdown",), True)
+    assert (g1.index, g1.error) == (1, "an illegal memory access was encountered")
+
+
+def test_burn_recorded_on_an_h100() -> None:
+    (row,) = parsers.parse_burn((RECORDED / "gpu-burn-h100.txt").read_text())
+    assert (row.seconds, row.iterations, row.errors, row.cpu_mismatch, row.max_temp_c, row.slowdown) == (
+        30.0, 3220, 0, 0, 74, ())
+    assert row.watched and row.gflops == 59006 and row.max_power_w == 554.9
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("gpu 0 seconds=60.0 iterations=1\n", "no 'burn-in done' line"),
+    ("no usable GPU: 0 devices\n", "no usable GPU: 0 devices"),
+    ("gpu 0 seconds=60.0 iterations=x errors=0\nburn-in done gpus=1\n", "unreadable burn-in line"),
+    ("burn-in done gpus=1\n", "0 GPU lines for gpus=1"),
+])
+def test_burn_refuses_what_it_cannot_read(text: str, message: str) -> None:
+    with pytest.raises(ParseError, match=message):
+        parsers.parse_burn(text)
