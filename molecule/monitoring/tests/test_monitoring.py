@@ -91,6 +91,8 @@ def test_slurm_metrics_show_this_scenario_s_nodes() -> None:
     assert pending["Priority"] == "4"
     gpus = query("sum(provision_slurm_node_gpus)")
     assert gpus[0]["value"][1] == "4"
+    owners = {r["metric"]["hpc_job"]: r["metric"]["user"] for r in query("provision:slurm_job_info")}
+    assert owners == {"12": "alice", "14": "bob"}  # keyed like the GPU job map, for GpuJobIdle
 
 
 def test_gpu_metrics_from_the_collector() -> None:

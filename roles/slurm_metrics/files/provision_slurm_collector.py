@@ -14,6 +14,8 @@ writes, atomically, one file that node_exporter serves:
   provision_slurm_jobs{state,partition}                jobs by state
   provision_slurm_jobs_pending{partition,reason}       pending jobs by reason
   provision_slurm_job_gpus{state,partition}            GPUs asked for by those jobs
+  provision_slurm_job_info{job_id,user,account,partition} 1 per running job (array tasks each): who
+                                                       runs it (job_id as the GPU job map's hpc_job)
   provision_slurm_collector_success                    0 when sinfo or squeue failed
   provision_slurm_collector_last_run_timestamp_seconds
 
@@ -42,6 +44,9 @@ SQUEUE = ["squeue", "--noheader", "--all", "--array",
 # power down, % powering down, $ maintenance reservation, @ pending reboot, ^ rebooting,
 # - planned (backfill)
 STATE_FLAGS = "*~#!%$@^-"
+# running jobs' owners; JobID is the raw id (an array task's own), as the prolog's SLURM_JOB_ID
+OWNERS = ["squeue", "--noheader", "--all", "--array", "--states=RUNNING",
+          "--Format=JobID:|,UserName:|,Account:|,Partition:"]
 GPU_COUNT_RE = re.compile(r"^gpu(?::[^:(]+)?:(\d+)")
 
 
@@ -65,6 +70,14 @@ class JobRow:
     partition: str
     reason: str
     gpus: int
+
+
+@dataclass(frozen=True)
+class Owner:
+    job_id: str
+    user: str
+    account: str  # "" where Slurm has none ((null): no accounting, no --account)
+    partition: str
 
 
 # --------------------------------------------------------------------------- parsing
@@ -146,6 +159,20 @@ def parse_squeue(text: str) -> list[JobRow]:
     return jobs
 
 
+def parse_owners(text: str) -> list[Owner]:
+    """Running jobs' id, user, account and partition from OWNERS' output."""
+    owners: list[Owner] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        fields = [f.strip() for f in line.split("|")]
+        if len(fields) != 4 or not fields[0].isdigit():
+            raise CollectError(f"squeue (owners) line {number}: expected job id|user|account|partition: {line!r}")
+        job_id, user, account, partition = fields
+        owners.append(Owner(job_id, user, "" if account == "(null)" else account, partition))
+    return owners
+
+
 # --------------------------------------------------------------------------- exposition
 def escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
@@ -167,7 +194,8 @@ def metric_block(name: str, kind: str, help_text: str, samples: Iterable[tuple[s
     return lines
 
 
-def render(nodes: Sequence[NodeRow] | None, jobs: Sequence[JobRow] | None, now: float) -> str:
+def render(nodes: Sequence[NodeRow] | None, jobs: Sequence[JobRow] | None, now: float,
+           owners: Sequence[Owner] = ()) -> str:
     """The textfile: node and job series when both commands worked, the collector's own
     status always."""
     out: list[str] = []
@@ -194,6 +222,11 @@ def render(nodes: Sequence[NodeRow] | None, jobs: Sequence[JobRow] | None, now: 
             gpus[(j.state, j.partition)] += j.gpus
         out += metric_block("provision_slurm_job_gpus", "gauge", "GPUs asked for by jobs, by state and partition.",
                             [(labels(state=s, partition=p), c) for (s, p), c in sorted(gpus.items())])
+    if ok:
+        out += metric_block("provision_slurm_job_info", "gauge",
+                            "1 per running job: its owner (job_id is the GPU job map's hpc_job).",
+                            [(labels(job_id=o.job_id, user=o.user, account=o.account, partition=o.partition), 1)
+                             for o in owners])
     out += metric_block("provision_slurm_collector_success", "gauge",
                         "1 when sinfo and squeue answered on the last run.", [("", int(ok))])
     out += metric_block("provision_slurm_collector_last_run_timestamp_seconds", "gauge",
@@ -228,11 +261,12 @@ def run(argv: list[str], timeout: float) -> str:
     return proc.stdout
 
 
-def collect(timeout: float) -> tuple[list[NodeRow] | None, list[JobRow] | None, str]:
+def collect(timeout: float) -> tuple[list[NodeRow] | None, list[JobRow] | None, list[Owner], str]:
     try:
-        return parse_sinfo(run(SINFO, timeout)), parse_squeue(run(SQUEUE, timeout)), ""
+        nodes, jobs = parse_sinfo(run(SINFO, timeout)), parse_squeue(run(SQUEUE, timeout))
+        return nodes, jobs, parse_owners(run(OWNERS, timeout)), ""
     except CollectError as exc:
-        return None, None, str(exc)
+        return None, None, [], str(exc)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -240,8 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="the .prom file to write")
     parser.add_argument("--timeout", type=float, default=20.0, help="seconds per Slurm command")
     args = parser.parse_args(argv)
-    nodes, jobs, error = collect(args.timeout)
-    write_atomic(args.out, render(nodes, jobs, time.time()))
+    nodes, jobs, owners, error = collect(args.timeout)
+    write_atomic(args.out, render(nodes, jobs, time.time(), owners))
     if error:
         print(f"provision-slurm-collector: {error}", file=sys.stderr)
         return 1

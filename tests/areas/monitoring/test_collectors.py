@@ -109,11 +109,24 @@ def test_slurm_exposition(slurm_collector: ModuleType, promtool: str) -> None:
     assert got["provision_slurm_collector_last_run_timestamp_seconds"] == 1700000000.25
 
 
+def test_squeue_owners_of_running_jobs(slurm_collector: ModuleType) -> None:
+    owners = slurm_collector.parse_owners((SLURM / "squeue-running-owners.txt").read_text())
+    assert [(o.job_id, o.user, o.account, o.partition) for o in owners] == [
+        ("12", "alice", "research", "gpu"), ("14", "bob", "", "gpu")]  # 14: task 1 of array job 13
+    assert slurm_collector.parse_owners("") == []
+    with pytest.raises(slurm_collector.CollectError, match="owners"):
+        slurm_collector.parse_owners("12|RUNNING|gpu|N/A|gres:gpu:1|1|None\n")
+
+
 def test_slurm_collector_end_to_end(slurm_collector: ModuleType, tmp_path: Path,
                                     monkeypatch: pytest.MonkeyPatch, promtool: str) -> None:
     bin_dir = tmp_path / "bin"
     stand_in(bin_dir, "sinfo", SLURM / "sinfo-mixed-unknown.txt")
     stand_in(bin_dir, "squeue", SLURM / "squeue-running.txt")
+    # the owners' query (--states=RUNNING) gets its own recording
+    (bin_dir / "squeue").write_text(
+        f"#!/bin/sh\ncase \"$*\" in *--states=RUNNING*) cat '{SLURM / 'squeue-running-owners.txt'}' ;; "
+        f"*) cat '{SLURM / 'squeue-running.txt'}' ;; esac\n")
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     out = tmp_path / "provision_slurm.prom"
     assert slurm_collector.main(["--out", str(out)]) == 0
@@ -121,6 +134,8 @@ def test_slurm_collector_end_to_end(slurm_collector: ModuleType, tmp_path: Path,
     got = samples(out.read_text())
     assert got['provision_slurm_node_state{slurm_node="monrec",state="mixed"}'] == 1
     assert got['provision_slurm_jobs{state="running",partition="debug"}'] == 1
+    assert got['provision_slurm_job_info{job_id="12",user="alice",account="research",partition="gpu"}'] == 1
+    assert got['provision_slurm_job_info{job_id="14",user="bob",partition="gpu"}'] == 1  # no account
     assert oct(out.stat().st_mode & 0o777) == "0o644"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left
 
@@ -149,8 +164,8 @@ def test_slurm_collector_bounds_a_hung_command(slurm_collector: ModuleType, tmp_
     (bin_dir / "sinfo").write_text("#!/bin/sh\nexec sleep 30\n")
     (bin_dir / "sinfo").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    nodes, jobs, error = slurm_collector.collect(timeout=0.5)
-    assert (nodes, jobs) == (None, None)
+    nodes, jobs, owners, error = slurm_collector.collect(timeout=0.5)
+    assert (nodes, jobs, owners) == (None, None, [])
     assert error == "sinfo did not answer within 0.5s"
 
 
