@@ -1,11 +1,15 @@
 """`provision image build` for real: the lab manifest's Debian 12 node image and deploy ramdisk,
 built with mmdebstrap through its apt proxy (the test bed's apt-cacher-ng, reached at the host's
-end of the lab's management bridge), then found in the cache on the second run. test_lab.py
-deploys this very image (it finds it in the cache). Lab lane (root, minutes: ~3-4 min on 2
-cores the first time; the cache under LAB_CACHE keeps it between runs)."""
+end of the lab's management bridge), proven (every package the lab's roles install resolves in
+the image from Debian's pockets and components; the lab selects no vendor repository, which
+cannot be reached from here), then found in the cache on the second run; and the proof failing
+on a misspelt package the manifest names. test_lab.py deploys this very image (it finds it in
+the cache). Lab lane (root, minutes: ~3-4 min on 2 cores the first time; the cache under
+LAB_CACHE keeps it between runs)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -17,6 +21,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
 from lab.labvm import LAB_IMAGES, Netns, lab_manifest
 
@@ -78,12 +83,52 @@ def test_debian_12_image_is_built_once_and_holds_what_a_node_needs(tmp_path: Pat
     assert "./etc/hostname" not in names
     mask = tar_names_link(image, "./etc/systemd/system/systemd-firstboot.service")
     assert mask == "/dev/null"  # no console prompt on the first boot
+    # the proof: every package the lab's roles install resolves in the image, from every
+    # pocket and component of Debian 12 (through the lab's proxy); its record lies beside it
+    proven = re.search(r"^debian-12: (proven in \d+ s|proof cached): (\d+) packages resolve from (\d+) sources "
+                       r"\(kernel (\S+)\): (\S+)$", first.stdout, re.M)
+    assert proven, first.stdout
+    print(f"image proof: {proven.group(0)}")
+    record = json.loads(Path(proven.group(5)).read_text())
+    assert record["image_sha256"] == match.group(3) and record["os"] == "debian-12"
+    assert {"slurmd", "slurmctld", "zfs-dkms", f"linux-headers-{record['kernel']}", "nfs-kernel-server",
+            "prometheus", "nginx", "chrony"} <= set(record["packages"])
+    assert record["sources"] == [
+        f"deb http://deb.debian.org/debian {suite} main contrib non-free non-free-firmware"
+        for suite in ("bookworm", "bookworm-updates")] + [
+        "deb http://deb.debian.org/debian-security bookworm-security main contrib non-free non-free-firmware"]
     # same inputs: found in the cache, not rebuilt
     start = time.monotonic()
     again = provision("image", "build", str(manifest), "--cache-dir", str(CACHE))
     assert again.returncode == 0 and f"debian-12: cached: {image} sha256 {match.group(3)}" in again.stdout, again.stdout
     assert re.search(r"^deploy ramdisk: cached: ", again.stdout, re.M), again.stdout
+    assert re.search(r"^debian-12: proof cached: ", again.stdout, re.M), again.stdout
     assert time.monotonic() - start < 60
+
+
+def test_the_image_proof_fails_on_a_package_no_source_has(tmp_path: Path, lab_network: Netns) -> None:
+    """A misspelt package in the manifest fails the build at the proof, naming it, the OS,
+    the sources looked in and the manifest field; the image stays as it was (the proof of the
+    lab's own list beside it untouched)."""
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    manifest = lab_manifest(tmp_path, ANY_KEY)
+    data = yaml.safe_load(manifest.read_text())
+    data["role_vars"] = {"all": {"common_packages": ["htop", "slurmdd"]}}
+    manifest.write_text(yaml.safe_dump(data))
+    start = time.monotonic()
+    failed = provision("image", "build", str(manifest), "--cache-dir", str(CACHE))
+    took = time.monotonic() - start
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    print(f"\nimage proof, failure case ({took:.0f} s):\n{failed.stderr.strip()}")
+    assert "debian-12: 1 package(s) the roles install do not resolve in the image:" in failed.stderr
+    assert re.search(r"^  slurmdd: no package of that name in these sources; asked for by role_vars: "
+                     r"common_packages \(role common, roles/common/tasks/packages.yml: Install base packages; "
+                     r"nodes head1, store1, store2, pxe1\)$", failed.stderr, re.M), failed.stderr
+    assert "debian-12: sources looked in:\n  deb http://deb.debian.org/debian bookworm main contrib non-free " \
+           "non-free-firmware\n" in failed.stderr
+    assert not list(CACHE.glob(".proof-*"))  # the scratch tree is gone
 
 
 def tar_names_link(image: Path, name: str) -> str:
