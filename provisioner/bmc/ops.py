@@ -120,6 +120,14 @@ def bmc_status(nodes: Sequence[Node], *, factory: BmcFactory = make_bmc, max_par
     return for_each(nodes, one, max_parallel)
 
 
+def bmc_answers(nodes: Sequence[Node], *, factory: BmcFactory = make_bmc,
+                max_parallel: int = 16) -> dict[str, tuple[bool, str]]:
+    """Whether each node's BMC answers (its power state and boot override read with the
+    manifest's credentials), and what it said: the install preflight's BMC check."""
+    return {row.node: (row.ok, f"power {row.power}, boot override {row.boot}" if row.ok else row.message)
+            for row in bmc_status(nodes, factory=factory, max_parallel=max_parallel)}
+
+
 def bmc_power(
     nodes: Sequence[Node],
     action: PowerAction,

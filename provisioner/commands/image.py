@@ -72,7 +72,7 @@ def prove(m: Manifest, os_name: str, image: Image,
         return record, False
     if (euid or os.geteuid)() != 0:
         raise ProvisionError(f"{os_name}: proving the image needs root (a chroot into it): run with sudo, "
-                             "or give --skip-proof (the image then has no proof record)")
+                             "or give --skip-proof (apply then refuses to deploy it)")
     made = proof.prove(image.path, image.sha256, os_name, packages.os_sources(m, os_name), m.cluster.mirrors.apt_proxy,
                        lambda kernel: packages.wanted(m, os_name, kernel))
     return made, True
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         took = f" in {image.seconds:.0f} s" if image.source != "cached" else ""
         out.print(f"{os_name}: {image.source}{took}: {image.path} sha256 {image.sha256}", markup=False)
         if args.skip_proof:
-            out.print(f"{os_name}: proof skipped (--skip-proof): no proof record", markup=False)
+            out.print(f"{os_name}: proof skipped (--skip-proof): apply will not deploy this image", markup=False)
             continue
         out.print(f"{os_name}: proving in the image that every package the roles install resolves ...",
                   markup=False)

@@ -128,4 +128,4 @@ def test_a_failed_proof_fails_the_build_and_needs_root(kit: Any, tmp_path: Path,
     assert "proving the image needs root (a chroot into it): run with sudo, or give --skip-proof" in \
         capsys.readouterr().err
     assert main(["image", "build", str(manifest), "--skip-proof"]) == 0
-    assert "debian-12: proof skipped (--skip-proof): no proof record" in capsys.readouterr().out
+    assert "debian-12: proof skipped (--skip-proof): apply will not deploy this image" in capsys.readouterr().out

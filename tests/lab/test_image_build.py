@@ -24,6 +24,8 @@ import pytest
 import yaml
 
 from lab.labvm import LAB_IMAGES, Netns, lab_manifest
+from provisioner import preflight
+from provisioner.areas.baremetal.preflight import NIC_FAMILIES, missing_nic_drivers
 
 pytestmark = pytest.mark.lab
 
@@ -61,6 +63,9 @@ def test_debian_12_image_is_built_once_and_holds_what_a_node_needs(tmp_path: Pat
     took = time.monotonic() - start
     assert first.returncode == 0, first.stdout + first.stderr
     assert re.search(r"^deploy ramdisk: (built|cached)", first.stdout, re.M), first.stdout
+    # what apply's preflight reads: the ramdisk carries every server NIC family's driver
+    modules = preflight.ramdisk_modules(CACHE)
+    assert modules is not None and missing_nic_drivers(modules) == [], NIC_FAMILIES
     print(f"\nimage build: {first.stdout.strip().splitlines()[-1]} ({took:.0f} s)")
     match = re.search(r"debian-12: (built|cached).*: (\S+) sha256 ([0-9a-f]{64})", first.stdout)
     assert match, first.stdout
