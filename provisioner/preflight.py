@@ -51,7 +51,8 @@ def ramdisk_modules(cache: Path) -> set[str] | None:
 
 
 def run(m: Manifest, cache: Path, nodes: Sequence[str],
-        bmc: Callable[[Sequence[Node]], Mapping[str, tuple[bool, str]]] | None) -> list[Check]:
+        bmc: Callable[[Sequence[Node]], Mapping[str, tuple[bool, str, tuple[str, ...] | None]]] | None,
+        ) -> list[Check]:
     """Every preflight check of ``nodes`` (the installs of this run); ``bmc`` asks their BMCs
     (``provisioner.bmc.bmc_answers``; None: not asked, as in ``plan``)."""
     if not nodes:

@@ -598,10 +598,10 @@ def test_a_failed_preflight_stops_apply_before_any_change(
                         lambda loaded, plan, opts: apply_mod.Installs(list(plan.installs)))
     asked: list[str] = []
 
-    def bmc_answers(nodes: Any) -> dict[str, tuple[bool, str]]:
+    def bmc_answers(nodes: Any) -> dict[str, tuple[bool, str, None]]:
         asked.extend(n.name for n in nodes)
         return {n.name: (n.name != "gpu02", "power off" if n.name != "gpu02" else
-                         f"BMC {n.bmc.address} of gpu02 is unreachable: timed out") for n in nodes}
+                         f"BMC {n.bmc.address} of gpu02 is unreachable: timed out", None) for n in nodes}
 
     monkeypatch.setattr(apply_mod, "bmc_answers", bmc_answers)
     code, _out, err = run(capsys, "apply", str(pxe_example(example)), "--yes")

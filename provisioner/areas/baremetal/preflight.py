@@ -14,9 +14,10 @@ Per node to install:
   driver a node gets no DHCP in the ramdisk and cannot even report its failure;
 * **install disk**: named as the deploy plan and the installers find it (``/dev/disk/by-id``
   names that carry the disk's serial), one per node, never the manifest's ZFS or scratch
-  disk; that the disk is there is for the node to say: the deploy agent refuses an absent
-  disk before it writes anything;
-* **BMC**: it answers with the manifest's credentials (the power state read back).
+  disk; where the BMC lists the system's drives (Redfish Storage), each install disk's name
+  carries the serial of one of them. Without such a list (IPMI) the deploy agent is the one
+  to refuse an absent disk, before it writes anything;
+* **BMC**: it answers with the manifest's credentials (power state and boot override read).
 """
 
 from __future__ import annotations
@@ -67,7 +68,12 @@ def missing_nic_drivers(modules: set[str]) -> list[str]:
     return [f"{vendor} {mod}" for vendor, mods in NIC_FAMILIES.items() for mod in mods if mod not in modules]
 
 
-def disk_check(m: Manifest, node: Node) -> Check:
+def _norm(text: str) -> str:
+    return re.sub(r"[^0-9a-z]", "", text.lower())
+
+
+def disk_check(m: Manifest, node: Node, serials: tuple[str, ...] | None = None) -> Check:
+    """``serials``: the drive serials the node's BMC lists (None: it lists none, as IPMI)."""
     disks = node.install_disks
     if not disks:
         return Check(node.name, "install disk", False, "no install_disks in the manifest")
@@ -77,10 +83,16 @@ def disk_check(m: Manifest, node: Node) -> Check:
     shared = sorted(o.name for o in m.nodes if o.name != node.name and set(o.install_disks) & set(disks))
     if shared:
         problems.append(f"{', '.join(disks)} is also the install disk of {', '.join(shared)}")
+    if serials is not None:
+        listed = ", ".join(serials) or "none"
+        problems += [f"{d} carries none of the serials of the drives its BMC lists ({listed})" for d in disks
+                     if not any(_norm(s) and _norm(s) in _norm(d) for s in serials)]
     if problems:
         return Check(node.name, "install disk", False, "; ".join(problems))
     layout = "RAID1 over " + " + ".join(disks) if len(disks) == 2 else disks[0]
-    return Check(node.name, "install disk", True, f"/dev/disk/by-id/{layout} (the agent refuses it if absent)")
+    where = ("a drive its BMC lists" if serials is not None
+             else "the agent refuses it if absent")
+    return Check(node.name, "install disk", True, f"/dev/disk/by-id/{layout} ({where})")
 
 
 def image_check(node: Node, file: str, digest: str | None, proof_problem: str | None) -> Check:
@@ -118,12 +130,13 @@ def bmc_check(node: Node, answered: bool, message: str) -> Check:
 @dataclass(frozen=True)
 class Inputs:
     """What the edges found: per OS the image's digest in the cache and why its proof does
-    not cover it; the ramdisk's modules; per node whether its BMC answered and what it said
-    (None: not asked, e.g. in ``plan``)."""
+    not cover it; the ramdisk's modules; per node whether its BMC answered, what it said and
+    the serials of the drives it lists (None: not asked, e.g. in ``plan``)."""
 
     images: Mapping[str, tuple[str, str | None, str | None]]  # os -> (file, digest, proof problem)
     ramdisk_modules: set[str] | None
-    bmc: Mapping[str, tuple[bool, str]] | None
+    # node -> (answered, what it said, the drive serials it lists or None)
+    bmc: Mapping[str, tuple[bool, str, tuple[str, ...] | None]] | None
 
 
 def checks(m: Manifest, nodes: Sequence[str], inputs: Inputs) -> list[Check]:
@@ -135,10 +148,10 @@ def checks(m: Manifest, nodes: Sequence[str], inputs: Inputs) -> list[Check]:
             file, digest, problem = inputs.images[node.os]
             out.append(image_check(node, file, digest, problem))
             out.append(ramdisk_check(node, inputs.ramdisk_modules))
-        out.append(disk_check(m, node))
-        if inputs.bmc is not None:
-            answered, message = inputs.bmc.get(name, (False, "not asked"))
-            out.append(bmc_check(node, answered, message))
+        answer = inputs.bmc.get(name, (False, "not asked", None)) if inputs.bmc is not None else None
+        out.append(disk_check(m, node, answer[2] if answer else None))
+        if answer is not None:
+            out.append(bmc_check(node, answer[0], answer[1]))
     return out
 
 

@@ -80,6 +80,22 @@ def test_the_install_disk_must_be_named_by_serial_and_its_own(kit: Any, disks: t
         assert check.detail.startswith("/dev/disk/by-id/")
 
 
+def test_the_install_disk_carries_a_serial_the_bmc_lists(kit: Any) -> None:
+    m = pxe_manifest(kit, disks=("nvme-Samsung_SSD_990_PRO_2TB_S7HENJ0W200001",))
+    node = m.nodes[1]
+    ok = preflight.disk_check(m, node, ("S7HENJ0W200001", "S7HENJ0W200002"))
+    assert ok.ok and ok.detail.endswith("(a drive its BMC lists)")
+    wrong = preflight.disk_check(m, node, ("S7HENJ0W200007",))
+    assert not wrong.ok and wrong.detail == ("nvme-Samsung_SSD_990_PRO_2TB_S7HENJ0W200001 carries none of the "
+                                             "serials of the drives its BMC lists (S7HENJ0W200007)")
+    assert "lists (none)" in preflight.disk_check(m, node, ()).detail
+    # no inventory (IPMI): the name alone, the agent checks the disk is there
+    assert preflight.disk_check(m, node, None).detail.endswith("(the agent refuses it if absent)")
+    inputs = Inputs({"debian-12": ("debian-12.tar.gz", "a" * 64, None)}, SERVER_NICS,
+                    {node.name: (True, "power off", ("S7HENJ0W200007",))})
+    assert [c.ok for c in preflight.checks(m, [node.name], inputs) if c.what == "install disk"] == [False]
+
+
 def test_no_install_disks_fails(kit: Any) -> None:
     m = pxe_manifest(kit)
     node = m.nodes[1].model_copy(update={"install_disks": []})
@@ -101,7 +117,7 @@ def test_image_and_bmc_checks(kit: Any) -> None:
 def test_checks_per_method_and_the_refusal(kit: Any) -> None:
     m = pxe_manifest(kit)
     name = m.nodes[1].name
-    inputs = Inputs({"debian-12": ("debian-12.tar.gz", None, None)}, SERVER_NICS, {name: (True, "power off")})
+    inputs = Inputs({"debian-12": ("debian-12.tar.gz", None, None)}, SERVER_NICS, {name: (True, "power off", None)})
     found = preflight.checks(m, [name], inputs)
     assert [(c.what, c.ok) for c in found] == [("image", False), ("deploy ramdisk", True), ("install disk", True),
                                               ("BMC", True)]
@@ -148,8 +164,8 @@ def publish(kit: Any, m: Manifest, cache: Path, *, proven: bool) -> str:
     return digest
 
 
-def bmc_says(answers: Mapping[str, tuple[bool, str]]) -> Any:
-    def ask(nodes: Sequence[Node]) -> Mapping[str, tuple[bool, str]]:
+def bmc_says(answers: Mapping[str, tuple[bool, str, tuple[str, ...] | None]]) -> Any:
+    def ask(nodes: Sequence[Node]) -> Mapping[str, tuple[bool, str, tuple[str, ...] | None]]:
         return {n.name: answers[n.name] for n in nodes}
     return ask
 
@@ -159,7 +175,7 @@ def test_run_passes_a_proven_image_a_full_ramdisk_and_an_answering_bmc(kit: Any,
     name = m.nodes[1].name
     ramdisk(tmp_path, NIC_PATHS)
     publish(kit, m, tmp_path, proven=True)
-    found = edges.run(m, tmp_path, [name], bmc_says({name: (True, "power off")}))
+    found = edges.run(m, tmp_path, [name], bmc_says({name: (True, "power off", None)}))
     assert [(c.what, c.ok) for c in found] == [("image", True), ("deploy ramdisk", True), ("install disk", True),
                                               ("BMC", True)], found
     assert edges.run(m, tmp_path, [], bmc_says({})) == []
@@ -172,7 +188,7 @@ def test_run_fails_an_unproven_image_and_a_silent_bmc(kit: Any, tmp_path: Path) 
     name = m.nodes[1].name
     ramdisk(tmp_path, NIC_PATHS[:-1])  # no tg3
     publish(kit, m, tmp_path, proven=False)
-    found = edges.run(m, tmp_path, [name], bmc_says({name: (False, "BMC 127.0.0.1 of node01 is unreachable")}))
+    found = edges.run(m, tmp_path, [name], bmc_says({name: (False, "BMC 127.0.0.1 of node01 is unreachable", None)}))
     bad = {c.what: c.detail for c in preflight.failed(found)}
     assert bad == {"image": "debian-12.tar.gz: it has no proof (run provision image build)",
                    "deploy ramdisk": "lacks the NIC drivers Broadcom tg3: a node booting from such a NIC gets no "
