@@ -617,6 +617,23 @@ def test_a_failed_preflight_stops_apply_before_any_change(
     assert not StateDir.beside(example).root.exists()
 
 
+def test_a_dry_run_shows_the_preflight_and_changes_nothing(
+    capsys: Capsys, example: Path, no_ansible: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """apply --check prints every preflight check of the installs it would do (the BMCs
+    asked through a stand-in: the example's addresses are a site's) and goes on."""
+    monkeypatch.setenv("LLM_BMC_PASSWORD", "secret")
+    monkeypatch.setattr(apply_mod, "probe_installs",
+                        lambda loaded, plan, opts: apply_mod.Installs(list(plan.installs)))
+    monkeypatch.setattr(apply_mod, "bmc_answers", lambda nodes: {n.name: (True, "power off", None) for n in nodes})
+    code, out, _err = run(capsys, "apply", str(pxe_example(example)), "--check")
+    assert "check: preflight: gpu01: image: FAILED: no ubuntu-22.04.tar.gz in the image cache" in out
+    assert "check: preflight: gpu04: BMC: ok: ipmi 10.10.1.24 answers (power off)" in out
+    assert "check: would install over PXE, wiping their install disks: gpu01, gpu02, gpu03, gpu04" in out
+    assert not StateDir.beside(example).root.exists()
+    assert code == 0 and no_ansible != []  # the other nodes were checked
+
+
 def test_plan_shows_the_preflight_of_the_installs(capsys: Capsys, example: Path) -> None:
     code, out, _ = run(capsys, "plan", str(pxe_example(example)), "--json")
     assert code == 0
