@@ -2,17 +2,18 @@
 
 ``provision image build`` proves, inside the image it built, that every one of these
 packages resolves from the sources those nodes will use (:mod:`provisioner.image.proof`).
-The list is not kept by hand: for every play of ``playbooks/site.yml`` and every node it
-runs on, the role's own files are evaluated with Ansible's templating, the way the role
+The list is not kept by hand: for every play of ``playbooks/site.yml`` and ``pxe.yml`` and
+every node it runs on, the role's own files are evaluated with Ansible's templating, the way the role
 evaluates them on that node: its defaults, the node's inventory variables (what
 ``provision inventory`` writes: the areas' role variables and the manifest's ``role_vars``),
 ``vars/main.yml`` and ``vars/<OS>.yml``, the facts the image fixes (distribution, release,
 architecture, kernel), then its tasks in order: ``set_fact`` values, ``import_tasks`` /
-``include_tasks`` and blocks, each task's ``when`` (a condition that cannot be decided
-before the node runs, e.g. one on a registered result, counts as true: the proof then asks
-about more packages, never fewer), every ``ansible.builtin.apt`` task with a ``name`` (one
-request: what one task installs together) and every ``ansible.builtin.deb822_repository``
-task (a vendor repository the node will add, with its key).
+``include_tasks`` and blocks, each task's ``when`` (a condition that needs what only the
+running node knows, a registered result or what is computed from one (:class:`Unknown`),
+counts as true: the proof then asks about more packages, never fewer), every
+``ansible.builtin.apt`` task with a ``name`` (one request: what one task installs together)
+and every ``ansible.builtin.deb822_repository`` task (a vendor repository the node will add,
+with its key).
 
 Each request names the manifest field that made the role run there (:data:`ROLE_FIELDS`),
 so a package that does not resolve is reported against what the operator wrote.
@@ -29,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from ansible.errors import AnsibleError
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
@@ -242,8 +242,24 @@ def _registered(roles: Path, role: str) -> frozenset[str]:
     return frozenset(out)
 
 
-def _mentions(expr: Any, names: set[str]) -> bool:
-    return not _idents(expr).isdisjoint(names)
+class Unknown:
+    """What a variable holds that only the running node knows (a registered result, and
+    what is computed from one): any use of it fails the expression, so an expression that
+    needs it cannot be decided, while one that does not (``a == 'x' and <unknown>`` with
+    ``a`` not ``'x'``) still can."""
+
+    def _unknown(self, *args: Any, **kw: Any) -> Any:
+        raise DeriveError("known only on the running node")
+
+    __getattr__ = __getitem__ = __eq__ = __ne__ = __lt__ = __gt__ = __bool__ = __len__ = __iter__ = _unknown
+    __str__ = __int__ = __float__ = __contains__ = _unknown
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return "<known only on the running node>"
+
+
+UNKNOWN = Unknown()
 
 
 @dataclass
@@ -256,13 +272,24 @@ class _Eval:
     assumed: frozenset[str] = frozenset()
     unknown: set[str] = field(default_factory=set)  # results of the running node, and what follows from them
 
+    def __post_init__(self) -> None:
+        for name in self.unknown:
+            self.variables[name] = UNKNOWN
+
+    def forget(self, var: str) -> None:
+        """``var`` is known only on the running node (unless the manifest's picture of the
+        node assumes it, :data:`NODE_FACTS`)."""
+        if var not in self.assumed:
+            self.unknown.add(var)
+            self.variables[var] = UNKNOWN
+
     def templar(self, extra: Mapping[str, Any] | None = None) -> Templar:
         return Templar(loader=DataLoader(), variables={**self.variables, **(extra or {})})
 
     def render(self, expr: Any, where: str, extra: Mapping[str, Any] | None = None) -> Any:
         try:
             return self.templar(extra).template(_trust(expr))
-        except AnsibleError as exc:
+        except Exception as exc:  # Ansible's template errors, and what Unknown raises inside them
             raise DeriveError(f"role {self.role}, {where}: cannot evaluate {expr!r}: "
                               f"{str(exc).splitlines()[0]}") from None
 
@@ -271,11 +298,9 @@ class _Eval:
         cond = _condition(when)
         if cond is None:
             return True
-        if _mentions(cond, self.unknown):
-            return None
         try:
             return bool(self.templar(extra).template(trust_as_template("{{ " + cond + " }}")))
-        except AnsibleError:
+        except Exception:  # undefined, or it needs what only the running node knows
             return None
 
     def holds(self, when: Any, extra: Mapping[str, Any] | None = None) -> bool:
@@ -307,17 +332,10 @@ class _Eval:
         for key in SET_FACT:
             if isinstance(task.get(key), dict):
                 for var, expr in task[key].items():
-                    if _mentions(expr, self.unknown) and var not in self.assumed:
-                        self.variables.pop(var, None)
-                        self.unknown.add(var)
-                        continue
                     try:
                         self.variables[var] = self.render(expr, where, extra)
                     except DeriveError:
-                        # a fact of the running node (a registered result): assumed or unknown
-                        if var not in self.assumed:
-                            self.variables.pop(var, None)
-                            self.unknown.add(var)
+                        self.forget(var)  # it needs a result of the running node
                 return
         for key in APT:
             args = task.get(key)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from provisioner import packages
@@ -103,3 +104,25 @@ def test_the_manifests_choices_change_the_list(kit: Any) -> None:
 def test_an_os_no_node_runs_asks_for_nothing(kit: Any) -> None:
     m = kit.load(kit.example("music-lab.yaml")).manifest
     assert packages.wanted(m, "debian-12").requests == ()
+
+
+def test_a_condition_on_a_node_result_is_decided_only_where_it_does_not_need_it(kit: Any) -> None:
+    """gpu_metrics installs DCGM when the manifest asks for it and NVIDIA's repository answers
+    the node (a registered probe): with dcgm the proof asks for DCGM (the probe is the node's),
+    with the nvidia-smi collector the condition is false whatever the probe says."""
+    data = kit.example("music-lab.yaml")
+    dcgm = by_role(packages.wanted(kit.load(data).manifest, "ubuntu-24.04", "6.8.0-50-generic"))
+    assert any(p.startswith("datacenter-gpu-manager-4-core=") for p in dcgm["gpu_metrics"])
+    data["monitoring"]["gpu_metrics"] = "nvidia-smi"
+    w = packages.wanted(kit.load(data).manifest, "ubuntu-24.04", "6.8.0-50-generic")
+    assert not any(p.startswith("datacenter-gpu-manager") for p in w.packages)
+    assert not any(r.role == "gpu_metrics" for r in w.repositories)
+
+
+def test_what_only_the_node_knows_fails_any_use() -> None:
+    with pytest.raises(packages.DeriveError):
+        str(packages.UNKNOWN)
+    with pytest.raises(packages.DeriveError):
+        bool(packages.UNKNOWN)
+    with pytest.raises(packages.DeriveError):
+        _ = packages.UNKNOWN.status
