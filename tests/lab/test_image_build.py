@@ -2,8 +2,9 @@
 built with mmdebstrap through its apt proxy (the test bed's apt-cacher-ng, reached at the host's
 end of the lab's management bridge), proven (every package the lab's roles install resolves in
 the image from Debian's pockets and components; the lab selects no vendor repository, which
-cannot be reached from here), then found in the cache on the second run; and the proof failing
-on a misspelt package the manifest names. test_lab.py deploys this very image (it finds it in
+cannot be reached from here), then found in the cache on the second run; and the proof of a GPU
+variant (Debian's driver and CUDA from non-free) failing on a misspelt package the manifest names,
+and on it alone. test_lab.py deploys this very image (it finds it in
 the cache). Lab lane (root, minutes: ~3-4 min on 2 cores the first time; the cache under
 LAB_CACHE keeps it between runs)."""
 
@@ -24,8 +25,9 @@ import pytest
 import yaml
 
 from lab.labvm import LAB_IMAGES, Netns, lab_manifest
-from provisioner import preflight
+from provisioner import packages, preflight
 from provisioner.areas.baremetal.preflight import NIC_FAMILIES, missing_nic_drivers
+from provisioner.validate import load_manifest
 
 pytestmark = pytest.mark.lab
 
@@ -112,16 +114,26 @@ def test_debian_12_image_is_built_once_and_holds_what_a_node_needs(tmp_path: Pat
 
 
 def test_the_image_proof_fails_on_a_package_no_source_has(tmp_path: Path, lab_network: Netns) -> None:
-    """A misspelt package in the manifest fails the build at the proof, naming it, the OS,
-    the sources looked in and the manifest field; the image stays as it was (the proof of the
-    lab's own list beside it untouched)."""
+    """The lab manifest with pxe1 a GPU node on Debian's own stack (driver 535 and CUDA 11.8
+    from non-free, NCCL from PyPI, the nvidia-smi collector: no NVIDIA repository, which
+    cannot be reached from here) and a misspelt package: the build fails at the proof naming
+    that package alone, the OS, the sources looked in and the manifest field, so the GPU
+    stack resolved in the image; the image stays as it was (its node image does not change
+    with GPUs, the proof of the lab's own list beside it untouched)."""
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)
     manifest = lab_manifest(tmp_path, ANY_KEY)
     data = yaml.safe_load(manifest.read_text())
+    pxe1 = next(n for n in data["nodes"] if n["name"] == "pxe1")
+    pxe1["hardware"]["gpu"] = {"model": "RTX A6000", "count": 1}
+    data["software"] = {"nvidia_driver": {"branch": "535", "source": "debian"},
+                        "cuda": {"versions": ["11.8"], "source": "debian"}, "nccl": {"source": "pypi"}}
+    data["monitoring"]["gpu_metrics"] = "nvidia-smi"
     data["role_vars"] = {"all": {"common_packages": ["htop", "slurmdd"]}}
     manifest.write_text(yaml.safe_dump(data))
+    asked = set(packages.wanted(load_manifest(manifest).manifest, "debian-12").packages)
+    assert {"nvidia-driver", "nvidia-kernel-dkms", "firmware-misc-nonfree", "nvidia-cuda-toolkit", "slurmdd"} <= asked
     start = time.monotonic()
     failed = provision("image", "build", str(manifest), "--cache-dir", str(CACHE))
     took = time.monotonic() - start
