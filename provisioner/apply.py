@@ -34,12 +34,13 @@ import yaml
 from rich.console import Console
 
 from provisioner import inventory
+from provisioner import preflight as install_preflight
 from provisioner.areas import registry
 from provisioner.areas.baremetal import install as baremetal
 from provisioner.areas.baremetal.deploy import image_file
 from provisioner.areas.monitoring import decide as monitoring
 from provisioner.areas.slurm import decide as slurm
-from provisioner.bmc import BmcError, resolve_password
+from provisioner.bmc import BmcError, bmc_answers, resolve_password
 from provisioner.content import project_root
 from provisioner.display import LiveProgress, install_table, print_diffs, print_plan, recap_table
 from provisioner.errors import ProvisionError
@@ -396,6 +397,11 @@ def _apply(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Console
         if problems:
             raise ProvisionError("nothing was changed; this run needs secrets that are not there: "
                                  + "; ".join(problems))
+        # before anything is armed or powered: images proven, ramdisk drivers, disks, BMCs
+        checks = install_preflight.run(m, state.root / "images", installs.wipe, bmc_answers)
+        if install_preflight.failed(checks):
+            raise ProvisionError(install_preflight.refusal(checks))
+        install_preflight.print_checks(console, checks)
         confirm(console, plan, installs, opts)
         st.cluster = m.cluster.name
         for hook in PREPARE_HOOKS:
@@ -522,6 +528,8 @@ def dry_run(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Consol
                           highlight=False)
         for problem in missing_secrets(loaded, installs.wipe):
             console.print(f"check: apply would stop here: {problem}", style="red", markup=False, highlight=False)
+        install_preflight.print_checks(
+            console, install_preflight.run(m, state.root / "images", installs.wipe, bmc_answers), "check: preflight: ")
         run_hosts = [n for n in m.node_names() if (opts.limit is None or n in opts.limit) and n not in installs.wipe]
         if not run_hosts:
             console.print(f"check: nothing to check; nothing under {state.root} changed", highlight=False)

@@ -175,6 +175,9 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--os", choices=["debian-12", "ubuntu-22.04", "ubuntu-24.04"],
                        help="only this OS (default: every OS the manifest's nodes use)")
     build.add_argument("--cache-dir", type=Path, help="image cache (default: .provision/images/ beside the manifest)")
+    build.add_argument("--skip-proof", action="store_true",
+                       help="do not prove in the image that every package the roles install resolves (apply "
+                            "then refuses to deploy the image)")
     prune = image_sub.add_parser(
         "prune", help="remove old images from the cache (each OS's current image and --keep older ones stay)",
         description="remove old images and deploy ramdisks from the cache: each OS's current image and the "

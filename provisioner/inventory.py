@@ -125,27 +125,37 @@ def build(m: Manifest, *, source: str, state_dir: Path | None = None) -> dict[st
         }
     }
     files: dict[str, str] = {"hosts.yml": _dump(hosts_yml, source)}
-    provision_vars: dict[str, Any] = {
-        "provision_cluster_name": m.cluster.name,
-        "provision_allow_reboot": m.cluster.allow_reboot,
-        "ansible_python_interpreter": "/usr/bin/python3",
-    }
+    provision = provision_vars(m)
     if state_dir is not None:
-        provision_vars["provision_state_dir"] = str(state_dir)
-    files["group_vars/all/provision.yml"] = _dump(provision_vars, source)
+        provision["provision_state_dir"] = str(state_dir)
+    files["group_vars/all/provision.yml"] = _dump(provision, source)
     for area, values in registry.cluster_vars(m).items():
         if values:
             files[f"group_vars/all/{area}.yml"] = _dump(values, source)
     for node in m.nodes:
-        node_data = {
-            "provision_node_roles": list(node.roles),
-            "provision_node_os": node.os,
-            **registry.node_vars(m, node),
-            # the manifest's role_vars: data, never templated by Ansible
-            **{k: literal(v) for k, v in overrides.node_overrides(m, node).items()},
-        }
-        files[f"host_vars/{node.name}.yml"] = _dump(node_data, source)
+        files[f"host_vars/{node.name}.yml"] = _dump(node_data(m, node), source)
     return files
+
+
+def provision_vars(m: Manifest) -> dict[str, Any]:
+    """group_vars/all/provision.yml (without the state directory, which apply adds)."""
+    return {
+        "provision_cluster_name": m.cluster.name,
+        "provision_allow_reboot": m.cluster.allow_reboot,
+        "ansible_python_interpreter": "/usr/bin/python3",
+    }
+
+
+def node_data(m: Manifest, node: Node) -> dict[str, Any]:
+    """host_vars/<node>.yml: the node's roles and OS, the areas' node variables and the
+    manifest's role_vars for it."""
+    return {
+        "provision_node_roles": list(node.roles),
+        "provision_node_os": node.os,
+        **registry.node_vars(m, node),
+        # the manifest's role_vars: data, never templated by Ansible
+        **{k: literal(v) for k, v in overrides.node_overrides(m, node).items()},
+    }
 
 
 def write(files: dict[str, str], out: Path) -> list[Path]:

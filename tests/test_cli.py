@@ -587,6 +587,68 @@ def test_missing_bmc_password_stops_apply_before_any_change(
     assert not sd.root.exists()
 
 
+def test_a_failed_preflight_stops_apply_before_any_change(
+    capsys: Capsys, example: Path, no_ansible: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26 item 3: no image in the cache (so no proof), one BMC that does not answer:
+    apply names each failed check per node and changes nothing (no state, no playbook, no
+    BMC action). The BMCs are asked through a stand-in: the example's addresses are a site's."""
+    monkeypatch.setenv("LLM_BMC_PASSWORD", "secret")
+    monkeypatch.setattr(apply_mod, "probe_installs",
+                        lambda loaded, plan, opts: apply_mod.Installs(list(plan.installs)))
+    asked: list[str] = []
+
+    def bmc_answers(nodes: Any) -> dict[str, tuple[bool, str, None]]:
+        asked.extend(n.name for n in nodes)
+        return {n.name: (n.name != "gpu02", "power off" if n.name != "gpu02" else
+                         f"BMC {n.bmc.address} of gpu02 is unreachable: timed out", None) for n in nodes}
+
+    monkeypatch.setattr(apply_mod, "bmc_answers", bmc_answers)
+    code, _out, err = run(capsys, "apply", str(pxe_example(example)), "--yes")
+    assert code == 1
+    assert "preflight of the PXE installs failed; nothing was changed, no node was armed or powered:" in err
+    assert ("gpu01: image: FAILED: no ubuntu-22.04.tar.gz in the image cache: run provision image build MANIFEST "
+            "--os ubuntu-22.04") in err
+    assert "gpu01: deploy ramdisk: FAILED: no deploy ramdisk in the image cache" in err
+    assert "gpu02: BMC: FAILED: BMC 10.10.1.22 of gpu02 is unreachable: timed out" in err
+    assert "gpu01: BMC" not in err  # only what failed
+    assert asked == ["gpu01", "gpu02", "gpu03", "gpu04"]
+    assert no_ansible == []
+    assert not StateDir.beside(example).root.exists()
+
+
+def test_a_dry_run_shows_the_preflight_and_changes_nothing(
+    capsys: Capsys, example: Path, no_ansible: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """apply --check prints every preflight check of the installs it would do (the BMCs
+    asked through a stand-in: the example's addresses are a site's) and goes on."""
+    monkeypatch.setenv("LLM_BMC_PASSWORD", "secret")
+    monkeypatch.setattr(apply_mod, "probe_installs",
+                        lambda loaded, plan, opts: apply_mod.Installs(list(plan.installs)))
+    monkeypatch.setattr(apply_mod, "bmc_answers", lambda nodes: {n.name: (True, "power off", None) for n in nodes})
+    code, out, _err = run(capsys, "apply", str(pxe_example(example)), "--check")
+    assert "check: preflight: gpu01: image: FAILED: no ubuntu-22.04.tar.gz in the image cache" in out
+    assert "check: preflight: gpu04: BMC: ok: ipmi 10.10.1.24 answers (power off)" in out
+    assert "check: would install over PXE, wiping their install disks: gpu01, gpu02, gpu03, gpu04" in out
+    assert not StateDir.beside(example).root.exists()
+    assert code == 0 and no_ansible != []  # the other nodes were checked
+
+
+def test_plan_shows_the_preflight_of_the_installs(capsys: Capsys, example: Path) -> None:
+    code, out, _ = run(capsys, "plan", str(pxe_example(example)), "--json")
+    assert code == 0
+    checks = json.loads(out)["preflight"]
+    assert {(c["node"], c["what"]) for c in checks} == {(f"gpu0{i}", w) for i in range(1, 5)
+                                                        for w in ("image", "deploy ramdisk", "install disk")}
+    disk = next(c for c in checks if (c["node"], c["what"]) == ("gpu01", "install disk"))
+    assert disk == {"node": "gpu01", "what": "install disk", "ok": True,
+                    "detail": "/dev/disk/by-id/nvme-Samsung_SSD_990_PRO_2TB_S7HENJ0W200001 (the agent refuses it "
+                              "if absent)"}
+    code, out, _ = run(capsys, "plan", str(example))
+    assert "preflight: gpu01: image: FAILED: no ubuntu-22.04.tar.gz in the image cache" in out
+    assert "preflight: apply asks each BMC too, and stops before any change if a check fails" in out
+
+
 def test_plan_says_which_nodes_apply_will_wipe(capsys: Capsys, example: Path) -> None:
     """Issue 19 item 17 with issue 18 item 5: the plan shows the PXE installs per node."""
     code, out, _ = run(capsys, "plan", str(pxe_example(example)), "--json")

@@ -15,7 +15,7 @@ from provisioner.bmc.base import (
     wait_for_power,
 )
 from provisioner.bmc.credentials import Secret, resolve_password
-from provisioner.bmc.ops import BmcRow, bmc_power, bmc_pxe, bmc_status, describe_boot, make_bmc
+from provisioner.bmc.ops import BmcRow, bmc_answers, bmc_power, bmc_pxe, bmc_status, describe_boot, make_bmc
 
 __all__ = [
     "Bmc",
@@ -30,6 +30,7 @@ __all__ = [
     "PowerState",
     "Secret",
     "UnreachableError",
+    "bmc_answers",
     "bmc_power",
     "bmc_pxe",
     "bmc_status",

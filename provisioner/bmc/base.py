@@ -91,6 +91,11 @@ class Bmc(Protocol):
         :class:`BmcError` unless the BMC confirms target and mode."""
         ...
 
+    def drive_serials(self) -> tuple[str, ...] | None:
+        """The serial numbers of the system's drives as the BMC lists them (None: the BMC
+        keeps no disk inventory, as IPMI; or does not show it)."""
+        ...
+
     def close(self) -> None: ...
 
 

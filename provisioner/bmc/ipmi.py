@@ -269,6 +269,10 @@ class IpmiBmc:
         self._call(f"setting the next boot to {target} ({mode})", send)
         return confirm_boot(self.node, self.address, BootOverride(target, True, mode), self.boot_override())
 
+    def drive_serials(self) -> tuple[str, ...] | None:
+        """IPMI keeps no disk inventory."""
+        return None
+
     def close(self) -> None:
         # pyghmi shares one session per (BMC, user, password, port) inside the process and
         # hands it to the next Command for the same BMC; logging it out here would leave

@@ -120,6 +120,27 @@ def bmc_status(nodes: Sequence[Node], *, factory: BmcFactory = make_bmc, max_par
     return for_each(nodes, one, max_parallel)
 
 
+def bmc_answers(nodes: Sequence[Node], *, factory: BmcFactory = make_bmc,
+                max_parallel: int = 16) -> dict[str, tuple[bool, str, tuple[str, ...] | None]]:
+    """The install preflight's question to each node's BMC, with the manifest's credentials:
+    whether it answers (power state and boot override read), what it said, and the serials
+    of the drives it lists (None: it keeps no disk inventory)."""
+    drives: dict[str, tuple[str, ...] | None] = {}
+
+    def one(node: Node) -> BmcRow:
+        def work(bmc: Bmc) -> BmcRow:
+            kind, address = _row_base(node)
+            power = bmc.power_state()
+            boot = describe_boot(bmc.boot_override())
+            drives[node.name] = bmc.drive_serials()
+            return BmcRow(node.name, kind, address, True, power=power, boot=boot)
+
+        return _guard(node, factory, work)
+
+    return {row.node: (row.ok, f"power {row.power}, boot override {row.boot}" if row.ok else row.message,
+                       drives.get(row.node)) for row in for_each(nodes, one, max_parallel)}
+
+
 def bmc_power(
     nodes: Sequence[Node],
     action: PowerAction,

@@ -153,6 +153,24 @@ class RedfishBmc:
         system.refresh(force=True)
         return system
 
+    # ------------------------------------------------------------------ inventory
+    def drive_serials(self) -> tuple[str, ...] | None:
+        """The SerialNumber of every drive of the system's Storage (Redfish Storage ->
+        Drives); None when the BMC offers no Storage collection or answers it with an error
+        (sushy-tools: HTTP 500 for a system without storage): the disk stays unchecked then,
+        not the BMC failed."""
+
+        def read() -> tuple[str, ...] | None:
+            system = self._connect()
+            try:
+                members = system.storage.get_members()
+            except (sushy_exc.MissingAttributeError, sushy_exc.ResourceNotFoundError, sushy_exc.HTTPError):
+                return None
+            return tuple(str(d.serial_number).strip() for st in members for d in st.drives
+                         if d.serial_number and str(d.serial_number).strip())
+
+        return self._call("reading the drives", read)
+
     # ------------------------------------------------------------------ power
     def power_state(self) -> PowerState:
         def read() -> PowerState:

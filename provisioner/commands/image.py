@@ -6,7 +6,10 @@ Per OS the manifest's nodes use (or ``--os``): the image the manifest names in
 mmdebstrap from ``cluster.mirrors.apt`` (:mod:`provisioner.image`), unless the cache holds
 the same recipe's image already. A built image carries what the areas' roles install on
 every node anyway (provisioner.areas.registry.image_packages): the common role's base
-packages, and for a monitored cluster the monitoring agent.
+packages, and for a monitored cluster the monitoring agent. Then each image is proven: every
+package the roles will install on its OS's nodes resolves in it from the sources they use
+(:mod:`provisioner.image.proof`, the list from :mod:`provisioner.packages`), unless
+``--skip-proof``.
 
 Prune keeps each OS's current image and the current deploy ramdisk (what the PXE server
 publishes), and the ``--keep`` newest older ones of each (default 1: one to go back to); see
@@ -16,16 +19,19 @@ publishes), and the ``--keep`` newest older ones of each (default 1: one to go b
 from __future__ import annotations
 
 import argparse
+import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
 
+from provisioner import packages
 from provisioner.areas import registry
 from provisioner.areas.baremetal.deploy import method
 from provisioner.commands.common import guarded, load
 from provisioner.errors import ProvisionError
-from provisioner.image import agent
+from provisioner.image import agent, proof
 from provisioner.image import prune as cache_prune
 from provisioner.image.build import Image, build, build_ramdisk, fetch
 from provisioner.image.recipe import ImageRecipeError, ramdisk_recipe, recipe
@@ -57,6 +63,21 @@ def make(m: Manifest, os_name: str, cache: Path) -> Image:
         raise ProvisionError(str(exc)) from None
 
 
+def prove(m: Manifest, os_name: str, image: Image,
+          euid: Callable[[], int] | None = None) -> tuple[proof.Record, bool]:
+    """The image's proof, made unless a record beside it already covers this manifest; and
+    whether it was made now."""
+    record, why_not = packages.proof_state(m, os_name, image.path, image.sha256)
+    if record is not None and why_not is None:
+        return record, False
+    if (euid or os.geteuid)() != 0:
+        raise ProvisionError(f"{os_name}: proving the image needs root (a chroot into it): run with sudo, "
+                             "or give --skip-proof (apply then refuses to deploy it)")
+    made = proof.prove(image.path, image.sha256, os_name, packages.os_sources(m, os_name), m.cluster.mirrors.apt_proxy,
+                       lambda kernel: packages.wanted(m, os_name, kernel))
+    return made, True
+
+
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     loaded = load(err, args.manifest)
     cache = image_dir(args.manifest, args.cache_dir)
@@ -66,6 +87,15 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         image = make(loaded.manifest, os_name, cache)
         took = f" in {image.seconds:.0f} s" if image.source != "cached" else ""
         out.print(f"{os_name}: {image.source}{took}: {image.path} sha256 {image.sha256}", markup=False)
+        if args.skip_proof:
+            out.print(f"{os_name}: proof skipped (--skip-proof): apply will not deploy this image", markup=False)
+            continue
+        out.print(f"{os_name}: proving in the image that every package the roles install resolves ...",
+                  markup=False)
+        record, made = prove(loaded.manifest, os_name, image)
+        how = f"proven in {record.seconds:.0f} s" if made else "proof cached"
+        out.print(f"{os_name}: {how}: {len(record.packages)} packages resolve from {len(record.sources)} sources "
+                  f"(kernel {record.kernel}): {proof.record_path(image.path)}", markup=False)
     if args.os is None and needs_ramdisk(loaded.manifest):
         m = loaded.manifest
         debian = any(n.os == "debian-12" for n in m.nodes)  # the cluster's mirror serves Debian

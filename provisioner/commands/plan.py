@@ -7,6 +7,7 @@ import json
 
 from rich.console import Console
 
+from provisioner import preflight
 from provisioner.commands.common import guarded, limit, load
 from provisioner.content import project_root
 from provisioner.display import print_plan
@@ -20,10 +21,16 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     plays = load_plays(project_root() / "playbooks" / "site.yml")
     state = state_dir.load_for(loaded.manifest.cluster.name)  # refused when it is another cluster's
     plan = compute(loaded.manifest, state, plays, limit=limit(loaded, args.limit), full=args.full)
+    # what apply checks before the installs (apply asks the BMCs too)
+    checks = preflight.run(loaded.manifest, state_dir.root / "images", plan.installs, None)
     if args.json:
-        print(json.dumps(plan.to_json(), indent=2))
+        print(json.dumps({**plan.to_json(), "preflight": [c.to_json() for c in checks]}, indent=2))
     else:
         print_plan(out, plan, loaded.manifest.cluster.name)
+        if checks:
+            preflight.print_checks(out, checks)
+            out.print("preflight: apply asks each BMC too, and stops before any change if a check fails",
+                      markup=False, highlight=False)
     if args.detailed_exitcode and plan.has_changes:
         return 2
     return 0

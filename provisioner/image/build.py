@@ -277,6 +277,29 @@ def write_initramfs(tree: Path, out: Path, skip: tuple[str, ...] = ("boot",)) ->
         f.write(cpio_header("TRAILER!!!", 0, 0, ino=0))
 
 
+def initramfs_names(path: Path) -> list[str]:
+    """The names in a gzip'd newc cpio archive (what :func:`write_initramfs` writes), read
+    as a stream: the deploy ramdisk's file list, e.g. its kernel modules (preflight)."""
+    names: list[str] = []
+    with gzip.open(path, "rb") as f:
+        while True:
+            head = f.read(110)
+            if len(head) < 110 or not head.startswith(b"070701"):
+                raise ImageError(f"{path} is not a newc cpio archive (at entry {len(names)})")
+            fields = [int(head[6 + 8 * i:14 + 8 * i], 16) for i in range(13)]
+            size, namesize = fields[6], fields[11]
+            name = f.read(namesize + (-(110 + namesize) % 4))[:namesize - 1].decode(errors="replace")
+            if name == "TRAILER!!!":
+                return names
+            names.append(name)
+            remaining = size + (-size % 4)
+            while remaining:
+                chunk = f.read(min(remaining, CHUNK))
+                if not chunk:
+                    raise ImageError(f"{path} ends inside {name}")
+                remaining -= len(chunk)
+
+
 def build_ramdisk(r: ImageRecipe, cache: Path, *, run: Runner = subprocess.run, timeout: float = BUILD_TIMEOUT,
                   which: Callable[[str], str | None] = shutil.which, euid: Callable[[], int] = os.geteuid,
                   exists: Callable[[str], bool] = os.path.exists) -> Ramdisk:

@@ -3,8 +3,9 @@ hundred MiB each) and nothing removed the old ones.
 
 What is kept, per OS and for the deploy ramdisk: the current one (what ``<os><ext>`` and
 ``deploy-ramdisk`` point at, what the PXE server publishes) and the ``keep`` newest others
-(to go back to). Leftovers of builds that died (``.partial-*``, ``.ramdisk-*``) go once they
-are older than any build may run. Anything else in the directory is never touched.
+(to go back to), each with its checksum file and proof record. Leftovers of builds that died
+(``.partial-*``, ``.ramdisk-*``, a proof's ``.proof-*`` tree) go once they are older than
+any build may run. Anything else in the directory is never touched.
 
 :func:`stale` decides from a listing (pure); :func:`scan` and :func:`remove` are the edges.
 """
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provisioner.image.build import BUILD_TIMEOUT, PARTIAL_PREFIX, RAMDISK_WORK_PREFIX, current_name
+from provisioner.image.proof import PROOF_SUFFIX
+from provisioner.image.proof import WORK_PREFIX as PROOF_WORK_PREFIX
 from provisioner.image.recipe import OS_IMAGES, RAMDISK
 from provisioner.manifest.model import IMAGE_EXTS
 
@@ -39,7 +42,7 @@ class Entry:
 
 @dataclass(frozen=True)
 class Stale:
-    names: tuple[str, ...]  # the entry and its checksum file, removed together
+    names: tuple[str, ...]  # the entry with its checksum file and proof record, removed together
     size: int
     why: str
 
@@ -72,12 +75,12 @@ def stale(entries: list[Entry], keep: int, now: float, build_timeout: float = BU
         others = sorted((e for e in members if e.name not in current), key=lambda e: (-e.mtime, e.name))
         what = "deploy ramdisk" if group == RAMDISK else f"{group} image"
         for e in others[keep:]:
-            checksum = by_name.get(f"{e.name}.sha256")
-            out.append(Stale((e.name, checksum.name) if checksum else (e.name,),
-                             e.size + (checksum.size if checksum else 0), f"an older {what}, not the current one"))
+            beside = [b for b in (by_name.get(f"{e.name}.sha256"), by_name.get(f"{e.name}{PROOF_SUFFIX}")) if b]
+            out.append(Stale((e.name, *(b.name for b in beside)), e.size + sum(b.size for b in beside),
+                             f"an older {what}, not the current one"))
     for e in entries:
         leftover = (e.kind == "file" and e.name.startswith(PARTIAL_PREFIX)) or (
-            e.kind == "dir" and e.name.startswith(RAMDISK_WORK_PREFIX))
+            e.kind == "dir" and e.name.startswith((RAMDISK_WORK_PREFIX, PROOF_WORK_PREFIX)))
         if leftover and now - e.mtime > build_timeout:
             out.append(Stale((e.name,), e.size, "left by a build that did not finish"))
     return sorted(out, key=lambda s: s.names)

@@ -20,7 +20,8 @@ from emulators.redfish import RedfishEmulator, fake_system  # noqa: E402
 @pytest.fixture(scope="module")
 def redfish(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedfishEmulator]:
     systems = [fake_system("gpu01", power="Off"), fake_system("gpu02", power="On")]
-    with RedfishEmulator(tmp_path_factory.mktemp("redfish"), systems, {"admin": REDFISH_PASSWORD}) as emulator:
+    with RedfishEmulator(tmp_path_factory.mktemp("redfish"), systems, {"admin": REDFISH_PASSWORD},
+                         drives={"gpu01": ["32ADF365C6C1B7BD"]}) as emulator:
         yield emulator
 
 

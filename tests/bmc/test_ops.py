@@ -10,7 +10,7 @@ from emulators.ipmi import IpmiEmulator
 from emulators.manifests import ipmi_bmc, manifest, node_dict, redfish_bmc
 from emulators.redfish import RedfishEmulator
 
-from provisioner.bmc import bmc_power, bmc_pxe, bmc_status, make_bmc
+from provisioner.bmc import bmc_answers, bmc_power, bmc_pxe, bmc_status, make_bmc
 from provisioner.manifest.model import Manifest, Node
 
 
@@ -44,6 +44,29 @@ def test_status_rows_per_node(lab: Manifest) -> None:
     assert rows["gpu03"].message.startswith("BMC 127.0.0.1 rejected the credentials for gpu03")
     assert not rows["gpu04"].ok and "no bmc section" in rows["gpu04"].message
     assert "nope" not in " ".join(r.message for r in rows.values())
+
+
+def test_the_install_preflight_asks_each_bmc(lab: Manifest) -> None:
+    """Issue 26 item 3: before an install, apply reads each BMC's power state with the
+    manifest's credentials, and the drives a Redfish BMC lists; a wrong password or no BMC
+    is that node's failure, in words; IPMI lists no drives."""
+    answers = bmc_answers(compute(lab), factory=factory)
+    assert answers["gpu01"][0] and answers["gpu01"][1].startswith("power o")
+    assert answers["gpu01"][2] == ("1234570",)  # the emulator's one drive (its template's serial)
+    assert answers["gpu02"][0] and "boot override" in answers["gpu02"][1] and answers["gpu02"][2] is None
+    assert not answers["gpu03"][0] and answers["gpu03"][2] is None
+    assert answers["gpu03"][1].startswith("BMC 127.0.0.1 rejected the credentials for gpu03")
+    assert not answers["gpu04"][0] and "no bmc section" in answers["gpu04"][1]
+
+
+def test_a_redfish_system_without_storage_lists_no_drive_serials(lab: Manifest, redfish: RedfishEmulator) -> None:
+    node = lab.node("gpu01").model_copy(update={"bmc": lab.node("gpu01").bmc.model_copy(  # type: ignore[union-attr]
+        update={"system_id": redfish.uuid("gpu02")})})
+    bmc = factory(node)
+    try:
+        assert bmc.drive_serials() is None  # the emulator answers HTTP 500 there: unchecked, not failed
+    finally:
+        bmc.close()
 
 
 def test_pxe_then_power_cycle(lab: Manifest, redfish: RedfishEmulator, ipmi: IpmiEmulator) -> None:

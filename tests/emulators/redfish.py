@@ -69,10 +69,14 @@ def fake_system(name: str, *, power: str = "Off", mac: str = "52:54:00:00:00:01"
 class RedfishEmulator(EmulatorProcess):
     """``with RedfishEmulator(tmp_path, [fake_system("gpu01")], {"admin": "pw"}) as bmc:``"""
 
-    def __init__(self, workdir: Path, systems: list[dict[str, Any]], users: dict[str, str]) -> None:
+    def __init__(self, workdir: Path, systems: list[dict[str, Any]], users: dict[str, str],
+                 drives: dict[str, list[str]] | None = None) -> None:
         self.workdir = workdir
         self.systems = systems
         self.users = users
+        # system name -> drive ids in its one Storage; sushy-tools serves every drive with
+        # SerialNumber "1234570" (its template's)
+        self.drives = drives or {}
         self.port = 0
         self._proc: subprocess.Popen[bytes] | None = None
         self._log = workdir / "sushy-emulator.log"
@@ -99,8 +103,20 @@ class RedfishEmulator(EmulatorProcess):
             f"SUSHY_EMULATOR_STATE_DIR = {str(self.workdir / 'state')!r}\n"
             "SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'\n"
             f"SUSHY_EMULATOR_LISTEN_PORT = {self.port}\n"
+            f"SUSHY_EMULATOR_STORAGE = {self._storage()!r}\n"
+            f"SUSHY_EMULATOR_DRIVES = {self._drives()!r}\n"
         )
         return conf
+
+    def _storage(self) -> dict[str, list[dict[str, Any]]]:
+        return {self.uuid(name): [{"Id": "1", "Name": "Local Storage Controller", "Drives": ids,
+                                   "StorageControllers": [{"MemberId": "0", "Name": "RAID", "SpeedGbps": 12}]}]
+                for name, ids in self.drives.items()}
+
+    def _drives(self) -> dict[tuple[str, str], list[dict[str, Any]]]:
+        return {(self.uuid(name), "1"): [{"Id": i, "Name": f"Drive {i}", "CapacityBytes": 899527000000,
+                                          "Protocol": "SAS"} for i in ids]
+                for name, ids in self.drives.items()}
 
     def start(self) -> RedfishEmulator:
         self.workdir.mkdir(parents=True, exist_ok=True)

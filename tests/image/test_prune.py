@@ -82,6 +82,17 @@ def test_dead_builds_leftovers_go_once_no_build_can_still_be_running() -> None:
     assert {s.why for s in found} == {"left by a build that did not finish"}
 
 
+def test_an_images_proof_record_goes_with_it_and_a_dead_proof_tree_too() -> None:
+    entries = [image("debian-12-aaaa.tar.gz", 5), image("debian-12-aaaa.tar.gz.sha256", 5, 1),
+               image("debian-12-aaaa.tar.gz.proof.json", 5, 2), image("debian-12-bbbb.tar.gz", 3),
+               image("debian-12-bbbb.tar.gz.proof.json", 3, 2), link("debian-12.tar.gz", "debian-12-bbbb.tar.gz"),
+               Entry(".proof-k2j4", "dir", NOW - 3 * HOUR, 700), Entry(".proof-live", "dir", NOW - 60, 700)]
+    found = stale(entries, keep=0, now=NOW)
+    assert [s.names for s in found] == [(".proof-k2j4",), ("debian-12-aaaa.tar.gz", "debian-12-aaaa.tar.gz.sha256",
+                                                           "debian-12-aaaa.tar.gz.proof.json")]
+    assert [s.size for s in found] == [700, 103]
+
+
 def test_keep_cannot_be_negative() -> None:
     with pytest.raises(ValueError, match="keep must be 0 or more"):
         stale(CACHE, keep=-1, now=NOW)
