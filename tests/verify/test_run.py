@@ -5,8 +5,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from provisioner.areas.storage.verify import WRITE_BW_CALIBRATION_FAILED
 from provisioner.verify import catalog, parsers
-from provisioner.verify.catalog import Output
+from provisioner.verify.check import Output
 from provisioner.verify.run import TIMED_OUT, verify
 
 CONTAINER = "container=podman\ngpu_devices=0\n"
@@ -147,7 +148,7 @@ def test_a_pair_test_the_tool_could_not_measure_is_measured_again_once(kit: Any)
     m = kit.load(data).manifest
     bw = "rate=100 Gb/sec (4X EDR)\n #bytes #iterations peak average rate\n 65536 1000 0.00 91.2 0.17\n"
     uncalibrated = Output(rc=1, stdout="rate=100 Gb/sec (4X EDR)\n",
-                          stderr=f"Correlation coefficient r^2: 0.83 < 0.9\n{catalog.WRITE_BW_CALIBRATION_FAILED}\n")
+                          stderr=f"Correlation coefficient r^2: 0.83 < 0.9\n{WRITE_BW_CALIBRATION_FAILED}\n")
     context = dict.fromkeys(m.node_names(), METAL)
     fake = Sequence([uncalibrated, Output(stdout=bw)], context)
     results = verify(catalog.plan(m, ["node01"]), ["node01"], fake, 30)
@@ -158,7 +159,7 @@ def test_a_pair_test_the_tool_could_not_measure_is_measured_again_once(kit: Any)
     # twice uncalibrated: FAIL, with the tool's words; no third try
     fake = Sequence([uncalibrated, uncalibrated], context)
     (result,) = [r for r in verify(catalog.plan(m, ["node01"]), ["node01"], fake, 30) if r.check == "rdma.write_bw"]
-    assert result.status == "FAIL" and catalog.WRITE_BW_CALIBRATION_FAILED in result.detail
+    assert result.status == "FAIL" and WRITE_BW_CALIBRATION_FAILED in result.detail
     # a failure of another kind is not measured again
     refused = Output(rc=1, stderr="Couldn't connect to 10.0.3.21:18515\n")
     fake = Sequence([refused, Output(stdout=bw)], context)

@@ -16,6 +16,17 @@ from provisioner.manifest.model import Manifest, Node
 from provisioner.manifest.select import select_nodes
 
 
+def groups(m: Manifest) -> dict[str, set[str]]:
+    """The storage area's inventory groups (the fabric's ``infiniband`` among them) -> members."""
+    return {
+        "infiniband": {n.name for n in m.nodes if "infiniband" in n.interfaces},
+        "zfs": {p.node for p in m.zfs.pools},
+        "nfs_server": {e.node for e in m.nfs.exports},
+        "nfs_client": {name for mnt in m.nfs.mounts for name in select_nodes(m, mnt.nodes)},
+        "mergerfs": {name for u in m.mergerfs for name in select_nodes(m, u.nodes)},
+    }
+
+
 # --------------------------------------------------------------------------- zfs
 def zfs_pool_vars(m: Manifest, node: Node) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
