@@ -11,7 +11,7 @@ from typing import Literal
 
 from provisioner.areas.gpu.verify import ALL_REDUCE_MPI_GLOB, allreduce_verdict
 from provisioner.areas.slurm import decide as slurm
-from provisioner.areas.storage import decide as storage
+from provisioner.areas.storage.fabric import rdma_fabric
 from provisioner.manifest.model import Manifest, Node
 from provisioner.verify import parsers
 from provisioner.verify.check import (
@@ -123,7 +123,7 @@ def multi_node_floor(m: Manifest, a: Node, b: Node) -> tuple[Fabric, float]:
     """NCCL between ``a`` and ``b`` goes over RDMA where both sit on an InfiniBand network
     with rdma: true, else over TCP sockets."""
     both = "infiniband" in a.interfaces and "infiniband" in b.interfaces
-    fabric: Fabric = "rdma" if storage.rdma_fabric(m) and both else "ethernet"
+    fabric: Fabric = "rdma" if rdma_fabric(m) and both else "ethernet"
     return fabric, m.verify.multi_node_busbw_floor_gbps.get(fabric, MULTI_NODE_FLOORS[fabric])
 
 

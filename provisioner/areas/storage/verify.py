@@ -9,7 +9,7 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from provisioner.areas.storage import decide as storage
+from provisioner.areas.storage import mergerfs, nfs
 from provisioner.manifest.model import Manifest, Node
 from provisioner.verify.check import Check, CheckList, NodeChecks, Outcome, Ring, judged
 from provisioner.verify.parsers import ParseError
@@ -248,15 +248,15 @@ def rdma_checks(m: Manifest, node: Node, ring: Ring, out: CheckList) -> None:
 
 def mount_checks(m: Manifest, node: Node, out: CheckList) -> None:
     """``mount:<path>`` and ``io:<path>`` for each NFS mount and MergerFS union of the node."""
-    for mount in storage.mounts_for(m, node):
-        proto = storage.mount_proto(m, mount, node)
-        want = [o for o in storage.mount_options(mount, proto) if o.split("=")[0] in SHOWN_NFS_OPTIONS]
+    for mount in nfs.mounts_for(m, node):
+        proto = nfs.mount_proto(m, mount, node)
+        want = [o for o in nfs.mount_options(mount, proto) if o.split("=")[0] in SHOWN_NFS_OPTIONS]
         fstypes = ("nfs",) if mount.vers == "3" else ("nfs4",)
         out.add(f"mount:{mount.path}", findmnt_command(mount.path),
                 judged(parse_findmnt, mount_verdict(fstypes, want, mount.path)), "kernel")
         out.add(f"io:{mount.path}", io_command(mount.path, node.name), judged(parse_io, io_verdict(mount.path)),
                 "kernel")
-    for union in storage.unions_for(m, node):
+    for union in mergerfs.unions_for(m, node):
         out.add(f"mount:{union.path}", findmnt_command(union.path),
                 judged(parse_findmnt, mount_verdict(("fuse.mergerfs",), [], union.path)), "kernel")
         out.add(f"io:{union.path}", io_command(union.path, node.name), judged(parse_io, io_verdict(union.path)),
