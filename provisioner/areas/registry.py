@@ -29,7 +29,7 @@ import importlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol
 
 from provisioner.areas.baremetal import checks as baremetal_checks
 from provisioner.areas.baremetal import decide as baremetal_decide
@@ -78,19 +78,25 @@ class InstallOutcome(Protocol):
     def seconds(self) -> float: ...
 
 
-class InstallSteps(Protocol):
-    """The side of an install that reaches machines: a module the registry loads by name."""
+# Extra variables of the install server's playbook for installing nodes: (m, nodes, the state
+# directory's image cache) -> variables.
+ServerVars = Callable[[Manifest, Sequence[str], Path], dict[str, object]]
 
-    def server_vars(self, m: Manifest, nodes: Sequence[str], images: Path) -> dict[str, object]:
-        """Extra variables of the install server's playbook for installing ``nodes`` (``images``:
-        the state directory's image cache)."""
-        ...
 
-    def install(self, m: Manifest, nodes: Sequence[str], *, known_hosts: Path, total: float | None,
-                wait: Callable[[float], bool]) -> Sequence[InstallOutcome]:
-        """Install ``nodes``: ``total`` bounds one node (None: the area's default); ``wait(s)``
-        sleeps and says whether the run is being stopped."""
-        ...
+class InstallRun(Protocol):
+    """Install ``nodes``: ``total`` bounds one node (None: the area's default); ``wait(s)``
+    sleeps and says whether the run is being stopped."""
+
+    def __call__(self, m: Manifest, nodes: Sequence[str], *, known_hosts: Path, total: float | None,
+                 wait: Callable[[float], bool]) -> Sequence[InstallOutcome]: ...
+
+
+@dataclass(frozen=True)
+class InstallSteps:
+    """The side of an install that reaches machines (from the module ``Install.runner``)."""
+
+    server_vars: ServerVars
+    install: InstallRun
 
 
 @dataclass(frozen=True)
@@ -107,7 +113,8 @@ class Install:
     runner: str
 
     def steps(self) -> InstallSteps:
-        return cast(InstallSteps, importlib.import_module(self.runner))
+        module = importlib.import_module(self.runner)
+        return InstallSteps(module.server_vars, module.install)
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,11 @@ class Area:
     image_packages: Callable[[Manifest], tuple[str, ...]] | None = None
     install: Install | None = None
 
+
+if TYPE_CHECKING:  # what BAREMETAL_INSTALL loads by name, type-checked here (no import at run time)
+    from provisioner.areas.baremetal import install as baremetal_install
+
+    _BAREMETAL_STEPS = InstallSteps(baremetal_install.server_vars, baremetal_install.install)
 
 BAREMETAL_INSTALL = Install(
     targets=baremetal_decide.install_targets, summary=baremetal_deploy.install_summary,

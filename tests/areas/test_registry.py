@@ -33,7 +33,8 @@ def test_a_group_made_by_two_areas_is_refused(kit: Any, monkeypatch: pytest.Monk
 def test_the_installing_area_loads_its_runner_only_when_asked() -> None:
     installer = registry.install()
     assert installer is not None and installer.playbook == "pxe.yml"
-    assert installer.steps() is baremetal_install
+    steps = installer.steps()
+    assert steps.install is baremetal_install.install and steps.server_vars is baremetal_install.server_vars
 
 
 def test_secret_values_come_from_the_areas(tmp_path: Path) -> None:
