@@ -17,7 +17,6 @@ Safe under an operator's mistakes:
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import datetime as dt
 import fcntl
@@ -36,15 +35,10 @@ from rich.console import Console
 from provisioner import inventory
 from provisioner import preflight as install_preflight
 from provisioner.areas import registry
-from provisioner.areas.baremetal import install as baremetal
-from provisioner.areas.baremetal.deploy import image_file
-from provisioner.areas.monitoring import decide as monitoring
-from provisioner.areas.slurm import decide as slurm
 from provisioner.bmc import BmcError, bmc_answers, resolve_password
 from provisioner.content import project_root
 from provisioner.display import LiveProgress, install_table, print_diffs, print_plan, recap_table
 from provisioner.errors import ProvisionError
-from provisioner.image.build import deploy_extra_vars
 from provisioner.interrupts import Interrupted, Signals
 from provisioner.manifest.load import Loaded
 from provisioner.manifest.model import Manifest
@@ -124,20 +118,16 @@ def targets_inventory(targets: list[str]) -> str:
 
 
 def declared_secret_envs(loaded: Loaded) -> set[str]:
+    """Environment variables holding secrets: BMC passwords and every area's (alert receivers')."""
     bmc = {n.bmc.password_env for n in loaded.manifest.nodes if n.bmc and n.bmc.password_env}
-    return bmc | monitoring.secret_env_names(loaded.manifest)
+    return bmc | registry.secret_envs(loaded.manifest)
 
 
 def known_secret_values(loaded: Loaded, state: StateDir) -> list[str]:
-    """Secret values we must never find in artifacts: BMC passwords and alert receivers'
-    secrets from env, the munge key, the monitoring secrets in the state directory."""
+    """Secret values we must never find in artifacts: those of the secret variables, and
+    what the areas prepared in the state directory (the munge key, the receivers' secrets)."""
     values = [os.environ[name] for name in declared_secret_envs(loaded) if os.environ.get(name)]
-    values.extend(monitoring.secret_values(state))
-    key = state.secrets / slurm.MUNGE_KEY_NAME
-    if key.exists():
-        raw = key.read_bytes()
-        values.append(raw.hex())
-        values.append(base64.b64encode(raw).decode())
+    values.extend(registry.secret_values(state))
     return values
 
 
@@ -564,8 +554,10 @@ def install_phase(
     in it). A node's lifecycle becomes ``installed`` only once it was reached over SSH with
     the host key its installer reported. Returns the nodes whose install failed. The PXE
     server's play logs to ``runs/<run_id>-pxe/``: the id of the run the state records."""
-    if not wipe:
+    installer = registry.install()
+    if not wipe or installer is None:
         return []
+    steps = installer.steps()
     m = loaded.manifest
     console.print(f"installing over PXE: {', '.join(wipe)}", highlight=False, markup=False)
     run_id = f"{run_id or new_run_id()}-pxe"
@@ -575,11 +567,9 @@ def install_phase(
     with LiveProgress(console, "PXE server", enabled=opts.verbosity == 0) as live, signals.deferred():
         tracker = Tracker([head], on_change=live.update)
         result = run_playbook(
-            state=state, run_id=run_id, playbook=project_root() / "playbooks" / "pxe.yml",
+            state=state, run_id=run_id, playbook=project_root() / "playbooks" / installer.playbook,
             inventory=state.inventory, hosts=[head],
-            extravars={TARGETS_GROUP: TARGETS_GROUP, **baremetal.arm_extra_vars(wipe),
-                       **deploy_extra_vars(state.root / "images",
-                                           {m.node(n).os: image_file(m, m.node(n).os) for n in wipe})},
+            extravars={TARGETS_GROUP: TARGETS_GROUP, **steps.server_vars(m, wipe, state.root / "images")},
             limit=[head], tracker=tracker, secret_names=declared_secret_envs(loaded),
             stall_timeout=opts.stall_timeout, strategy=opts.strategy, stop=lambda: signals.received,
             verbosity=opts.verbosity,
@@ -590,14 +580,8 @@ def install_phase(
         console.print(recap_table(result, "PXE server"))
         raise ProvisionError(f"the PXE server on {head} could not be prepared; no node was installed "
                              f"(log: {result.log})")
-    timeouts = baremetal.Timeouts() if opts.install_timeout is None else baremetal.Timeouts(total=opts.install_timeout)
-
-    def sleep(seconds: float) -> None:
-        if signals.wait(seconds):
-            raise baremetal.Stopped()
-
     with signals.deferred():
-        results = baremetal.install_nodes(m, wipe, known_hosts=state.known_hosts, timeouts=timeouts, sleep=sleep)
+        results = steps.install(m, wipe, known_hosts=state.known_hosts, total=opts.install_timeout, wait=signals.wait)
     failed = []
     for r in results:
         ns = st.node(r.node)

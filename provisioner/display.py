@@ -18,7 +18,7 @@ from rich.table import Table
 from provisioner.manifest.ranges import contract
 
 if TYPE_CHECKING:  # types only: the plan command must not import paramiko, the BMC drivers, ...
-    from provisioner.areas.baremetal.install import InstallResult
+    from provisioner.areas.registry import InstallOutcome
     from provisioner.bmc import BmcRow
     from provisioner.plan import Plan
     from provisioner.runner import RunResult, Tracker
@@ -134,7 +134,7 @@ class LiveProgress:
             self._seen_errors[p.host] = len(p.errors)
 
 
-def install_table(results: Sequence[InstallResult]) -> Table:
+def install_table(results: Sequence[InstallOutcome]) -> Table:
     table = Table(title="bare-metal installs", title_justify="left")
     for col in ("node", "result", "stage", "seconds", "reason"):
         table.add_column(col)

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from provisioner.verify.catalog import Output
+from provisioner.verify.check import Output
 from provisioner.verify.run import Execute
 
 COMMAND_TIMEOUT = 15  # seconds per scontrol/squeue call

@@ -16,8 +16,6 @@ import yaml
 
 from provisioner import overrides
 from provisioner.areas import registry
-from provisioner.areas.baremetal.decide import plan_installs, wiped_disks
-from provisioner.areas.baremetal.deploy import destructive_summary, method
 from provisioner.inventory import groups
 from provisioner.manifest.model import Manifest, Node
 from provisioner.state import State
@@ -188,7 +186,8 @@ def compute(
     names = m.node_names()
     # a node added again after its removal starts afresh
     states = {name: "new" if ns.lifecycle == "removed" else ns.lifecycle for name, ns in state.nodes.items()}
-    installs, _left = plan_installs(m, states, reinstall or [])
+    installer = registry.install()
+    installs = installer.targets(m, states, reinstall or []) if installer is not None else []
     installs = [n for n in installs if limit is None or n in limit]
     node_plans: list[NodePlan] = []
     targets: list[str] = []
@@ -212,12 +211,8 @@ def compute(
         plan.heavy = needs_heavy
         if needs_heavy:
             targets.append(node.name)
-        if node.name in installs:
-            again = "reinstall" if node.name in (reinstall or []) else "install"
-            if method(m, node) == "image":
-                plan.install = f"PXE {again}: {destructive_summary(m, node)}"
-            else:
-                plan.install = f"PXE {again}: wipes {wiped_disks(node)} (the {node.os} installer)"
+        if installer is not None and node.name in installs:
+            plan.install = installer.summary(m, node, node.name in (reinstall or []))
         node_plans.append(plan)
     for name in sorted(set(state.nodes) - set(names)):
         node_plans.append(NodePlan(name, "removed", [], state.nodes[name].lifecycle))

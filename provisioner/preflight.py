@@ -12,16 +12,36 @@ from pathlib import Path
 from rich.console import Console
 
 from provisioner import packages
-from provisioner.areas.baremetal import preflight
-from provisioner.areas.baremetal.deploy import image_file, method
+from provisioner.areas import registry
 from provisioner.errors import ProvisionError
 from provisioner.image.build import ImageError, initramfs_names, read_sidecar
 from provisioner.image.recipe import RAMDISK
 from provisioner.manifest.model import Manifest, Node
 
-Check = preflight.Check
-failed = preflight.failed
-refusal = preflight.refusal
+Check = registry.PreflightCheck
+
+
+def _decisions() -> registry.Preflight | None:
+    """The installing area's preflight (None: no area installs nodes, or it has none)."""
+    install = registry.install()
+    return install.preflight if install is not None else None
+
+
+def failed(found: Sequence[Check]) -> list[Check]:
+    decisions = _decisions()
+    return decisions.failed(found) if decisions is not None else []
+
+
+def refusal(found: Sequence[Check]) -> str:
+    decisions = _decisions()
+    return decisions.refusal(found) if decisions is not None else ""
+
+
+def _installs() -> registry.Preflight:
+    decisions = _decisions()
+    if decisions is None:
+        raise ProvisionError("preflight: no area installs nodes")
+    return decisions
 
 
 def image_inputs(m: Manifest, cache: Path, os_names: Sequence[str]) -> dict[str, tuple[str, str | None, str | None]]:
@@ -29,7 +49,7 @@ def image_inputs(m: Manifest, cache: Path, os_names: Sequence[str]) -> dict[str,
     does not cover it for this manifest now (None: it does)."""
     out: dict[str, tuple[str, str | None, str | None]] = {}
     for os_name in os_names:
-        file = image_file(m, os_name)
+        file = _installs().image_file(m, os_name)
         path = cache / file
         digest = read_sidecar(path) if path.exists() else None
         problem = None
@@ -45,7 +65,7 @@ def ramdisk_modules(cache: Path) -> set[str] | None:
     if not initrd.is_file():
         return None
     try:
-        return preflight.module_names(initramfs_names(initrd))
+        return _installs().module_names(initramfs_names(initrd))
     except (OSError, EOFError, ImageError) as exc:
         raise ProvisionError(f"preflight: cannot read the deploy ramdisk {initrd}: {exc}") from None
 
@@ -55,16 +75,17 @@ def run(m: Manifest, cache: Path, nodes: Sequence[str],
         ) -> list[Check]:
     """Every preflight check of ``nodes`` (the installs of this run); ``bmc`` asks their BMCs
     (``provisioner.bmc.bmc_answers``; None: not asked, as in ``plan``)."""
-    if not nodes:
+    decisions = _decisions()
+    if not nodes or decisions is None:
         return []
     chosen = [m.node(n) for n in nodes]
-    deploys = [n for n in chosen if method(m, n) == "image"]
-    inputs = preflight.Inputs(
+    deploys = [n for n in chosen if decisions.method(m, n) == "image"]
+    inputs = registry.PreflightInputs(
         images=image_inputs(m, cache, sorted({n.os for n in deploys})),
         ramdisk_modules=ramdisk_modules(cache) if deploys else None,
         bmc=bmc(chosen) if bmc is not None else None,
     )
-    return preflight.checks(m, nodes, inputs)
+    return decisions.checks(m, nodes, inputs)
 
 
 def print_checks(console: Console, checks: Sequence[Check], prefix: str = "preflight: ") -> None:

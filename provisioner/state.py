@@ -290,7 +290,7 @@ class StateDir:
         kept = [self.backup(n) for n in range(1, BACKUPS + 1) if self.backup(n).is_file()]
         if not kept:
             return ("no earlier state is kept beside it; move it aside to start afresh (every node is then "
-                    "new; see README, 'State, logs and backups')")
+                    "new; see docs/operations.md, 'State, logs and backups')")
         return (f"the state before the last change is kept in {kept[0]}: check it, then copy it over "
                 f"{self.state_file}" + (f" (older: {', '.join(p.name for p in kept[1:])})" if kept[1:] else ""))
 

@@ -1,11 +1,14 @@
 """The layers of provisioner/ point one way (docs/design.md, "Layers"):
 
-    errors <- manifest <- areas <- validate, inventory, plan, apply <- commands <- cli
+    errors <- manifest <- (state, bmc, image, yamltext, verify.check/parsers) <- areas
+           <- the engine (validate, inventory, plan, apply, verify, display, ...) <- commands <- cli
 
 Checked on the source with ``ast``: no import cycle among our modules, the manifest layer
-imports nothing above it, areas import nothing above them, and every import statement sits
-at module level (an import inside a function is how cycles hide). The CLI loads command
-modules by name (importlib.import_module), which is no import statement.
+imports nothing above it, areas import only areas and what lies below them, the engine
+reaches the areas only through their registry (it imports no area by name), and every
+import statement sits at module level (an import inside a function is how cycles hide).
+The CLI loads command modules by name (importlib.import_module), which is no import
+statement; so does the registry for the one area step that loads SSH and BMC libraries.
 """
 
 from __future__ import annotations
@@ -19,11 +22,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "provisioner"
 
-# Modules the areas must not import: everything that composes them.
-ABOVE_AREAS = ("provisioner.plan", "provisioner.inventory", "provisioner.apply", "provisioner.cli",
-               "provisioner.commands", "provisioner.validate", "provisioner.display")
 # The one module below the manifest layer.
 BASE = ("provisioner.errors",)
+# What the areas build on besides the manifest layer: the state directory, the BMC drivers,
+# node images, YAML text, and verify's generic pieces (a check, the output parsers).
+BELOW_AREAS = ("provisioner.errors", "provisioner.state", "provisioner.bmc", "provisioner.image",
+               "provisioner.yamltext", "provisioner.verify.check", "provisioner.verify.parsers")
+AREAS = "provisioner.areas"
+REGISTRY = "provisioner.areas.registry"
 
 
 def module_name(path: Path) -> str:
@@ -43,6 +49,16 @@ MODULES = sources()
 
 def is_ours(name: str) -> bool:
     return name == "provisioner" or name.startswith("provisioner.")
+
+
+def within(name: str, *packages: str) -> bool:
+    """``name`` is one of ``packages`` or a module inside one."""
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+def in_engine(module: str) -> bool:
+    """Above the areas: everything but the manifest layer, the areas and what they build on."""
+    return not within(module, "provisioner.manifest", AREAS, *BELOW_AREAS) and module != "provisioner"
 
 
 def resolve(name: str) -> str:
@@ -135,14 +151,45 @@ def test_the_manifest_layer_imports_nothing_above_it() -> None:
     assert bad == []
 
 
-def test_areas_import_nothing_that_composes_them() -> None:
-    bad = [
-        f"{MODULES[m].relative_to(ROOT)}:{stmt.lineno}: imports {target}"
-        for m in MODULES if m.startswith("provisioner.areas.")
-        for stmt, target in imports(m, parse(m))
-        if any(target == above or target.startswith(above + ".") for above in ABOVE_AREAS)
-    ]
+def area_import_problems(module: str, targets: list[tuple[int, str]]) -> list[str]:
+    """An area module may import areas, the manifest layer and what lies below the areas."""
+    return [f"{module}:{line}: imports {target}" for line, target in targets
+            if not within(target, AREAS, "provisioner.manifest", *BELOW_AREAS)]
+
+
+def engine_import_problems(module: str, targets: list[tuple[int, str]]) -> list[str]:
+    """An engine module reaches the areas only through the registry."""
+    return [f"{module}:{line}: imports {target}" for line, target in targets
+            if within(target, AREAS) and target != REGISTRY]
+
+
+def targets_of(module: str) -> list[tuple[int, str]]:
+    return [(stmt.lineno, target) for stmt, target in imports(module, parse(module))]
+
+
+def test_areas_import_nothing_above_them() -> None:
+    bad = [p for m in MODULES if within(m, AREAS) for p in area_import_problems(m, targets_of(m))]
     assert bad == []
+
+
+def test_the_engine_imports_no_area_by_name() -> None:
+    engine = [m for m in MODULES if in_engine(m)]
+    assert {"provisioner.apply", "provisioner.inventory", "provisioner.plan", "provisioner.verify.catalog",
+            "provisioner.commands.image", "provisioner.display", "provisioner.cli"} <= set(engine)
+    assert not any(in_engine(m) for m in ("provisioner.areas.gpu.verify", "provisioner.verify.check",
+                                          "provisioner.manifest.model", "provisioner.bmc.ops"))
+    bad = [p for m in engine for p in engine_import_problems(m, targets_of(m))]
+    assert bad == []
+
+
+def test_the_import_rules_catch_what_they_forbid() -> None:
+    assert engine_import_problems("provisioner.plan", [(3, "provisioner.areas.baremetal.decide")]) == [
+        "provisioner.plan:3: imports provisioner.areas.baremetal.decide"]
+    assert engine_import_problems("provisioner.plan", [(3, REGISTRY), (4, "provisioner.state")]) == []
+    assert area_import_problems("provisioner.areas.gpu.verify", [(5, "provisioner.verify.catalog")]) == [
+        "provisioner.areas.gpu.verify:5: imports provisioner.verify.catalog"]
+    assert area_import_problems("provisioner.areas.gpu.verify", [(5, "provisioner.verify.check"),
+                                                                 (6, "provisioner.areas.storage.decide")]) == []
 
 
 def function_level_imports(tree: ast.Module) -> list[ast.stmt | ast.expr]:

@@ -16,7 +16,7 @@ from provisioner.status import (
     slurm_text,
     uptime_text,
 )
-from provisioner.verify.catalog import Output
+from provisioner.verify.check import Output
 
 
 def test_parse_node_probe() -> None:

@@ -1,8 +1,11 @@
-"""The areas of the cluster, one package each: ``common``, ``gpu``, ``storage``, ``slurm``,
-``baremetal``. An area owns its decisions (``decide.py``: pure functions of the manifest),
-its role variables (``rolevars.py``) and its whole-manifest checks (``checks.py``).
+"""The areas of the cluster, one package each: ``common``, ``storage``, ``gpu``, ``slurm``,
+``baremetal``, ``monitoring``. An area owns its decisions (``decide.py``: pure functions of
+the manifest; storage's are split by concern), its role variables and inventory groups
+(``rolevars.py``), its whole-manifest checks (``checks.py``) and its checks of a running
+node (``verify.py``).
 
-Areas import the manifest layer (and ``provisioner.errors``, ``provisioner.state``,
-``provisioner.bmc``), never plan, inventory, apply, validate, the commands or the CLI.
-``provisioner.areas.registry`` lists them for the layers above (docs/design.md).
+``provisioner.areas.registry`` lists them, one entry per area, for the engine above, which
+imports no area by name. Areas import only areas, the manifest layer and what lies below
+them (``provisioner.errors``, ``state``, ``bmc``, ``image``, ``yamltext``,
+``verify.check``, ``verify.parsers``); docs/design.md, "Layers".
 """

@@ -1,41 +1,139 @@
-"""The registry of areas: what inventory, plan, apply and validate ask of every area.
+"""The registry of areas: everything the engine (validate, inventory, plan, apply, verify,
+image) asks of an area, in one entry per area. The engine iterates :data:`AREAS` and imports
+no area by name (tests/test_layers.py).
 
-Each area's ``rolevars`` module exposes ``cluster_vars(m)`` (written to
-group_vars/all/<area>.yml) and ``node_vars(m, node)`` (merged into host_vars/<node>.yml).
-``light_keys`` names the cluster-wide variables that only light cluster-wide plays consume
-(/etc/hosts, slurm.conf, exports): a change there re-renders files everywhere but does not
-re-run heavy plays. ``checks`` are the area's whole-manifest checks (``checks.py``), run by
-``provisioner.validate`` on a structurally clean manifest; ``prepare`` makes control-machine
-material before an apply (e.g. the munge key).
+An entry names, each optional but the role variables:
+
+* ``cluster_vars(m)`` / ``node_vars(m, node)``: the area's role variables, written to
+  group_vars/all/<area>.yml and merged into host_vars/<node>.yml (``rolevars.py``);
+  ``light_keys``: the cluster-wide ones that only light cluster-wide plays consume
+  (/etc/hosts, slurm.conf, exports): a change there re-renders files everywhere but does
+  not re-run heavy plays;
+* ``groups(m)``: the area's inventory groups and their members (``rolevars.py``);
+* ``checks``: whole-manifest checks (``checks.py``), run by ``provisioner.validate`` on a
+  structurally clean manifest;
+* ``verify(m)``: the area's checks of a running node (``verify.py``), gathered by
+  ``provisioner.verify.catalog``;
+* ``prepare``: makes control-machine material before an apply (e.g. the munge key);
+  ``secret_envs(m)`` / ``secret_values(state)``: the secrets a run must keep out of what it
+  records, and scan its artifacts for;
+* ``image_packages(m)``: OS packages every node gets from the area's roles, which a node
+  image built for the manifest carries (``provision image build``);
+* ``install``: the area installs nodes' operating systems before they are configured
+  (:class:`Install`; bare metal).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from provisioner.areas.baremetal import checks as baremetal_checks
+from provisioner.areas.baremetal import decide as baremetal_decide
+from provisioner.areas.baremetal import deploy as baremetal_deploy
+from provisioner.areas.baremetal import preflight as baremetal_preflight
 from provisioner.areas.baremetal import rolevars as baremetal
 from provisioner.areas.common import checks as common_checks
 from provisioner.areas.common import decide as common_decide
 from provisioner.areas.common import rolevars as common
+from provisioner.areas.common import verify as common_verify
 from provisioner.areas.gpu import checks as gpu_checks
 from provisioner.areas.gpu import rolevars as gpu
+from provisioner.areas.gpu import verify as gpu_verify
 from provisioner.areas.monitoring import checks as monitoring_checks
 from provisioner.areas.monitoring import decide as monitoring_decide
 from provisioner.areas.monitoring import rolevars as monitoring
 from provisioner.areas.slurm import checks as slurm_checks
 from provisioner.areas.slurm import decide as slurm_decide
 from provisioner.areas.slurm import rolevars as slurm
+from provisioner.areas.slurm import verify as slurm_verify
 from provisioner.areas.storage import checks as storage_checks
 from provisioner.areas.storage import rolevars as storage
+from provisioner.areas.storage import verify as storage_verify
 from provisioner.manifest.checks import Check
 from provisioner.manifest.load import Loaded
 from provisioner.manifest.model import Manifest, Node
 from provisioner.state import StateDir
+from provisioner.verify.check import NodeChecks
 
 PrepareHook = Callable[[Loaded, StateDir], None]
+
+
+class InstallOutcome(Protocol):
+    """One node's install, as the engine records and shows it."""
+
+    @property
+    def node(self) -> str: ...
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def stage(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def warnings(self) -> tuple[str, ...]: ...
+    @property
+    def seconds(self) -> float: ...
+
+
+# Extra variables of the install server's playbook for installing nodes: (m, nodes, the state
+# directory's image cache) -> variables.
+ServerVars = Callable[[Manifest, Sequence[str], Path], dict[str, object]]
+
+
+class InstallRun(Protocol):
+    """Install ``nodes``: ``total`` bounds one node (None: the area's default); ``wait(s)``
+    sleeps and says whether the run is being stopped."""
+
+    def __call__(self, m: Manifest, nodes: Sequence[str], *, known_hosts: Path, total: float | None,
+                 wait: Callable[[float], bool]) -> Sequence[InstallOutcome]: ...
+
+
+@dataclass(frozen=True)
+class InstallSteps:
+    """The side of an install that reaches machines (from the module ``Install.runner``)."""
+
+    server_vars: ServerVars
+    install: InstallRun
+
+
+PreflightCheck = baremetal_preflight.Check
+PreflightInputs = baremetal_preflight.Inputs
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """The installs' preflight decisions (pure); the engine's ``provisioner/preflight.py``
+    finds their inputs (the image cache and the images' proofs, the deploy ramdisk, the BMCs)."""
+
+    image_file: Callable[[Manifest, str], str]  # the file an OS's image is published as
+    method: Callable[[Manifest, Node], str]  # "image" (deployed) or "installer"
+    module_names: Callable[[Iterable[str]], set[str]]  # a ramdisk's file names -> its kernel modules
+    checks: Callable[[Manifest, Sequence[str], PreflightInputs], list[PreflightCheck]]
+    failed: Callable[[Sequence[PreflightCheck]], list[PreflightCheck]]
+    refusal: Callable[[Sequence[PreflightCheck]], str]  # the error apply stops with
+
+
+@dataclass(frozen=True)
+class Install:
+    """How an area installs nodes' operating systems before they are configured. What plan
+    and image build ask is pure; the installs themselves are ``runner``, a module
+    (:class:`InstallSteps`) loaded by name only when an apply installs, since it brings
+    paramiko, the BMC drivers and the image cache that validate and plan must not load."""
+
+    targets: Callable[[Manifest, Mapping[str, str], Iterable[str]], list[str]]  # (m, lifecycles, reinstall)
+    summary: Callable[[Manifest, Node, bool], str]  # the plan's words for one install (again: a reinstall)
+    needs_ramdisk: Callable[[Manifest], bool]  # provision image build makes the deploy ramdisk too
+    playbook: str  # prepares the install server (on the head node) before the installs
+    runner: str
+    preflight: Preflight | None = None  # checked before anything is armed or powered
+
+    def steps(self) -> InstallSteps:
+        module = importlib.import_module(self.runner)
+        return InstallSteps(module.server_vars, module.install)
 
 
 @dataclass(frozen=True)
@@ -44,25 +142,46 @@ class Area:
     cluster_vars: Callable[[Manifest], dict[str, Any]]
     node_vars: Callable[[Manifest, Node], dict[str, Any]]
     light_keys: frozenset[str] = frozenset()
+    groups: Callable[[Manifest], dict[str, set[str]]] | None = None
     checks: tuple[Check, ...] = ()
+    verify: Callable[[Manifest], NodeChecks] | None = None
     prepare: PrepareHook | None = None
-    # packages of the OS archive that every node of the manifest gets from this area's roles,
-    # which a node image built for it carries (provision image build)
+    secret_envs: Callable[[Manifest], set[str]] | None = None
+    secret_values: Callable[[StateDir], list[str]] | None = None
     image_packages: Callable[[Manifest], tuple[str, ...]] | None = None
+    install: Install | None = None
 
 
-# This order names the plan's sections (per node: which areas changed).
+if TYPE_CHECKING:  # what BAREMETAL_INSTALL loads by name, type-checked here (no import at run time)
+    from provisioner.areas.baremetal import install as baremetal_install
+
+    _BAREMETAL_STEPS = InstallSteps(baremetal_install.server_vars, baremetal_install.install)
+
+BAREMETAL_INSTALL = Install(
+    targets=baremetal_decide.install_targets, summary=baremetal_deploy.install_summary,
+    needs_ramdisk=baremetal_deploy.needs_ramdisk, playbook="pxe.yml", runner="provisioner.areas.baremetal.install",
+    preflight=Preflight(image_file=baremetal_deploy.image_file, method=baremetal_deploy.method,
+                        module_names=baremetal_preflight.module_names, checks=baremetal_preflight.checks,
+                        failed=baremetal_preflight.failed, refusal=baremetal_preflight.refusal),
+)
+
+# This order names the plan's sections (per node: which areas changed) and orders each
+# node's verify checks.
 AREAS: tuple[Area, ...] = (
     Area("common", common.cluster_vars, common.node_vars, frozenset({"common_hosts"}),
-         checks=common_checks.CHECKS, image_packages=common_decide.image_packages),
-    Area("storage", storage.cluster_vars, storage.node_vars, checks=storage_checks.CHECKS),
-    Area("gpu", gpu.cluster_vars, gpu.node_vars, checks=gpu_checks.CHECKS),
-    Area("slurm", slurm.cluster_vars, slurm.node_vars, slurm.LIGHT_KEYS, checks=slurm_checks.CHECKS,
-         prepare=slurm_decide.prepare_munge_key),
+         checks=common_checks.CHECKS, verify=common_verify.checks, image_packages=common_decide.image_packages),
+    Area("storage", storage.cluster_vars, storage.node_vars, groups=storage.groups, checks=storage_checks.CHECKS,
+         verify=storage_verify.checks),
+    Area("gpu", gpu.cluster_vars, gpu.node_vars, groups=gpu.groups, checks=gpu_checks.CHECKS,
+         verify=gpu_verify.checks),
+    Area("slurm", slurm.cluster_vars, slurm.node_vars, slurm.LIGHT_KEYS, groups=slurm.groups,
+         checks=slurm_checks.CHECKS, verify=slurm_verify.checks, prepare=slurm_decide.prepare_munge_key,
+         secret_values=slurm_decide.secret_values),
     Area("baremetal", baremetal.cluster_vars, baremetal.node_vars, baremetal.LIGHT_KEYS,
-         checks=baremetal_checks.CHECKS),
-    Area("monitoring", monitoring.cluster_vars, monitoring.node_vars, monitoring.LIGHT_KEYS,
+         checks=baremetal_checks.CHECKS, install=BAREMETAL_INSTALL),
+    Area("monitoring", monitoring.cluster_vars, monitoring.node_vars, monitoring.LIGHT_KEYS, groups=monitoring.groups,
          checks=monitoring_checks.CHECKS, prepare=monitoring_decide.prepare_secrets,
+         secret_envs=monitoring_decide.secret_env_names, secret_values=monitoring_decide.secret_values,
          image_packages=monitoring_decide.image_packages),
 )
 
@@ -103,3 +222,37 @@ def image_packages(m: Manifest) -> tuple[str, ...]:
 def prepare_hooks() -> list[PrepareHook]:
     """The areas' steps before an apply, in AREAS order."""
     return [area.prepare for area in AREAS if area.prepare is not None]
+
+
+def groups(m: Manifest) -> dict[str, set[str]]:
+    """Every area's inventory groups -> member names, in AREAS order."""
+    merged: dict[str, set[str]] = {}
+    for area in AREAS:
+        for name, members in (area.groups(m) if area.groups is not None else {}).items():
+            if name in merged:
+                raise ValueError(f"inventory group {name!r} is made by two areas")
+            merged[name] = members
+    return merged
+
+
+def verify_checks(m: Manifest) -> list[NodeChecks]:
+    """Every area's node checks for ``m``, in AREAS order."""
+    return [area.verify(m) for area in AREAS if area.verify is not None]
+
+
+def secret_envs(m: Manifest) -> set[str]:
+    """Environment variables holding the areas' secrets (kept out of what a run records)."""
+    return {name for area in AREAS if area.secret_envs is not None for name in area.secret_envs(m)}
+
+
+def secret_values(state: StateDir) -> list[str]:
+    """The areas' secrets prepared in the state directory, for the artifact scan."""
+    return [value for area in AREAS if area.secret_values is not None for value in area.secret_values(state)]
+
+
+def install() -> Install | None:
+    """The area that installs nodes' operating systems, if any."""
+    found = [area.install for area in AREAS if area.install is not None]
+    if len(found) > 1:
+        raise ValueError("more than one area installs nodes")
+    return found[0] if found else None

@@ -28,7 +28,6 @@ from rich.console import Console
 
 from provisioner import packages
 from provisioner.areas import registry
-from provisioner.areas.baremetal.deploy import method
 from provisioner.commands.common import guarded, load
 from provisioner.errors import ProvisionError
 from provisioner.image import agent, proof
@@ -109,8 +108,9 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def needs_ramdisk(m: Manifest) -> bool:
-    """Any node installed over PXE with the image method (the ramdisk deploys it)."""
-    return any(n.install == "pxe" and method(m, n) == "image" for n in m.nodes)
+    """Any node installed with an image (the deploy ramdisk writes it): the installing area says."""
+    installer = registry.install()
+    return installer is not None and installer.needs_ramdisk(m)
 
 
 def mib(size: int) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from provisioner.interrupts import Signals
 from provisioner.runner import SshTarget, ssh_path_option
-from provisioner.verify.catalog import Output
+from provisioner.verify.check import Output
 from provisioner.verify.run import TIMED_OUT, Execute
 
 CONNECT_TIMEOUT = 10  # seconds for the SSH connection

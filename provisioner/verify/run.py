@@ -25,7 +25,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from provisioner.verify import parsers
-from provisioner.verify.catalog import Check, Command, Outcome, Output, Status, skip_reason
+from provisioner.verify.check import Check, Command, Outcome, Output, Status, skip_reason
 from provisioner.verify.parsers import NodeContext, ParseError
 
 Execute = Callable[[str, str, int], Output]  # (host, shell text, timeout seconds) -> Output

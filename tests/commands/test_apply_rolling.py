@@ -17,7 +17,7 @@ from provisioner.runner import SshTarget
 from provisioner.state import NodeState, State, StateDir
 from provisioner.validate import load_manifest
 from provisioner.verify import parsers
-from provisioner.verify.catalog import Output
+from provisioner.verify.check import Output
 from provisioner.verify.run import Execute
 
 Capsys = pytest.CaptureFixture[str]

@@ -11,7 +11,7 @@ import pytest
 from provisioner.cli import main
 from provisioner.commands import drain as drain_cmd
 from provisioner.runner import SshTarget
-from provisioner.verify.catalog import Output
+from provisioner.verify.check import Output
 from provisioner.verify.run import Execute
 
 Capsys = pytest.CaptureFixture[str]

@@ -15,7 +15,7 @@ from provisioner.drain import Drained
 from provisioner.manifest.load import Loaded
 from provisioner.runner import SshTarget
 from provisioner.state import NodeState, State, StateDir
-from provisioner.verify.catalog import Output
+from provisioner.verify.check import Output
 from provisioner.verify.run import Execute
 
 Capsys = pytest.CaptureFixture[str]

@@ -13,7 +13,7 @@ from provisioner.commands import status as status_cmd
 from provisioner.runner import SshTarget
 from provisioner.state import NodeState, RunRecord, State, StateDir
 from provisioner.status import NODE_PROBE, PROBE_TIMEOUT, SLURM_PROBE
-from provisioner.verify.catalog import Output
+from provisioner.verify.check import Output
 from provisioner.verify.run import Execute
 
 Capsys = pytest.CaptureFixture[str]

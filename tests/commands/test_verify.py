@@ -13,7 +13,7 @@ from provisioner.cli import main
 from provisioner.commands import verify as verify_cmd
 from provisioner.runner import SshTarget
 from provisioner.verify import parsers
-from provisioner.verify.catalog import Output
+from provisioner.verify.check import Output
 from provisioner.verify.run import Execute
 
 Capsys = pytest.CaptureFixture[str]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gpukit import ROLES, Gpu, role_argv, run
 
-from provisioner.verify import catalog, parsers
+from provisioner.areas.gpu import verify as gpu_verify
 
 
 def nvcc_release(cuda_home: Path) -> str:
@@ -41,6 +41,6 @@ def test_smoke_program_adds_vectors_on_every_gpu(gpus: list[Gpu], cuda_home: Pat
 
 def test_verify_device_query_counts_every_gpu(gpus: list[Gpu], cuda_home: Path) -> None:
     env = {**os.environ, "PATH": f"{cuda_home / 'bin'}:{os.environ.get('PATH', '')}"}
-    proc = run(["bash", "-c", catalog.device_query_command()], 300, env=env)
+    proc = run(["bash", "-c", gpu_verify.device_query_command()], 300, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert parsers.parse_device_query(proc.stdout) == len(gpus)
+    assert gpu_verify.parse_device_query(proc.stdout) == len(gpus)

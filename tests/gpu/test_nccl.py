@@ -10,17 +10,18 @@ from pathlib import Path
 import pytest
 from gpukit import Gpu, header_version, linked, run
 
-from provisioner.verify import catalog, parsers
+from provisioner.areas.gpu import verify as gpu_verify
+from provisioner.verify import check, parsers
 
 
 def test_smoke_program_reports_the_nccl_it_was_built_against(
         gpus: list[Gpu], nccl_prefix: Path, nccl_smoke: Path) -> None:
     # verify's nccl.version check runs the first smoke program it finds: here, ours
-    command = catalog.run_first(catalog.NCCL_SMOKE_GLOB).replace(
-        catalog.NCCL_SMOKE_GLOB, str(nccl_smoke.parent / "nccl-version-*"))
+    command = check.run_first(gpu_verify.NCCL_SMOKE_GLOB).replace(
+        gpu_verify.NCCL_SMOKE_GLOB, str(nccl_smoke.parent / "nccl-version-*"))
     proc = run(["bash", "-c", command], 60, env=linked(nccl_prefix))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert parsers.parse_nccl_version(proc.stdout) == header_version(nccl_prefix / "include")
+    assert gpu_verify.parse_nccl_version(proc.stdout) == header_version(nccl_prefix / "include")
 
 
 def test_all_reduce_perf_runs_clean_on_every_gpu(gpus: list[Gpu], nccl_prefix: Path, all_reduce_perf: Path) -> None:

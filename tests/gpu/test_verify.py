@@ -14,10 +14,12 @@ import pytest
 import yaml
 from gpukit import Gpu, header_version, local_manifest
 
+from provisioner.areas.gpu import burn as gpu_burn
+from provisioner.areas.gpu import verify as gpu_verify
 from provisioner.areas.gpu.decide import CUDA_REPO_VERSIONS, NCCL_WHEEL_RANGE
 from provisioner.validate import load_text
-from provisioner.verify import catalog, parsers, run
-from provisioner.verify.catalog import Check, Output
+from provisioner.verify import catalog, run
+from provisioner.verify.check import Check, Output
 
 NODE = "gpu-suite"
 GPU_CHECKS = ("gpu.count", "gpu.model", "gpu.driver", "gpu.persistence", "gpu.ecc", "gpu.xid", "cuda")
@@ -65,15 +67,15 @@ def any_nccl(cuda_home: Path) -> str:
 def test_burn_in_passes_on_this_node(gpus: list[Gpu], cuda_home: Path) -> None:
     seconds = int(os.environ.get("GPU_SUITE_BURN_S", "20"))
     checks = planned(gpus, cuda_release(cuda_home), any_nccl(cuda_home), {"burn_in_s": seconds})
-    (burn,) = [c for c in checks if c.name == "gpu.burn"]
-    assert burn.command is not None
+    (check,) = [c for c in checks if c.name == "gpu.burn"]
+    assert check.command is not None
     env = {**os.environ, "PATH": f"{cuda_home / 'bin'}:{os.environ.get('PATH', '')}"}
-    out = local_executor(env)(NODE, burn.command.text, burn.command.timeout)
+    out = local_executor(env)(NODE, check.command.text, check.command.timeout)
     print(out.stdout, out.stderr, out.error)
-    outcome = burn.judge(out)
+    outcome = check.judge(out)
     print(f"gpu.burn {outcome.status} {outcome.detail}")
     assert outcome.status == "PASS", outcome
-    for row in parsers.parse_burn(out.stdout):  # what the judge read is real: it ran, watched, drew power
+    for row in gpu_burn.parse_burn(out.stdout):  # what the judge read is real: it ran, watched, drew power
         assert row.iterations > 0 and row.errors == 0 and row.cpu_mismatch == 0, row
         assert row.watched and row.max_temp_c > 0 and row.max_power_w > 0, row
 
@@ -105,9 +107,9 @@ def test_nccl_checks_pass_on_this_node(gpus: list[Gpu], cuda_home: Path, nccl_pr
                                        request: pytest.FixtureRequest) -> None:
     version = header_version(nccl_prefix / "include")
     checks = [c for c in planned(gpus, cuda_release(cuda_home), version) if c.name.startswith("nccl.")]
-    globs = {catalog.NCCL_SMOKE_GLOB: str(nccl_smoke.parent / "nccl-version-*")}
+    globs = {gpu_verify.NCCL_SMOKE_GLOB: str(nccl_smoke.parent / "nccl-version-*")}
     if len(gpus) >= 2:  # verify plans all_reduce_perf only where a node has several GPUs
-        globs[catalog.ALL_REDUCE_GLOB] = str(request.getfixturevalue("all_reduce_perf"))
+        globs[gpu_verify.ALL_REDUCE_GLOB] = str(request.getfixturevalue("all_reduce_perf"))
     for glob, here in globs.items():  # the nodes' install paths -> this suite's builds
         checks = [replace(c, command=replace(c.command, text=c.command.text.replace(glob, here)))
                   if c.command else c for c in checks]

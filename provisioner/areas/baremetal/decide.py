@@ -172,6 +172,11 @@ def plan_installs(
     return targets, left
 
 
+def install_targets(m: Manifest, states: Mapping[str, str], reinstall: Iterable[str] = ()) -> list[str]:
+    """The nodes to install over PXE (:func:`plan_installs`), for the plan."""
+    return plan_installs(m, states, reinstall)[0]
+
+
 def wiped_disks(node: Node) -> str:
     """What a PXE install of ``node`` erases, in words."""
     return ", ".join(node.install_disks) if node.install_disks else "its install disks"

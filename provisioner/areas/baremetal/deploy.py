@@ -30,6 +30,7 @@ from provisioner.areas.baremetal.decide import (
     net_settings,
     netplan,
     not_installable,
+    wiped_disks,
 )
 from provisioner.manifest.model import BUILT_IMAGE_EXT, Manifest, Node
 
@@ -184,6 +185,19 @@ def destructive_summary(m: Manifest, node: Node, images: Mapping[str, ImageRef] 
     if refusals:
         return f"image deploy REFUSED: {'; '.join(refusals)}"
     return f"wipes {layout}, writes the {node.os} image (GPT: ESP + root)"
+
+
+def install_summary(m: Manifest, node: Node, again: bool) -> str:
+    """The plan's words for installing ``node`` (``again``: a ``--reinstall``)."""
+    verb = "reinstall" if again else "install"
+    if method(m, node) == "image":
+        return f"PXE {verb}: {destructive_summary(m, node)}"
+    return f"PXE {verb}: wipes {wiped_disks(node)} (the {node.os} installer)"
+
+
+def needs_ramdisk(m: Manifest) -> bool:
+    """Any node installed over PXE with the image method (the ramdisk deploys it)."""
+    return any(n.install == "pxe" and method(m, n) == "image" for n in m.nodes)
 
 
 def named_images(m: Manifest) -> dict[str, ImageRef]:

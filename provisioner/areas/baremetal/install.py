@@ -43,7 +43,9 @@ from provisioner.areas.baremetal.decide import (
     not_installable,
     plan_installs,
 )
+from provisioner.areas.baremetal.deploy import image_file
 from provisioner.bmc import Bmc, BmcError, make_bmc, wait_for_power
+from provisioner.image.build import deploy_extra_vars
 from provisioner.manifest.model import Manifest, Node
 from provisioner.state import atomic_write
 
@@ -383,6 +385,22 @@ def install_nodes(
         return list(pool.map(one, nodes))
 
 
-def arm_extra_vars(nodes: Sequence[str]) -> dict[str, list[str]]:
-    """Extra variables for ``playbooks/pxe.yml`` that arm ``nodes`` for installation."""
-    return {"pxe_server_arm_nodes": list(nodes)}
+def server_vars(m: Manifest, nodes: Sequence[str], images: Path) -> dict[str, object]:
+    """Extra variables for ``playbooks/pxe.yml``: arm ``nodes`` for installation and publish
+    the images of their OSes from the image cache ``images``."""
+    files: dict[str, str] = {m.node(n).os: image_file(m, m.node(n).os) for n in nodes}
+    return {"pxe_server_arm_nodes": list(nodes), **deploy_extra_vars(images, files)}
+
+
+def install(m: Manifest, nodes: Sequence[str], *, known_hosts: Path, total: float | None,
+            wait: Callable[[float], bool]) -> list[InstallResult]:
+    """The area's install step (``provisioner.areas.registry``, ``Install.runner``): install
+    ``nodes`` with the default bounds (``total``: seconds for one node, when given); ``wait``
+    sleeps and says whether the run is being stopped, which ends each node at its next wait."""
+    timeouts = Timeouts() if total is None else Timeouts(total=total)
+
+    def sleep(seconds: float) -> None:
+        if wait(seconds):
+            raise Stopped()
+
+    return install_nodes(m, nodes, known_hosts=known_hosts, timeouts=timeouts, sleep=sleep)

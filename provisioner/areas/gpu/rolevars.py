@@ -24,6 +24,11 @@ def docker_nodes(m: Manifest) -> list[str]:
     return select_nodes(m, m.docker.nodes) if m.docker.enabled else []
 
 
+def groups(m: Manifest) -> dict[str, set[str]]:
+    """The GPU area's inventory groups -> members: GPU nodes, and the nodes Docker runs on."""
+    return {"gpu": {n.name for n in m.nodes if n.hardware.gpu is not None}, "docker": set(docker_nodes(m))}
+
+
 def cluster_vars(m: Manifest) -> dict[str, Any]:
     sw = m.software
     drv = sw.nvidia_driver

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from provisioner.areas.storage.decide import StorageError, mount_proto, mounts_for
+from provisioner.areas.storage.base import StorageError
+from provisioner.areas.storage.nfs import mount_proto, mounts_for
 from provisioner.errors import ProvisionError
 from provisioner.manifest.load import Loaded
 from provisioner.manifest.model import AlertReceiver, Manifest, Monitoring, Node

@@ -25,6 +25,14 @@ LIGHT_KEYS = frozenset({
 })
 
 
+def groups(m: Manifest) -> dict[str, set[str]]:
+    """The monitoring area's inventory groups -> members (empty without a ``monitoring:`` section)."""
+    return {
+        "monitoring_server": set(mon.server_names(m)) if mon.enabled(m) else set(),
+        "monitoring_node": {n.name for n in mon.monitored_nodes(m)},
+    }
+
+
 def cluster_vars(m: Manifest) -> dict[str, Any]:
     if m.monitoring is None:
         return {}

@@ -11,6 +11,7 @@ directory).
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import secrets
@@ -430,6 +431,16 @@ def prepare_munge_key(loaded: Loaded, state: StateDir) -> None:
     key exists before a run whenever the manifest enables Slurm."""
     if loaded.manifest.slurm.enabled:
         ensure_munge_key(state.secrets / MUNGE_KEY_NAME)
+
+
+def secret_values(state: StateDir) -> list[str]:
+    """The munge key as it could appear in a run's artifacts (hex, base64), for the artifact
+    scan of ``provision apply``; none before the key exists."""
+    key = state.secrets / MUNGE_KEY_NAME
+    if not key.exists():
+        return []
+    raw = key.read_bytes()
+    return [raw.hex(), base64.b64encode(raw).decode()]
 
 
 def ensure_munge_key(path: Path) -> None:

@@ -59,6 +59,17 @@ def is_slurm_node(m: Manifest, node: Node) -> bool:
             or node.name in m.role_names("login"))
 
 
+def groups(m: Manifest) -> dict[str, set[str]]:
+    """The Slurm area's inventory groups -> members (all empty when Slurm is off)."""
+    if not m.slurm.enabled:
+        return {"slurm_controller": set(), "slurm_compute": set(), "slurm_node": set()}
+    return {
+        "slurm_controller": {m.head.name} if m.with_role("head") else set(),
+        "slurm_compute": {n.name for n in m.with_role("compute")},
+        "slurm_node": {n.name for n in m.nodes if is_slurm_node(m, n)},
+    }
+
+
 def expected_hardware(node: Node) -> dict[str, Any]:
     """What the manifest promises for a slurmd node (compared with its facts by the role)."""
     hw = node.hardware

@@ -4,7 +4,8 @@ RDMA mount without an InfiniBand interface), found by computing its role variabl
 
 from __future__ import annotations
 
-from provisioner.areas.storage.decide import StorageError, export_network_problems, nconnect_ignored
+from provisioner.areas.storage.base import StorageError
+from provisioner.areas.storage.nfs import export_network_problems, nconnect_ignored
 from provisioner.areas.storage.rolevars import node_vars
 from provisioner.errors import Diagnostic
 from provisioner.manifest.checks import Check, node_path

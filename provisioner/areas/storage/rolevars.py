@@ -2,18 +2,29 @@
 
 Cluster-wide values go to group_vars/all; everything that belongs to one node (its pools,
 exports, mounts, unions, IPoIB interface) goes to that node's host_vars, and only to nodes
-in the role's inventory group (:func:`provisioner.areas.storage.decide.storage_groups`). Every
-value is computed from the manifest alone; the decisions live in
-:mod:`provisioner.areas.storage.decide`.
+in the role's inventory group (:func:`storage_groups`). Every value is computed from the
+manifest alone; the decisions live beside this module, by concern: ``zfs``, ``disks``,
+``nfs``, ``mergerfs``, ``units``, ``fabric``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from provisioner.areas.storage import decide as st
+from provisioner.areas.storage import fabric, mergerfs, nfs, units, zfs
 from provisioner.manifest.model import Manifest, Node
 from provisioner.manifest.select import select_nodes
+
+
+def groups(m: Manifest) -> dict[str, set[str]]:
+    """The storage area's inventory groups (the fabric's ``infiniband`` among them) -> members."""
+    return {
+        "infiniband": {n.name for n in m.nodes if "infiniband" in n.interfaces},
+        "zfs": {p.node for p in m.zfs.pools},
+        "nfs_server": {e.node for e in m.nfs.exports},
+        "nfs_client": {name for mnt in m.nfs.mounts for name in select_nodes(m, mnt.nodes)},
+        "mergerfs": {name for u in m.mergerfs for name in select_nodes(m, u.nodes)},
+    }
 
 
 # --------------------------------------------------------------------------- zfs
@@ -22,21 +33,21 @@ def zfs_pool_vars(m: Manifest, node: Node) -> list[dict[str, Any]]:
     for pool in m.zfs.pools:
         if pool.node != node.name:
             continue
-        layout = st.pool_layout(pool)
+        layout = zfs.pool_layout(pool)
         out.append(
             {
                 "name": pool.name,
                 "purpose": pool.purpose,
                 "force": pool.force,
-                "create_args": st.create_args(pool),
+                "create_args": zfs.create_args(pool),
                 "layout": layout.to_dict(),
                 "summary": layout.summary(),
                 "disks": layout.disks(),
-                "properties": {k: st.property_text(v) for k, v in sorted(pool.properties.items())},
+                "properties": {k: zfs.property_text(v) for k, v in sorted(pool.properties.items())},
                 "datasets": [
                     {
                         "name": f"{pool.name}/{ds.name}",
-                        "properties": {k: st.property_text(v) for k, v in sorted(ds.properties.items())},
+                        "properties": {k: zfs.property_text(v) for k, v in sorted(ds.properties.items())},
                     }
                     for ds in pool.datasets
                 ],
@@ -45,56 +56,72 @@ def zfs_pool_vars(m: Manifest, node: Node) -> list[dict[str, Any]]:
     return out
 
 
+def storage_groups(m: Manifest, node: Node) -> list[str]:
+    """zfs / nfs_server / nfs_client / mergerfs / infiniband membership of one node."""
+    groups: list[str] = []
+    if any(p.node == node.name for p in m.zfs.pools):
+        groups.append("zfs")
+    if nfs.exports_for(m, node):
+        groups.append("nfs_server")
+    if nfs.mounts_for(m, node):
+        groups.append("nfs_client")
+    if mergerfs.unions_for(m, node):
+        groups.append("mergerfs")
+    if "infiniband" in node.interfaces:
+        groups.append("infiniband")
+    return groups
+
+
 def zfs_node_vars(m: Manifest, node: Node) -> dict[str, Any]:
     return {
         "zfs_pools": zfs_pool_vars(m, node),
-        "zfs_arc_max_bytes": st.arc_max_bytes(node.hardware.memory_gb, m.zfs.arc_max_percent),
+        "zfs_arc_max_bytes": zfs.arc_max_bytes(node.hardware.memory_gb, m.zfs.arc_max_percent),
     }
 
 
 # --------------------------------------------------------------------------- nfs
 def nfs_server_node_vars(m: Manifest, node: Node) -> dict[str, Any]:
-    exports = st.exports_for(m, node)
-    mounts = [mnt for exp in exports for mnt in st.mounts_of_export(m, exp)]
+    exports = nfs.exports_for(m, node)
+    mounts = [mnt for exp in exports for mnt in nfs.mounts_of_export(m, exp)]
     rdma = False
     for mnt in mounts:
         for client_name in select_nodes(m, mnt.nodes):
-            if st.mount_proto(m, mnt, m.node(client_name)) == "rdma":
+            if nfs.mount_proto(m, mnt, m.node(client_name)) == "rdma":
                 rdma = True
     return {
         "nfs_server_exports": [
             {
                 "name": exp.name,
-                "path": st.export_path(m, exp),
-                "clients": st.export_clients(m, exp),
-                "options": st.export_options(exp),
+                "path": nfs.export_path(m, exp),
+                "clients": nfs.export_clients(m, exp),
+                "options": nfs.export_options(exp),
                 # a dataset's mountpoint comes from ZFS; only plain paths are created
                 "create_path": exp.dataset is None,
             }
             for exp in exports
         ],
-        "nfs_server_threads": st.nfsd_threads(node.hardware.cpu.cores, m.nfs.threads),
+        "nfs_server_threads": nfs.nfsd_threads(node.hardware.cpu.cores, m.nfs.threads),
         "nfs_server_vers3": any(mnt.vers == "3" for mnt in mounts),
         "nfs_server_rdma": rdma,
     }
 
 
 def nfs_client_node_vars(m: Manifest, node: Node) -> dict[str, Any]:
-    st.check_one_path_per_server(m, node)
+    nfs.check_one_path_per_server(m, node)
     mounts: list[dict[str, Any]] = []
-    for mnt in st.mounts_for(m, node):
-        export = st.export_by_name(m, mnt.export)
-        proto = st.mount_proto(m, mnt, node)
+    for mnt in nfs.mounts_for(m, node):
+        export = nfs.export_by_name(m, mnt.export)
+        proto = nfs.mount_proto(m, mnt, node)
         mounts.append(
             {
                 "export": export.name,
-                "what": f"{st.server_address(m, export, node, proto)}:{st.export_path(m, export)}",
+                "what": f"{nfs.server_address(m, export, node, proto)}:{nfs.export_path(m, export)}",
                 "where": mnt.path,
-                "unit": st.mount_unit(mnt.path),
+                "unit": units.mount_unit(mnt.path),
                 "automount": mnt.automount,
-                "automount_unit": st.automount_unit(mnt.path),
+                "automount_unit": units.automount_unit(mnt.path),
                 "proto": proto,
-                "options": st.mount_options(mnt, proto),
+                "options": nfs.mount_options(mnt, proto),
             }
         )
     return {
@@ -106,14 +133,14 @@ def nfs_client_node_vars(m: Manifest, node: Node) -> dict[str, Any]:
 # --------------------------------------------------------------------------- mergerfs
 def mergerfs_node_vars(m: Manifest, node: Node) -> dict[str, Any]:
     unions: list[dict[str, Any]] = []
-    for union in st.unions_for(m, node):
-        requires = st.union_mount_units(m, union, node)
+    for union in mergerfs.unions_for(m, node):
+        requires = mergerfs.union_mount_units(m, union, node)
         unions.append(
             {
                 "path": union.path,
-                "unit": st.mount_unit(union.path),
+                "unit": units.mount_unit(union.path),
                 "branches": list(union.branches),
-                "options": st.mergerfs_options(union, network=bool(requires)),
+                "options": mergerfs.mergerfs_options(union, network=bool(requires)),
                 "requires": requires,
             }
         )
@@ -123,9 +150,9 @@ def mergerfs_node_vars(m: Manifest, node: Node) -> dict[str, Any]:
 # --------------------------------------------------------------------------- ofed
 def ofed_node_vars(m: Manifest, node: Node) -> dict[str, Any]:
     return {
-        "ofed_ipoib": st.ipoib_config(m, node),
-        "ofed_opensm": st.opensm_node(m) == node.name,
-        "ofed_peermem": st.wants_peermem(m, node),
+        "ofed_ipoib": fabric.ipoib_config(m, node),
+        "ofed_opensm": fabric.opensm_node(m) == node.name,
+        "ofed_peermem": fabric.wants_peermem(m, node),
     }
 
 
@@ -141,7 +168,7 @@ def cluster_vars(m: Manifest) -> dict[str, Any]:
 
 
 def node_vars(m: Manifest, node: Node) -> dict[str, Any]:
-    groups = st.storage_groups(m, node)
+    groups = storage_groups(m, node)
     out: dict[str, Any] = {}
     if "zfs" in groups:
         out |= zfs_node_vars(m, node)

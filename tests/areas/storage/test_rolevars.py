@@ -14,8 +14,8 @@ import pytest
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
+from provisioner import inventory
 from provisioner.areas import registry as rolevars
-from provisioner.areas.storage import decide as S
 from provisioner.areas.storage import rolevars as storage
 from provisioner.manifest import Manifest
 from provisioner.validate import load_manifest
@@ -82,7 +82,7 @@ def test_node_vars_only_for_group_members(name: str) -> None:
     m = example(name)
     for node in m.nodes:
         keys = set(storage.node_vars(m, node))
-        wanted = set().union(*(GROUP_KEYS[g] for g in S.storage_groups(m, node)))
+        wanted = set().union(*(GROUP_KEYS[g] for g in storage.storage_groups(m, node)))
         assert keys == wanted, node.name
 
 
@@ -264,3 +264,12 @@ def test_automount_units(kit: Any) -> None:
     union = role_vars(m, "node01", "mergerfs")["mergerfs_unions"][0]
     assert union["requires"] == ["data.mount"]
     assert "_netdev" in union["options"]
+
+
+@pytest.mark.parametrize("name", ["llm-200k.yaml", "music-lab.yaml"])
+def test_storage_groups_match_the_inventory(name: str) -> None:
+    m = load_manifest(ROOT / "examples" / name).manifest
+    groups = inventory.groups(m)
+    for node in m.nodes:
+        for group in ("zfs", "nfs_server", "nfs_client", "mergerfs", "infiniband"):
+            assert (group in storage.storage_groups(m, node)) == (node.name in groups[group]), (node.name, group)

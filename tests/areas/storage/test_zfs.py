@@ -1,46 +1,33 @@
-"""provisioner.areas.storage.decide: vdev layouts, zpool arguments, disk safety, drift, NFS, units, fabric."""
+"""provisioner.areas.storage.zfs: vdev layouts, zpool arguments, zpool status and drift, ARC;
+the zfs role's filter plugin and its pool tasks against stand-in binaries."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
-import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from provisioner import inventory
-from provisioner.areas.storage import decide as S
-from provisioner.areas.storage.rolevars import nfs_client_node_vars as nfs_client_vars
-from provisioner.areas.storage.rolevars import nfs_server_node_vars as nfs_server_vars
-from provisioner.errors import ManifestError
+from provisioner.areas.storage import base, zfs
 from provisioner.manifest import Manifest
-from provisioner.manifest.model import MergerfsUnion, NfsExport, NfsMount, ZfsPool
-from provisioner.validate import load_manifest
+from provisioner.manifest.model import ZfsPool
 
 ROOT = Path(__file__).resolve().parents[3]
 HGST = "ata-HGST_HUS726T6TALE6L4_V8G0000"
 
 
-def example(name: str) -> Manifest:
-    return load_manifest(ROOT / "examples" / name).manifest
-
-
-@pytest.fixture(scope="module")
-def llm() -> Manifest:
-    return example("llm-200k.yaml")
-
-
-@pytest.fixture(scope="module")
-def lab() -> Manifest:
-    return example("music-lab.yaml")
+def lsblk(children: list[dict[str, Any]] | None = None, **top: Any) -> str:
+    dev: dict[str, Any] = {"name": "sdb", "type": "disk", "fstype": None, "pttype": None,
+                           "mountpoint": None}
+    dev.update(top)
+    if children:
+        dev["children"] = children
+    return json.dumps({"blockdevices": [dev]})
 
 
 def pool(**kw: Any) -> ZfsPool:
@@ -52,22 +39,22 @@ def pool(**kw: Any) -> ZfsPool:
 
 # =========================================================================== layouts
 def test_mirror_pairs_in_order() -> None:
-    vdevs = S.group_vdevs("mirror", 2, [f"d{i}" for i in range(1, 9)])
+    vdevs = zfs.group_vdevs("mirror", 2, [f"d{i}" for i in range(1, 9)])
     assert [v.disks for v in vdevs] == [("d1", "d2"), ("d3", "d4"), ("d5", "d6"), ("d7", "d8")]
     assert {v.kind for v in vdevs} == {"mirror"}
 
 
 def test_three_way_mirrors_from_thirty_disks() -> None:
-    vdevs = S.group_vdevs("mirror", 3, [f"d{i:02d}" for i in range(1, 31)])
+    vdevs = zfs.group_vdevs("mirror", 3, [f"d{i:02d}" for i in range(1, 31)])
     assert len(vdevs) == 10
     assert vdevs[0].disks == ("d01", "d02", "d03")
     assert vdevs[-1].disks == ("d28", "d29", "d30")
 
 
 def test_raidz_and_stripe_groups() -> None:
-    assert [v.kind for v in S.group_vdevs("raidz2", 6, [f"d{i}" for i in range(12)])] == ["raidz2"] * 2
-    stripe = S.group_vdevs("stripe", 1, ["a", "b"])
-    assert stripe == (S.Vdev("disk", ("a",)), S.Vdev("disk", ("b",)))
+    assert [v.kind for v in zfs.group_vdevs("raidz2", 6, [f"d{i}" for i in range(12)])] == ["raidz2"] * 2
+    stripe = zfs.group_vdevs("stripe", 1, ["a", "b"])
+    assert stripe == (zfs.Vdev("disk", ("a",)), zfs.Vdev("disk", ("b",)))
 
 
 @pytest.mark.parametrize(
@@ -80,44 +67,44 @@ def test_raidz_and_stripe_groups() -> None:
     ],
 )
 def test_bad_groups_refused(vtype: str, width: int, count: int, message: str) -> None:
-    with pytest.raises(S.StorageError, match=message):
-        S.group_vdevs(vtype, width, [f"d{i}" for i in range(count)])
+    with pytest.raises(base.StorageError, match=message):
+        zfs.group_vdevs(vtype, width, [f"d{i}" for i in range(count)])
 
 
 def test_disk_listed_twice_refused() -> None:
-    with pytest.raises(S.StorageError, match="'a' is listed twice"):
-        S.group_vdevs("mirror", 2, ["a", "a"])
-    with pytest.raises(S.StorageError, match="used twice"):
-        S.pool_layout(pool(log=["d1"]))
+    with pytest.raises(base.StorageError, match="'a' is listed twice"):
+        zfs.group_vdevs("mirror", 2, ["a", "a"])
+    with pytest.raises(base.StorageError, match="used twice"):
+        zfs.pool_layout(pool(log=["d1"]))
 
 
 @pytest.mark.parametrize(
     ("devices", "expected"),
     [
         ([], ()),
-        (["s1"], (S.Vdev("disk", ("s1",)),)),
-        (["s1", "s2"], (S.Vdev("mirror", ("s1", "s2")),)),
-        (["s1", "s2", "s3"], (S.Vdev("mirror", ("s1", "s2", "s3")),)),
+        (["s1"], (zfs.Vdev("disk", ("s1",)),)),
+        (["s1", "s2"], (zfs.Vdev("mirror", ("s1", "s2")),)),
+        (["s1", "s2", "s3"], (zfs.Vdev("mirror", ("s1", "s2", "s3")),)),
     ],
 )
-def test_slog_mirrored_from_two_devices(devices: list[str], expected: tuple[S.Vdev, ...]) -> None:
-    assert S.log_vdevs(devices) == expected
+def test_slog_mirrored_from_two_devices(devices: list[str], expected: tuple[zfs.Vdev, ...]) -> None:
+    assert zfs.log_vdevs(devices) == expected
 
 
 def test_llm200k_layout(llm: Manifest) -> None:
-    layout = S.pool_layout(llm.zfs.pools[0])
+    layout = zfs.pool_layout(llm.zfs.pools[0])
     assert [v.disks for v in layout.data] == [
         (f"{HGST}1", f"{HGST}2"), (f"{HGST}3", f"{HGST}4"),
         (f"{HGST}5", f"{HGST}6"), (f"{HGST}7", f"{HGST}8"),
     ]
-    assert layout.log == (S.Vdev("disk", ("nvme-INTEL_SSDPE21D280GA_PHM2000001",)),)
-    assert layout.cache == (S.Vdev("disk", ("ata-Samsung_SSD_870_EVO_1TB_S6PT000001",)),)
+    assert layout.log == (zfs.Vdev("disk", ("nvme-INTEL_SSDPE21D280GA_PHM2000001",)),)
+    assert layout.cache == (zfs.Vdev("disk", ("ata-Samsung_SSD_870_EVO_1TB_S6PT000001",)),)
     assert layout.special == ()
     assert layout.summary() == "4 x mirror(2) + log: 1 disk + cache: 1 disk"
 
 
 def test_llm200k_zpool_create_arguments(llm: Manifest) -> None:
-    args = S.create_args(llm.zfs.pools[0])
+    args = zfs.create_args(llm.zfs.pools[0])
     d = "/dev/disk/by-id/"
     assert args == [
         "create", "-o", "ashift=12",
@@ -136,12 +123,12 @@ def test_llm200k_zpool_create_arguments(llm: Manifest) -> None:
 def test_music_lab_ten_three_way_mirrors_per_server(lab: Manifest) -> None:
     assert [p.node for p in lab.zfs.pools] == ["store1", "store2"]
     for p in lab.zfs.pools:
-        layout = S.pool_layout(p)
+        layout = zfs.pool_layout(p)
         assert len(layout.data) == 10
         assert all(v.kind == "mirror" and len(v.disks) == 3 for v in layout.data)
         assert len(set(layout.disks())) == 30
         assert layout.summary() == "10 x mirror(3)"
-        args = S.create_args(p)
+        args = zfs.create_args(p)
         assert args.count("mirror") == 10
         assert args[args.index("audio") + 1 :][:4] == [
             "mirror", *(f"/dev/disk/by-id/{d}" for d in layout.data[0].disks)
@@ -154,7 +141,7 @@ def test_force_special_ashift_and_properties() -> None:
         special={"type": "mirror", "width": 2, "disks": ["nv1", "nv2"]},
         log=["l1", "l2"], cache=["c1"],
     )
-    assert S.create_args(p) == [
+    assert zfs.create_args(p) == [
         "create", "-f", "-o", "ashift=13", "-O", "atime=off", "-O", "compression=zstd", "tank",
         "mirror", "/dev/disk/by-id/d1", "/dev/disk/by-id/d2",
         "mirror", "/dev/disk/by-id/d3", "/dev/disk/by-id/d4",
@@ -165,10 +152,10 @@ def test_force_special_ashift_and_properties() -> None:
 
 
 def test_layout_dict_round_trip(llm: Manifest) -> None:
-    layout = S.pool_layout(llm.zfs.pools[0])
-    assert S.PoolLayout.from_dict(json.loads(json.dumps(layout.to_dict()))) == layout
-    with pytest.raises(S.StorageError, match="unknown vdev class"):
-        S.PoolLayout.from_dict({"data": [], "logs": []})
+    layout = zfs.pool_layout(llm.zfs.pools[0])
+    assert zfs.PoolLayout.from_dict(json.loads(json.dumps(layout.to_dict()))) == layout
+    with pytest.raises(base.StorageError, match="unknown vdev class"):
+        zfs.PoolLayout.from_dict({"data": [], "logs": []})
 
 
 @pytest.mark.parametrize(
@@ -176,12 +163,12 @@ def test_layout_dict_round_trip(llm: Manifest) -> None:
     [(128, 50, 64 * 1024**3), (256, 50, 128 * 1024**3), (64, 25, 16 * 1024**3), (1, 90, 966367641)],
 )
 def test_arc_max_bytes(memory_gb: int, percent: int, expected: int) -> None:
-    assert S.arc_max_bytes(memory_gb, percent) == expected
+    assert zfs.arc_max_bytes(memory_gb, percent) == expected
 
 
 def test_arc_percent_out_of_range() -> None:
-    with pytest.raises(S.StorageError):
-        S.arc_max_bytes(64, 0)
+    with pytest.raises(base.StorageError):
+        zfs.arc_max_bytes(64, 0)
 
 
 # =========================================================================== zpool status
@@ -215,9 +202,9 @@ errors: No known data errors
 
 
 def test_parse_status_of_llm_pool_matches_manifest(llm: Manifest) -> None:
-    parsed = S.parse_zpool_status(STATUS_LLM)
-    assert parsed == S.pool_layout(llm.zfs.pools[0])
-    assert S.layout_drift(S.pool_layout(llm.zfs.pools[0]), parsed) == []
+    parsed = zfs.parse_zpool_status(STATUS_LLM)
+    assert parsed == zfs.pool_layout(llm.zfs.pools[0])
+    assert zfs.layout_drift(zfs.pool_layout(llm.zfs.pools[0]), parsed) == []
 
 
 def test_parse_status_raidz_special_spares_degraded() -> None:
@@ -243,13 +230,13 @@ config:
 
 errors: No known data errors
 """
-    parsed = S.parse_zpool_status(text)
+    parsed = zfs.parse_zpool_status(text)
     assert parsed.data == (
-        S.Vdev("raidz2", ("wwn-1", "wwn-2", "wwn-3", "wwn-4")),
-        S.Vdev("disk", ("/dev/sdz",)),
+        zfs.Vdev("raidz2", ("wwn-1", "wwn-2", "wwn-3", "wwn-4")),
+        zfs.Vdev("disk", ("/dev/sdz",)),
     )
-    assert parsed.special == (S.Vdev("mirror", ("nvme-a", "nvme-b")),)
-    assert parsed.spare == (S.Vdev("disk", ("wwn-9",)),)
+    assert parsed.special == (zfs.Vdev("mirror", ("nvme-a", "nvme-b")),)
+    assert parsed.spare == (zfs.Vdev("disk", ("wwn-9",)),)
 
 
 def test_parse_status_replacing_disk_counts_both() -> None:
@@ -264,28 +251,28 @@ config:
 \t      /dev/disk/by-id/new-part1  ONLINE   0  0  0
 \t    /dev/disk/by-id/b-part1      ONLINE   0  0  0
 """
-    assert S.parse_zpool_status(text).data == (S.Vdev("mirror", ("old", "new", "b")),)
+    assert zfs.parse_zpool_status(text).data == (zfs.Vdev("mirror", ("old", "new", "b")),)
 
 
 def test_parse_status_without_config_refused() -> None:
-    with pytest.raises(S.StorageError, match="config"):
-        S.parse_zpool_status("cannot open 'x': no such pool\n")
+    with pytest.raises(base.StorageError, match="config"):
+        zfs.parse_zpool_status("cannot open 'x': no such pool\n")
 
 
 def test_drift_ignores_order_reports_differences() -> None:
-    want = S.PoolLayout(
-        data=(S.Vdev("mirror", ("a", "b")), S.Vdev("mirror", ("c", "d"))),
-        log=(S.Vdev("disk", ("l",)),),
+    want = zfs.PoolLayout(
+        data=(zfs.Vdev("mirror", ("a", "b")), zfs.Vdev("mirror", ("c", "d"))),
+        log=(zfs.Vdev("disk", ("l",)),),
     )
-    reordered = S.PoolLayout(
-        data=(S.Vdev("mirror", ("d", "c")), S.Vdev("mirror", ("b", "a"))),
-        log=(S.Vdev("disk", ("l",)),),
+    reordered = zfs.PoolLayout(
+        data=(zfs.Vdev("mirror", ("d", "c")), zfs.Vdev("mirror", ("b", "a"))),
+        log=(zfs.Vdev("disk", ("l",)),),
     )
-    assert S.layout_drift(want, reordered) == []
-    changed = S.PoolLayout(
-        data=(S.Vdev("mirror", ("a", "b")), S.Vdev("mirror", ("c", "x")), S.Vdev("disk", ("e",))),
+    assert zfs.layout_drift(want, reordered) == []
+    changed = zfs.PoolLayout(
+        data=(zfs.Vdev("mirror", ("a", "b")), zfs.Vdev("mirror", ("c", "x")), zfs.Vdev("disk", ("e",))),
     )
-    assert S.layout_drift(want, changed) == [
+    assert zfs.layout_drift(want, changed) == [
         "data: mirror(c, d) is in the manifest but not in the pool",
         "data: e is in the pool but not in the manifest",
         "data: mirror(c, x) is in the pool but not in the manifest",
@@ -294,18 +281,18 @@ def test_drift_ignores_order_reports_differences() -> None:
 
 
 def test_drift_raidz_pool_against_mirror_manifest(llm: Manifest) -> None:
-    want = S.pool_layout(llm.zfs.pools[0])
-    have = S.PoolLayout(data=(S.Vdev("raidz1", tuple(f"{HGST}{i}" for i in range(1, 9))),))
-    drift = S.layout_drift(want, have)
+    want = zfs.pool_layout(llm.zfs.pools[0])
+    have = zfs.PoolLayout(data=(zfs.Vdev("raidz1", tuple(f"{HGST}{i}" for i in range(1, 9))),))
+    drift = zfs.layout_drift(want, have)
     assert sum("in the manifest but not in the pool" in d for d in drift) == 6
     assert any(d.startswith("data: raidz1(") and "in the pool" in d for d in drift)
 
 
 def test_status_drift_from_role_variables(llm: Manifest) -> None:
-    expected = S.pool_layout(llm.zfs.pools[0]).to_dict()
-    assert S.status_drift(STATUS_LLM, expected) == []
+    expected = zfs.pool_layout(llm.zfs.pools[0]).to_dict()
+    assert zfs.status_drift(STATUS_LLM, expected) == []
     expected["cache"] = []
-    assert S.status_drift(STATUS_LLM, expected) == [
+    assert zfs.status_drift(STATUS_LLM, expected) == [
         "cache: ata-Samsung_SSD_870_EVO_1TB_S6PT000001 is in the pool but not in the manifest"
     ]
 
@@ -325,105 +312,8 @@ def test_importable_pools() -> None:
      id: 42
   state: FAULTED
 """
-    assert S.importable_pools(text) == ["tank", "old"]
-    assert S.importable_pools("") == []
-
-
-# =========================================================================== disk safety
-def lsblk(children: list[dict[str, Any]] | None = None, **top: Any) -> str:
-    dev: dict[str, Any] = {"name": "sdb", "type": "disk", "fstype": None, "pttype": None,
-                           "mountpoint": None}
-    dev.update(top)
-    if children:
-        dev["children"] = children
-    return json.dumps({"blockdevices": [dev]})
-
-
-def wipefs(*sigs: tuple[str, str]) -> str:
-    if not sigs:
-        return ""  # wipefs prints nothing for a blank disk
-    return json.dumps({"signatures": [
-        {"device": "sdb", "offset": off, "type": kind, "uuid": None, "label": None}
-        for kind, off in sigs
-    ]})
-
-
-def probe(disk: str = "ata-X", exists: bool = True, lsblk_text: str = "", wipefs_text: str = "") -> S.DiskProbe:
-    return S.DiskProbe.from_outputs(disk, exists, lsblk_text or (lsblk() if exists else ""), wipefs_text)
-
-
-def test_blank_disks_are_safe() -> None:
-    verdict = S.disk_safety([probe("a"), probe("b")], force=False)
-    assert verdict == S.SafetyVerdict(ok=True)
-
-
-def test_partitions_refuse_unless_forced() -> None:
-    used = probe(lsblk_text=lsblk(
-        [{"name": "sdb1", "type": "part", "fstype": "ext4", "mountpoint": None}], pttype="gpt"),
-        wipefs_text=wipefs(("gpt", "0x200"), ("PMBR", "0x1fe")))
-    refused = S.disk_safety([used], force=False)
-    assert not refused.ok
-    assert refused.refused == (
-        "ata-X: has a gpt partition table",
-        "ata-X: has part sdb1 (ext4)",
-        "ata-X: carries a PMBR signature at offset 0x1fe",
-    )
-    forced = S.disk_safety([used], force=True)
-    assert forced.ok
-    assert forced.overridden == refused.refused
-    assert forced.refused == ()
-
-
-def test_filesystem_signature_on_whole_disk() -> None:
-    verdict = S.disk_safety([probe(lsblk_text=lsblk(fstype="xfs"), wipefs_text=wipefs(("xfs", "0x0")))], False)
-    assert verdict.refused == ("ata-X: holds a xfs signature",)
-
-
-def test_zfs_label_gets_a_hint() -> None:
-    verdict = S.disk_safety([probe(wipefs_text=wipefs(("zfs_member", "0x3f000")))], False)
-    assert verdict.refused == (
-        "ata-X: carries a zfs_member signature at offset 0x3f000 (a ZFS label: an old or foreign pool)",
-    )
-
-
-def test_mounted_or_missing_disks_refuse_even_with_force() -> None:
-    mounted = probe("os", lsblk_text=lsblk(
-        [{"name": "sdb1", "type": "part", "fstype": "vfat", "mountpoint": "/boot/efi"},
-         {"name": "sdb2", "type": "part", "fstype": "swap", "mountpoints": ["[SWAP]"]}]))
-    missing = probe("gone", exists=False)
-    verdict = S.disk_safety([mounted, missing, probe("fine")], force=True)
-    assert not verdict.ok
-    assert verdict.refused == (
-        "os: sdb1 is in use (mounted at /boot/efi)",
-        "os: sdb2 is in use (mounted at [SWAP])",
-        "gone: not present under /dev/disk/by-id",
-    )
-    assert "os: has part sdb1 (vfat)" in verdict.overridden
-
-
-def test_unreadable_probe_output() -> None:
-    with pytest.raises(S.StorageError, match="lsblk"):
-        S.DiskProbe.from_outputs("a", True, "{not json", "")
-    with pytest.raises(S.StorageError, match="wipefs"):
-        S.DiskProbe.from_outputs("a", True, lsblk(), "[1, 2")
-
-
-def test_probes_from_registered_ansible_loops() -> None:
-    lsblk_results = [
-        {"item": "a", "rc": 0, "stdout": lsblk()},
-        {"item": "b", "rc": 32, "stdout": "", "stderr": "lsblk: /dev/disk/by-id/b: not a block device"},
-    ]
-    wipefs_results = [
-        {"item": "a", "rc": 0, "stdout": wipefs(("ext4", "0x438"))},
-        {"item": "b", "rc": 1, "stdout": ""},
-    ]
-    probes = S.probes_from_ansible(lsblk_results, wipefs_results)
-    assert [(p.disk, p.exists) for p in probes] == [("a", True), ("b", False)]
-    verdict = S.disk_safety(probes, force=False)
-    assert verdict.refused == (
-        "a: carries a ext4 signature at offset 0x438",
-        "b: not present under /dev/disk/by-id",
-    )
+    assert zfs.importable_pools(text) == ["tank", "old"]
+    assert zfs.importable_pools("") == []
 
 
 def zfs_filters() -> dict[str, Any]:
@@ -473,7 +363,7 @@ COMPLEX_POOL = {"force": True, "ashift": 13, "properties": {"compression": "zstd
     COMPLEX_POOL,
 ])
 def test_zpool_module_args_create_what_create_args_say(kw: dict[str, Any]) -> None:
-    args = S.create_args(pool(**kw))
+    args = zfs.create_args(pool(**kw))
     margs = zfs_filters()["zfs_zpool_module_args"](args)
     assert margs["name"] == "tank"
     assert all(d.startswith("/dev/disk/by-id/") for v in margs["vdevs"] for d in v["disks"])
@@ -482,7 +372,7 @@ def test_zpool_module_args_create_what_create_args_say(kw: dict[str, Any]) -> No
 
 
 def test_zpool_module_args_group_the_once_only_classes() -> None:
-    margs = zfs_filters()["zfs_zpool_module_args"](S.create_args(pool(**COMPLEX_POOL)))
+    margs = zfs_filters()["zfs_zpool_module_args"](zfs.create_args(pool(**COMPLEX_POOL)))
     assert margs["force"] is True
     assert margs["pool_properties"] == {"ashift": "13"}
     assert margs["filesystem_properties"] == {"atime": "off", "compression": "zstd"}
@@ -505,322 +395,6 @@ def test_zpool_module_args_group_the_once_only_classes() -> None:
 def test_zpool_module_args_refuse_what_the_module_cannot_create(args: list[str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         zfs_filters()["zfs_zpool_module_args"](args)
-
-
-# =========================================================================== NFS
-def test_export_clients_from_network_names_and_cidrs(llm: Manifest) -> None:
-    exp = NfsExport(name="x", node="head01", path="/srv/x",
-                    clients=["infiniband", "10.10.0.7/24", "infiniband", "management"])
-    assert S.export_clients(llm, exp) == ["10.10.2.0/24", "10.10.0.0/24"]
-    with pytest.raises(S.StorageError, match="'data' is not defined"):
-        S.export_clients(llm, NfsExport(name="y", node="head01", path="/y", clients=["data"]))
-
-
-@pytest.mark.parametrize(
-    ("fields", "expected"),
-    [
-        ({}, ["rw", "sync", "root_squash", "no_subtree_check"]),
-        ({"rw": False, "sync": False, "root_squash": False}, ["ro", "async", "no_root_squash", "no_subtree_check"]),
-        ({"options": ["async", "fsid=7"]}, ["rw", "root_squash", "no_subtree_check", "async", "fsid=7"]),
-        ({"options": ["no_root_squash", "subtree_check"]}, ["rw", "sync", "no_root_squash", "subtree_check"]),
-    ],
-)
-def test_export_options(fields: dict[str, Any], expected: list[str]) -> None:
-    exp = NfsExport.model_validate({"name": "x", "node": "n", "path": "/x", **fields})
-    assert S.export_options(exp) == expected
-
-
-def _with_mountpoints(m: Manifest, pool: dict[str, Any], datasets: dict[str, dict[str, Any]]) -> Manifest:
-    tank = m.zfs.pools[0]
-    new = tank.model_copy(update={
-        "properties": {**tank.properties, **pool},
-        "datasets": [d.model_copy(update={"properties": {**d.properties, **datasets.get(d.name, {})}})
-                     for d in tank.datasets],
-    })
-    return m.model_copy(update={"zfs": m.zfs.model_copy(update={"pools": [new]})})
-
-
-@pytest.mark.parametrize(
-    ("pool", "datasets", "expected"),
-    [
-        ({}, {}, "/tank/datasets"),  # ZFS's default: /<pool>/<dataset>
-        ({}, {"datasets": {"mountpoint": "/srv/datasets"}}, "/srv/datasets"),
-        ({"mountpoint": "/export"}, {}, "/export/datasets"),  # inherited from the pool
-        ({"mountpoint": "/"}, {}, "/datasets"),
-        ({"mountpoint": "/export"}, {"datasets": {"mountpoint": "/data"}}, "/data"),
-    ],
-)
-def test_dataset_exports_use_the_zfs_mountpoint(llm: Manifest, pool: dict[str, Any],
-                                                datasets: dict[str, dict[str, Any]], expected: str) -> None:
-    m = _with_mountpoints(llm, pool, datasets)
-    exp = m.nfs.exports[0]
-    assert exp.dataset == "tank/datasets"
-    assert S.export_path(m, exp) == expected
-    server = nfs_server_vars(m, m.node("head01"))["nfs_server_exports"]
-    assert server[0]["path"] == expected
-    client = nfs_client_vars(m, m.node("gpu01"))["nfs_client_mounts"]
-    assert client[0]["what"] == f"10.10.2.10:{expected}"
-
-
-def test_dataset_mountpoint_of_a_nested_dataset(llm: Manifest) -> None:
-    assert S.dataset_mountpoint(llm, "head01", "tank/a/b") == "/tank/a/b"
-    m = _with_mountpoints(llm, {"mountpoint": "/export"}, {})
-    assert S.dataset_mountpoint(m, "head01", "tank/datasets/audio") == "/export/datasets/audio"
-
-
-@pytest.mark.parametrize("value", ["none", "legacy"])
-def test_an_unmounted_dataset_cannot_be_exported(llm: Manifest, value: str) -> None:
-    m = _with_mountpoints(llm, {"mountpoint": value}, {})
-    with pytest.raises(S.StorageError, match=f"mountpoint={value} \\(inherited from tank\\)"):
-        S.export_path(m, m.nfs.exports[0])
-
-
-def test_exports_lines(llm: Manifest) -> None:
-    exp = llm.nfs.exports[0]
-    line = S.exports_line(S.export_path(llm, exp), S.export_clients(llm, exp), S.export_options(exp))
-    assert line == "/tank/datasets 10.10.2.0/24(rw,sync,root_squash,no_subtree_check)"
-    assert S.exports_line("/srv/my data", ["10.0.0.0/24", "10.1.0.0/24"], ["ro"]) == (
-        '"/srv/my data" 10.0.0.0/24(ro) 10.1.0.0/24(ro)'
-    )
-    with pytest.raises(S.StorageError):
-        S.exports_line("/x", [], ["rw"])
-
-
-@pytest.mark.parametrize(("cores", "override", "expected"), [(1, None, 8), (16, None, 64), (128, None, 256),
-                                                              (16, 12, 12)])
-def test_nfsd_threads(cores: int, override: int | None, expected: int) -> None:
-    assert S.nfsd_threads(cores, override) == expected
-
-
-def ib_manifest(kit: Any, rdma: bool = True, client_ib: bool = True, proto: str = "auto",
-                clients: list[str] | None = None) -> Manifest:
-    data = kit.base(storage=True)
-    data["networks"]["infiniband"] = {"cidr": "10.0.3.0/24", "rdma": rdma}
-    data["nodes"][0]["interfaces"]["infiniband"] = {"ip": "10.0.3.10", "interface": "ib0"}
-    if client_ib:
-        data["nodes"][1]["interfaces"]["infiniband"] = {"ip": "10.0.3.21", "interface": "ib0"}
-    data["nfs"]["exports"][0]["clients"] = clients or ["infiniband", "data"]
-    data["nfs"]["mounts"][0]["proto"] = proto
-    m: Manifest = kit.load(data).manifest
-    return m
-
-
-def test_auto_proto_uses_rdma_on_an_rdma_fabric(kit: Any) -> None:
-    m = ib_manifest(kit)
-    mnt, exp = m.nfs.mounts[0], m.nfs.exports[0]
-    node01 = m.node("node01")
-    assert S.mount_proto(m, mnt, node01) == "rdma"
-    assert S.server_address(m, exp, node01, "rdma") == "10.0.3.10"
-    assert S.mount_options(mnt, "rdma")[:3] == ["vers=4.2", "proto=rdma", "port=20049"]
-
-
-def test_no_nconnect_over_rdma() -> None:
-    mount = NfsMount(export="x", path="/x", nodes=["n"], nconnect=8, options=["nconnect=4", "noatime"])
-    rdma = S.mount_options(mount, "rdma")
-    assert not [o for o in rdma if o.startswith("nconnect")]
-    assert "noatime" in rdma
-    assert "nconnect=4" in S.mount_options(mount, "tcp")
-
-
-def test_validate_warns_about_nconnect_over_rdma(kit: Any) -> None:
-    data = kit.base(storage=True)
-    data["networks"]["infiniband"] = {"cidr": "10.0.3.0/24"}
-    for node in data["nodes"]:
-        node["interfaces"]["infiniband"] = {"ip": "10.0.3." + node["interfaces"]["management"]["ip"].split(".")[-1],
-                                            "interface": "ib0"}
-    data["nfs"]["exports"][0]["clients"] = ["infiniband"]
-    mount = data["nfs"]["mounts"][0]
-    assert kit.load(data).warnings == []  # the default nconnect is simply left out over RDMA
-    mount["nconnect"] = 8
-    warnings = kit.load(data).warnings
-    assert [w.path for w in warnings] == ["nfs.mounts[0].nconnect"]
-    assert "no effect with proto=rdma" in warnings[0].message and "left out for node[01-02];" in warnings[0].message
-    del mount["nconnect"]
-    mount["options"] = ["nconnect=4"]
-    assert [w.path for w in kit.load(data).warnings] == ["nfs.mounts[0].options"]
-    data["nfs"]["exports"][0]["clients"] = ["data"]  # over TCP nconnect works: no warning
-    assert kit.load(data).warnings == []
-
-
-def test_auto_proto_falls_back_to_tcp(kit: Any) -> None:
-    no_rdma = ib_manifest(kit, rdma=False)
-    assert S.mount_proto(no_rdma, no_rdma.nfs.mounts[0], no_rdma.node("node01")) == "tcp"
-    # node01 is on the fabric, node02 is not: node02 mounts over the data network
-    m = ib_manifest(kit, client_ib=False)
-    node02 = m.node("node02")
-    assert S.mount_proto(m, m.nfs.mounts[0], node02) == "tcp"
-    assert S.server_address(m, m.nfs.exports[0], node02, "tcp") == "10.0.2.10"
-    # the export does not serve the fabric
-    data_only = ib_manifest(kit, clients=["data"])
-    assert S.mount_proto(data_only, data_only.nfs.mounts[0], data_only.node("node01")) == "tcp"
-
-
-def test_explicit_rdma_needs_both_ends_on_the_fabric(kit: Any) -> None:
-    # validate refuses it (a deep check runs the same decision) ...
-    with pytest.raises(ManifestError, match="node02 has no infiniband interface"):
-        ib_manifest(kit, client_ib=False, proto="rdma")
-    # ... which is mount_proto's: the same mount is fine once the client is on the fabric
-    m = ib_manifest(kit, client_ib=False, proto="auto")
-    with pytest.raises(S.StorageError, match="node02 has no infiniband interface"):
-        S.mount_proto(m, m.nfs.mounts[0].model_copy(update={"proto": "rdma"}), m.node("node02"))
-    tcp = ib_manifest(kit, proto="tcp")
-    assert S.mount_proto(tcp, tcp.nfs.mounts[0], tcp.node("node01")) == "tcp"
-
-
-def test_server_address_prefers_served_network_then_management(llm: Manifest, lab: Manifest) -> None:
-    gpu01 = llm.node("gpu01")
-    home = S.export_by_name(llm, "home")
-    assert S.server_address(llm, home, gpu01, "tcp") == "10.10.2.10"  # served on infiniband
-    llm = llm.model_copy(deep=True)  # the fixture is shared
-    home = S.export_by_name(llm, "home")
-    home.clients = ["management"]
-    assert S.server_address(llm, home, gpu01, "tcp") == "10.10.0.10"
-    corpus2 = S.export_by_name(lab, "corpus2")
-    assert S.server_address(lab, corpus2, lab.node("gpu3"), "tcp") == "192.168.60.12"
-    # a client off the served network has no address the export allows: the server would
-    # refuse its mount over management (issue 19 item 21), so it is an error
-    with pytest.raises(S.StorageError, match=re.escape("labhead cannot mount export 'corpus2': store2 allows "
-                                                       "only 192.168.60.0/24")):
-        S.server_address(lab, corpus2, lab.with_role("head")[0], "tcp")
-    # a CIDR that spans networks allows the client's management address
-    lab = lab.model_copy(deep=True)
-    corpus2 = S.export_by_name(lab, "corpus2")
-    corpus2.clients = ["data", "192.168.0.0/16"]
-    assert S.server_address(lab, corpus2, lab.with_role("head")[0], "tcp") == "192.168.50.12"
-    assert S.server_address(lab, corpus2, lab.node("gpu3"), "tcp") == "192.168.60.12"  # named network first
-
-
-def test_validate_rejects_an_export_on_a_network_its_server_is_not_on(kit: Any) -> None:
-    """clients: [infiniband] on a server without InfiniBand: every mount would be refused."""
-    data = kit.base(storage=True)
-    data["networks"]["infiniband"] = {"cidr": "10.0.3.0/24"}
-    data["nodes"][1]["interfaces"]["infiniband"] = {"ip": "10.0.3.21", "interface": "ib0"}
-    data["nfs"]["exports"][0]["clients"] = ["infiniband"]
-    with pytest.raises(ManifestError) as err:
-        kit.load(data)
-    paths = {d.path: d.message for d in err.value.diagnostics}
-    assert "nfs.exports[0].clients[0]" in paths
-    assert "head01 has no infiniband interface" in paths["nfs.exports[0].clients[0]"]
-    data["nfs"]["exports"][0]["clients"] = ["infiniband", "data"]  # still names a network head01 is not on
-    assert [d.path for d in kit.errors(data)] == ["nfs.exports[0].clients[0]"]
-    data["nodes"][0]["interfaces"]["infiniband"] = {"ip": "10.0.3.10", "interface": "ib0"}
-    m = kit.load(data).manifest  # head01 on the fabric too: the clients mount over it, first in the list
-    assert S.server_address(m, m.nfs.exports[0], m.node("node01"), "tcp") == "10.0.3.10"
-
-
-def test_mount_options_defaults_and_overrides() -> None:
-    mnt = NfsMount(export="x", path="/x", nodes=["n"])
-    assert S.mount_options(mnt, "tcp") == [
-        "vers=4.2", "proto=tcp", "nconnect=8", "rsize=1048576", "wsize=1048576", "hard", "_netdev"
-    ]
-    custom = NfsMount(export="x", path="/x", nodes=["n"], vers="3", hard=False, nconnect=2,
-                      options=["nconnect=4", "noatime", "actimeo=60"])
-    assert S.mount_options(custom, "tcp") == [
-        "vers=3", "proto=tcp", "rsize=1048576", "wsize=1048576", "soft", "_netdev",
-        "nconnect=4", "noatime", "actimeo=60",
-    ]
-
-
-# =========================================================================== units
-@pytest.mark.parametrize(
-    ("path", "unit"),
-    [("/data", "data.mount"), ("/mnt/corpus1", "mnt-corpus1.mount"),
-     ("/home/shared", "home-shared.mount"), ("/mnt/a-b", "mnt-a\\x2db.mount"),
-     ("/srv/my data", "srv-my\\x20data.mount"), ("/.hidden/x", "\\x2ehidden-x.mount"),
-     ("/", "-.mount"), ("/srv/ä", "srv-\\xc3\\xa4.mount")],
-)
-def test_mount_unit_names(path: str, unit: str) -> None:
-    assert S.mount_unit(path) == unit
-    assert S.automount_unit(path) == unit.replace(".mount", ".automount")
-
-
-SYSTEMD_ESCAPE = shutil.which("systemd-escape")
-
-
-@pytest.mark.skipif(SYSTEMD_ESCAPE is None, reason="systemd-escape not installed")
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.text(alphabet="abz09._-: @ä+", min_size=1, max_size=8), min_size=1, max_size=4))
-def test_escape_matches_systemd(parts: list[str]) -> None:
-    parts = [p for p in parts if p not in (".", "..")]
-    if not parts:
-        return
-    path = "/" + "/".join(parts)
-    assert SYSTEMD_ESCAPE is not None
-    real = subprocess.run([SYSTEMD_ESCAPE, "--path", path], capture_output=True, text=True, check=True)
-    assert S.systemd_escape_path(path) == real.stdout.strip()
-
-
-# =========================================================================== MergerFS
-def test_mergerfs_options_and_order(lab: Manifest) -> None:
-    union = lab.mergerfs[0]
-    assert S.mergerfs_options(union, network=True) == [
-        "allow_other", "cache.files=partial", "dropcacheonclose=true",
-        "category.create=mfs", "minfreespace=500G", "_netdev",
-    ]
-    local = MergerfsUnion(path="/u", branches=["/a", "/b"], nodes=["n"], create_policy="ff",
-                          options=["minfreespace=10G", "moveonenospc=true"])
-    assert S.mergerfs_options(local, network=False) == [
-        "allow_other", "cache.files=partial", "dropcacheonclose=true", "category.create=ff",
-        "minfreespace=10G", "moveonenospc=true",
-    ]
-
-
-@pytest.mark.parametrize(("version", "option"), [
-    ("2.33.5", "cache.files=partial"), ("2.40.2", "cache.files=partial"), ("mergerfs v2.28.0", "cache.files=partial"),
-])
-def test_mergerfs_keeps_shared_mmap_working(version: str, option: str) -> None:
-    """cache.files=off made a read-only shared mmap through the union fail (issue 19 item 14)."""
-    assert S.mergerfs_cache_option(version) == option
-    assert option in S.MERGERFS_BASE_OPTIONS
-    assert "cache.files=off" not in S.MERGERFS_BASE_OPTIONS
-
-
-def test_mergerfs_before_cache_files_is_refused() -> None:
-    with pytest.raises(S.StorageError, match=r"predates cache\.files"):
-        S.mergerfs_cache_option("2.24.2")
-    with pytest.raises(S.StorageError, match="not a mergerfs version"):
-        S.mergerfs_cache_option("unknown")
-
-
-def test_union_requires_the_nfs_mounts_holding_its_branches(lab: Manifest, kit: Any) -> None:
-    gpu1 = lab.node("gpu1")
-    assert S.union_mount_units(lab, lab.mergerfs[0], gpu1) == ["mnt-corpus1.mount", "mnt-corpus2.mount"]
-    # a branch below a mount point needs that mount; an unrelated local branch needs none
-    m = kit.load(kit.base(storage=True)).manifest
-    union = MergerfsUnion(path="/u", branches=["/data/sub", "/scratch", "/datax"], nodes=["node01"])
-    assert S.union_mount_units(m, union, m.node("node01")) == ["data.mount"]
-    assert S.union_mount_units(m, union, m.node("head01")) == []
-
-
-# =========================================================================== fabric
-def test_opensm_node(llm: Manifest, kit: Any) -> None:
-    assert S.opensm_node(llm) is None  # subnet_manager: switch
-    data = kit.example("llm-200k.yaml")
-    data["networks"]["infiniband"]["subnet_manager"] = "opensm"
-    assert S.opensm_node(kit.load(data).manifest) == "head01"
-    del data["nodes"][0]["interfaces"]["infiniband"]
-    data["nfs"] = {}  # its exports serve the fabric, which head01 is no longer on
-    assert S.opensm_node(kit.load(data).manifest) == "gpu01"
-
-
-def test_ipoib_and_peermem(llm: Manifest, lab: Manifest) -> None:
-    assert S.ipoib_config(llm, llm.node("gpu03")) == {
-        "interface": "ibp65s0", "address": "10.10.2.23/24", "mtu": 2044, "mode": "datagram"
-    }
-    assert S.wants_peermem(llm, llm.node("gpu03"))
-    assert not S.wants_peermem(llm, llm.node("head01"))  # no GPU
-    assert S.ipoib_config(lab, lab.node("gpu1")) == {}
-    assert not S.wants_peermem(lab, lab.node("gpu1"))  # no fabric
-
-
-# =========================================================================== groups
-@pytest.mark.parametrize("name", ["llm-200k.yaml", "music-lab.yaml"])
-def test_storage_groups_match_the_inventory(name: str) -> None:
-    m = example(name)
-    groups = inventory.groups(m)
-    for node in m.nodes:
-        for group in ("zfs", "nfs_server", "nfs_client", "mergerfs", "infiniband"):
-            assert (group in S.storage_groups(m, node)) == (node.name in groups[group]), (node.name, group)
 
 
 # =========================================================================== zfs role, kernel path
@@ -1039,10 +613,10 @@ def llm_pool_vars(llm: Manifest) -> dict[str, Any]:
 
 def pool_vars_of(p: ZfsPool) -> dict[str, Any]:
     """The role's variables for one pool (as provisioner.rolevars.storage writes them)."""
-    layout = S.pool_layout(p)
-    return {"name": p.name, "purpose": p.purpose, "force": p.force, "create_args": S.create_args(p),
+    layout = zfs.pool_layout(p)
+    return {"name": p.name, "purpose": p.purpose, "force": p.force, "create_args": zfs.create_args(p),
             "layout": layout.to_dict(), "summary": layout.summary(), "disks": layout.disks(),
-            "properties": {k: S.property_text(v) for k, v in sorted(p.properties.items())}, "datasets": []}
+            "properties": {k: zfs.property_text(v) for k, v in sorted(p.properties.items())}, "datasets": []}
 
 
 def never_reshaped(tmp: Path) -> None:
@@ -1143,26 +717,3 @@ def test_role_imports_an_exported_pool_and_reports_drift(fake_kernel: Path, llm:
     assert f"mirror({HGST}7, {HGST}8) is in the manifest but not in the pool" in result.stdout
     assert calls(fake_kernel, "lsblk", "--json") == []  # an existing pool's disks are not probed
     never_reshaped(fake_kernel)
-
-
-def test_one_path_per_server_for_nfs4_clients(llm: Manifest) -> None:
-    llm = llm.model_copy(deep=True)  # the fixture is shared
-    gpu01 = llm.node("gpu01")
-    S.check_one_path_per_server(llm, gpu01)  # every export of head01 over the fabric
-    S.export_by_name(llm, "home").clients = ["management"]
-    with pytest.raises(S.StorageError, match=r"mounts /data and /home/shared reach server head01 over "
-                       r"10\.10\.2\.10 \(rdma\) and 10\.10\.0\.10 \(tcp\)"):
-        S.check_one_path_per_server(llm, gpu01)
-    # NFSv3 has no session trunking: a v3 mount may take another path
-    home_mount = next(mnt for mnt in llm.nfs.mounts if mnt.export == "home")
-    home_mount.vers = "3"
-    S.check_one_path_per_server(llm, gpu01)
-
-
-def test_one_path_per_server_is_a_validate_error(kit: Any) -> None:
-    data = kit.example("llm-200k.yaml")
-    for exp in data["nfs"]["exports"]:
-        if exp["name"] == "home":
-            exp["clients"] = ["management"]
-    with pytest.raises(ManifestError, match=r"NFS 4.1\+ shares one connection per server"):
-        kit.load(data)

@@ -1,0 +1,270 @@
+"""NFS, pure: /etc/exports lines, nfsd threads, which exports and mounts a node has, the
+address and protocol a client mounts over, client mount options."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from provisioner.areas.storage.base import NETWORK_NAMES, NFS_RDMA_PORT, StorageError, merge_options
+from provisioner.areas.storage.fabric import rdma_fabric
+from provisioner.areas.storage.zfs import property_text
+from provisioner.manifest.model import Manifest, NetworkName, NfsExport, NfsMount, Node
+from provisioner.manifest.ranges import contract
+from provisioner.manifest.select import select_nodes, selects
+
+
+def node_network_ip(node: Node, net: NetworkName) -> str | None:
+    iface = node.interfaces.get(net)
+    return str(iface.ip) if iface is not None else None
+
+
+def network_of(m: Manifest, client: str) -> NetworkName | None:
+    """The manifest network a client entry names or lies in (None: outside all of them)."""
+    if client in NETWORK_NAMES:
+        return client
+    cidr = ipaddress.IPv4Network(client, strict=False)
+    for name in NETWORK_NAMES:
+        net = getattr(m.networks, name)
+        if net is not None and cidr.subnet_of(net.cidr):
+            return name
+    return None
+
+
+def export_clients(m: Manifest, export: NfsExport) -> list[str]:
+    """CIDRs allowed to mount: a network name becomes that network's CIDR."""
+    out: list[str] = []
+    for client in export.clients:
+        if client in NETWORK_NAMES:
+            net = getattr(m.networks, client)
+            if net is None:
+                raise StorageError(f"export {export.name!r}: network {client!r} is not defined")
+            cidr = str(net.cidr)
+        else:
+            cidr = str(ipaddress.IPv4Network(client, strict=False))
+        if cidr not in out:
+            out.append(cidr)
+    return out
+
+
+def export_options(export: NfsExport) -> list[str]:
+    generated = [
+        "rw" if export.rw else "ro",
+        "sync" if export.sync else "async",
+        "root_squash" if export.root_squash else "no_root_squash",
+        "no_subtree_check",
+    ]
+    return merge_options(generated, export.options)
+
+
+def exports_line(path: str, clients: Sequence[str], options: Sequence[str]) -> str:
+    """One /etc/exports line: ``/path cidr1(opts) cidr2(opts)``."""
+    if not clients:
+        raise StorageError(f"export {path}: no clients")
+    opts = ",".join(options)
+    return " ".join([_exports_path(path), *(f"{c}({opts})" for c in clients)])
+
+
+def _exports_path(path: str) -> str:
+    # exports(5): a path with blanks is written in double quotes
+    return f'"{path}"' if re.search(r"\s", path) else path
+
+
+def nfsd_threads(cores: int, override: int | None = None) -> int:
+    """nfsd threads: the manifest's number, else 4 per physical core within 8..256."""
+    if override is not None:
+        return override
+    return max(8, min(256, 4 * cores))
+
+
+def dataset_mountpoint(m: Manifest, node_name: str, dataset: str) -> str:
+    """Where ZFS mounts ``pool/dataset`` on ``node_name``: the ``mountpoint`` property the
+    manifest sets on it, else on its nearest listed ancestor (the pool's own properties
+    included) with the rest of the name appended, else ZFS's default ``/<pool>/<dataset>``."""
+    parts = dataset.split("/")
+    pool = next((p for p in m.zfs.pools if p.name == parts[0] and p.node == node_name), None)
+    props: dict[str, Mapping[str, Any]] = {}
+    if pool is not None:
+        props[pool.name] = pool.properties
+        props.update({f"{pool.name}/{ds.name}": ds.properties for ds in pool.datasets})
+    for i in range(len(parts), 0, -1):
+        owner = "/".join(parts[:i])
+        value = props.get(owner, {}).get("mountpoint")
+        if value is None:
+            continue
+        text = property_text(value)
+        inherited = "" if owner == dataset else f" (inherited from {owner})"
+        if text in ("none", "legacy"):
+            raise StorageError(
+                f"dataset {dataset} has mountpoint={text}{inherited}: ZFS does not mount it, so it cannot be "
+                "exported; give it a mountpoint or export a path")
+        if not text.startswith("/"):
+            raise StorageError(f"dataset {dataset}: mountpoint {text!r}{inherited} is not an absolute path")
+        rest = "/".join(parts[i:])
+        base = text.rstrip("/")
+        return (f"{base}/{rest}" if rest else base) or "/"
+    return "/" + dataset
+
+
+def export_path(m: Manifest, export: NfsExport) -> str:
+    """The exported directory: the export's ``path``, or its dataset's ZFS mountpoint."""
+    if export.path is not None:
+        return export.path
+    return dataset_mountpoint(m, export.node, str(export.dataset))
+
+
+def exports_for(m: Manifest, node: Node) -> list[NfsExport]:
+    return [e for e in m.nfs.exports if e.node == node.name]
+
+
+def export_by_name(m: Manifest, name: str) -> NfsExport:
+    for exp in m.nfs.exports:
+        if exp.name == name:
+            return exp
+    raise StorageError(f"unknown export {name!r}")
+
+
+def mounts_for(m: Manifest, node: Node) -> list[NfsMount]:
+    return [mnt for mnt in m.nfs.mounts if selects(m, mnt.nodes, node.name)]
+
+
+def mounts_of_export(m: Manifest, export: NfsExport) -> list[NfsMount]:
+    return [mnt for mnt in m.nfs.mounts if mnt.export == export.name]
+
+
+def export_networks(m: Manifest, export: NfsExport) -> list[NetworkName]:
+    """Networks an export serves, in the order its clients list them."""
+    out: list[NetworkName] = []
+    for client in export.clients:
+        net = network_of(m, client)
+        if net is not None and net not in out:
+            out.append(net)
+    return out
+
+
+def mount_proto(m: Manifest, mount: NfsMount, client: Node) -> str:
+    """tcp or rdma. ``auto`` picks rdma when the export serves the InfiniBand network, the
+    fabric has rdma: true and both ends have an InfiniBand interface."""
+    export = export_by_name(m, mount.export)
+    server = m.node(export.node)
+    both_ib = "infiniband" in client.interfaces and "infiniband" in server.interfaces
+    if mount.proto == "rdma":
+        if not rdma_fabric(m):
+            raise StorageError(f"mount {mount.path}: proto rdma needs an infiniband network with rdma: true")
+        if not both_ib:
+            missing = client.name if "infiniband" not in client.interfaces else server.name
+            raise StorageError(f"mount {mount.path}: proto rdma but {missing} has no infiniband interface",
+                               node=missing)
+        return "rdma"
+    if mount.proto == "tcp":
+        return "tcp"
+    if rdma_fabric(m) and both_ib and "infiniband" in export_networks(m, export):
+        return "rdma"
+    return "tcp"
+
+
+def server_address(m: Manifest, export: NfsExport, client: Node, proto: str) -> str:
+    """The server IP a client mounts from: on a network where both ends have an interface
+    and the export allows the client's address there (the server checks the source address
+    of the mount, which is the client's address on that network). The networks the export
+    names come first, in its order (InfiniBand for rdma); a CIDR that spans several networks
+    (10.0.0.0/16) is matched by address. No such network: StorageError (the server would
+    refuse the mount)."""
+    server = m.node(export.node)
+    if proto == "rdma":
+        ip = node_network_ip(server, "infiniband")
+        if ip is None:
+            raise StorageError(f"export {export.name!r}: {server.name} has no infiniband interface", node=server.name)
+        return ip
+    allowed = [ipaddress.IPv4Network(c) for c in export_clients(m, export)]
+    named = export_networks(m, export)
+    for net in [*named, *(n for n in NETWORK_NAMES if n not in named)]:
+        server_ip = node_network_ip(server, net)
+        client_ip = node_network_ip(client, net)
+        if server_ip is None or client_ip is None:
+            continue
+        if any(ipaddress.IPv4Address(client_ip) in cidr for cidr in allowed):
+            return server_ip
+    raise StorageError(
+        f"{client.name} cannot mount export {export.name!r}: {server.name} allows only "
+        f"{', '.join(str(c) for c in allowed)}, and {client.name} has no address there on a network "
+        f"{server.name} is on; add the network to the export's clients or the interface to {client.name}"
+    )
+
+
+def export_network_problems(m: Manifest, export: NfsExport) -> list[tuple[int, str]]:
+    """(index in clients, message) for every client network of an export its server has
+    no interface on: clients there would mount an address the export does not allow."""
+    server = m.node(export.node)
+    out: list[tuple[int, str]] = []
+    for i, client in enumerate(export.clients):
+        net = network_of(m, client)
+        if net is not None and net not in server.interfaces:
+            out.append((i, f"export {export.name!r} is limited to the {net} network ({client}), but its server "
+                           f"{server.name} has no {net} interface, so no client can mount it over that network; "
+                           f"give {server.name} an interfaces.{net} entry or serve a network it is on"))
+    return out
+
+
+def check_one_path_per_server(m: Manifest, client: Node) -> None:
+    """NFS 4.1+ clients detect that two addresses belong to one server (session trunking)
+    and send every mount of that server through the connection of the first one. Mounts of
+    one server over different addresses or transports then fail (the server sees the first
+    network's address and refuses an export it does not serve there) or silently leave
+    RDMA. So a client mounts all NFSv4 exports of one server the same way."""
+    seen: dict[str, tuple[str, str, str]] = {}
+    for mount in mounts_for(m, client):
+        if mount.vers == "3":
+            continue
+        export = export_by_name(m, mount.export)
+        proto = mount_proto(m, mount, client)
+        address = server_address(m, export, client, proto)
+        first = seen.setdefault(export.node, (address, proto, mount.path))
+        if first[:2] != (address, proto):
+            raise StorageError(
+                f"mounts {first[2]} and {mount.path} reach server {export.node} over {first[0]} ({first[1]}) "
+                f"and {address} ({proto}): NFS 4.1+ shares one connection per server, so the second "
+                "would use the first one's network; mount every export of a server over the same "
+                "network and proto (serve them to the same clients)"
+            )
+
+
+def _nconnect_option(opt: str) -> bool:
+    return opt.split("=", 1)[0] == "nconnect"
+
+
+def mount_options(mount: NfsMount, proto: str) -> list[str]:
+    """Mount options. Over RDMA there is no ``nconnect``: the NFS/RDMA transport of the
+    Ubuntu 22.04/24.04 and Debian 12 kernels ignores it (validate warns when a manifest
+    sets it there, :func:`nconnect_ignored`)."""
+    generated = [f"vers={mount.vers}", f"proto={proto}"]
+    if proto == "rdma":
+        generated.append(f"port={NFS_RDMA_PORT}")
+    else:
+        generated.append(f"nconnect={mount.nconnect}")
+    generated += [
+        f"rsize={mount.rsize}",
+        f"wsize={mount.wsize}",
+        "hard" if mount.hard else "soft",
+        "_netdev",
+    ]
+    extra = [o for o in mount.options if not (proto == "rdma" and _nconnect_option(o))]
+    return merge_options(generated, extra)
+
+
+def nconnect_ignored(m: Manifest, mount: NfsMount) -> str | None:
+    """Why the manifest's nconnect for this mount has no effect (None: it has, or it is
+    not set): clients that mount it over RDMA do not render it."""
+    explicit = "nconnect" in mount.model_fields_set or any(_nconnect_option(o) for o in mount.options)
+    if not explicit:
+        return None
+    try:
+        rdma = sorted(n for n in select_nodes(m, mount.nodes) if mount_proto(m, mount, m.node(n)) == "rdma")
+    except (StorageError, KeyError, ValueError):
+        return None  # the mount's own problem is reported elsewhere
+    if not rdma:
+        return None
+    return (f"mount {mount.path}: nconnect has no effect with proto=rdma (the NFS/RDMA transport of these "
+            f"kernels ignores it) and is left out for {', '.join(contract(rdma))}; remove it")

@@ -1,0 +1,279 @@
+"""The storage area's verify checks: RDMA bandwidth on the fabric, NFS and MergerFS mounts with
+a short write/read through each, ZFS pool health."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from provisioner.areas.storage import mergerfs, nfs
+from provisioner.manifest.model import Manifest, Node
+from provisioner.verify.check import Check, CheckList, NodeChecks, Outcome, Ring, judged
+from provisioner.verify.parsers import ParseError
+
+# the generated NFS options the kernel shows in the mount table (findmnt)
+SHOWN_NFS_OPTIONS = frozenset({"vers", "proto", "port", "nconnect", "rsize", "wsize", "hard", "soft"})
+# The client asks for these; the kernel settles them with the server (knfsd's largest block
+# size follows its memory) and the transport (NFS/RDMA caps them): less than asked is normal.
+NEGOTIATED_NFS_OPTIONS = frozenset({"rsize", "wsize"})
+IO_MB = 64  # the short write/read on a shared mount
+WRITE_BW_PORT = 18515  # ib_write_bw's own default, named: the server side waits until it listens there
+WRITE_BW_LISTEN_S = 20  # how long the server side may take to open its device and listen
+# what both sides of rdma.write_bw pass (they must agree on the port and the duration)
+WRITE_BW_ARGS = f"--report_gbits -D 3 -p {WRITE_BW_PORT}"
+# perftest times its run by the CPU's cycle counter, calibrated against the clock at start;
+# where the samples do not line up (r^2 < 0.9: a node starved of CPU, a VM under emulation)
+# it measured nothing and says so. The pair is measured again, once.
+WRITE_BW_CALIBRATION_FAILED = "Can't produce a report"
+
+
+# --------------------------------------------------------------------------- parsers
+@dataclass(frozen=True)
+class WriteBw:
+    link_gbps: float  # the port's rate (sysfs), Gb/s
+    average_gbps: float  # ib_write_bw --report_gbits, the largest message size's average
+
+
+def parse_link_rate(text: str) -> float:
+    """``/sys/class/infiniband/<dev>/ports/<n>/rate``: ``100 Gb/sec (4X EDR)``."""
+    m = re.search(r"^rate=([0-9.]+) Gb/sec", text, re.MULTILINE)
+    if not m:
+        raise ParseError("no 'rate=N Gb/sec' line (no RDMA device?)")
+    return float(m.group(1))
+
+
+def parse_write_bw(text: str) -> WriteBw:
+    rate = parse_link_rate(text)
+    rows = [line.split() for line in text.splitlines()]
+    data = [r for r in rows if len(r) >= 4 and r[0].isdigit() and _is_number(r[3])]
+    if not data:
+        raise ParseError("no ib_write_bw result row (#bytes #iterations peak average ...)")
+    return WriteBw(rate, float(data[-1][3]))
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    fstype: str
+    options: frozenset[str]
+
+
+def parse_findmnt(text: str) -> Mount | None:
+    """``findmnt -J -o SOURCE,FSTYPE,OPTIONS --mountpoint PATH`` (empty: not mounted)."""
+    if not text.strip():
+        return None
+    try:
+        systems = json.loads(text)["filesystems"]
+        first = systems[0]
+        return Mount(str(first["source"]), str(first["fstype"]), frozenset(str(first["options"]).split(",")))
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise ParseError(f"not findmnt's JSON ({exc})") from None
+
+
+@dataclass(frozen=True)
+class DdRun:
+    write_ok: bool
+    read_ok: bool
+    write_rate: str = ""
+    read_rate: str = ""
+
+
+def parse_io(text: str) -> DdRun:
+    """Our short write/read: ``write rc=N`` / ``read rc=N`` lines after each dd's summary."""
+    rates = re.findall(r"copied, [0-9.]+ s, ([0-9.]+ [kMGT]?B/s)", text)
+    w = re.search(r"^write rc=(\d+)", text, re.MULTILINE)
+    r = re.search(r"^read rc=(\d+)", text, re.MULTILINE)
+    if not w:
+        raise ParseError("no 'write rc=N' line")
+    write_ok = w.group(1) == "0"
+    read_ok = bool(r and r.group(1) == "0")
+    return DdRun(write_ok, read_ok, rates[0] if rates else "", rates[1] if len(rates) > 1 else "")
+
+
+@dataclass(frozen=True)
+class PoolStatus:
+    state: str
+    data_errors: bool  # "errors:" says anything but "No known data errors"
+    device_errors: int  # READ/WRITE/CKSUM counters that are not 0 (zpool prints 1.2K for large ones)
+    scan: str = ""
+    scan_errors: int = 0  # "... with N errors" of the last scrub/resilver
+
+
+COUNTER_RE = re.compile(r"^\d+(\.\d+)?[KMGT]?$")
+
+
+def parse_zpool_status(text: str) -> PoolStatus:
+    state = re.search(r"^\s*state:\s*(\S+)", text, re.MULTILINE)
+    if not state:
+        raise ParseError("no 'state:' line (is the pool imported?)")
+    errors = re.search(r"^\s*errors:\s*(.*)$", text, re.MULTILINE)
+    scan = re.search(r"^\s*scan:\s*(.*)$", text, re.MULTILINE)
+    scan_text = scan.group(1).strip() if scan else ""
+    scan_err = re.search(r"with (\d+) errors", scan_text)
+    device_errors = 0
+    in_config = False
+    for line in text.splitlines():
+        cells = line.split()
+        if cells[:1] == ["NAME"] and "CKSUM" in cells:
+            in_config = True
+            continue
+        if in_config:
+            if not cells:  # a blank line ends the table
+                in_config = False
+            elif len(cells) >= 5 and all(COUNTER_RE.match(c) for c in cells[2:5]):
+                device_errors += sum(c != "0" for c in cells[2:5])
+    return PoolStatus(
+        state=state.group(1),
+        data_errors=not (errors and errors.group(1).strip() == "No known data errors"),
+        device_errors=device_errors,
+        scan=scan_text,
+        scan_errors=int(scan_err.group(1)) if scan_err else 0,
+    )
+
+
+# --------------------------------------------------------------------------- verdicts
+def write_bw_verdict(fraction: float) -> Callable[[WriteBw], Outcome]:
+    def verdict(w: WriteBw) -> Outcome:
+        floor = w.link_gbps * fraction
+        if w.average_gbps < floor:
+            return Outcome("FAIL", f"{w.average_gbps:g} Gb/s, below {fraction:g} of the {w.link_gbps:g} Gb/s link")
+        return Outcome("PASS", f"{w.average_gbps:g} Gb/s of {w.link_gbps:g} Gb/s")
+    return verdict
+
+
+def write_bw_server(wait_s: int = WRITE_BW_LISTEN_S) -> str:
+    """The peer side of rdma.write_bw: start an ib_write_bw server that waits for one client
+    (90 s at most) and return once it listens on WRITE_BW_PORT, so the client never races its start
+    (opening a device takes seconds on a loaded node). A server that exits or does not listen
+    within ``wait_s`` fails the setup with its own output (and is stopped)."""
+    port = WRITE_BW_PORT
+    return (f"log=$(mktemp); nohup timeout 90 ib_write_bw {WRITE_BW_ARGS} >\"$log\" 2>&1 </dev/null & "
+            f"pid=$!; i=0; while [ $i -lt {wait_s * 2} ]; do "
+            f"if ss -Hltn 'sport = :{port}' | grep -q .; then rm -f \"$log\"; exit 0; fi; "
+            "kill -0 $pid 2>/dev/null || break; sleep 0.5; i=$((i + 1)); done; "
+            f"echo \"ib_write_bw server not listening on port {port} after {wait_s} s or exited: "
+            "$(cat \"$log\")\" >&2; "
+            "kill $pid 2>/dev/null; rm -f \"$log\"; exit 1")
+
+
+def mount_verdict(fstypes: tuple[str, ...], options: list[str], path: str) -> Callable[[Mount | None], Outcome]:
+    def verdict(mnt: Mount | None) -> Outcome:
+        if mnt is None:
+            return Outcome("FAIL", f"{path} is not mounted")
+        if mnt.fstype not in fstypes:
+            return Outcome("FAIL", f"{path} is {mnt.fstype} from {mnt.source}, expected {'/'.join(fstypes)}")
+        missing, settled = [], []
+        live = dict(o.split("=", 1) for o in mnt.options if "=" in o)
+        for want in options:
+            key, _, value = want.partition("=")
+            if want in mnt.options:
+                continue
+            if key in NEGOTIATED_NFS_OPTIONS and live.get(key, "").isdigit() and value.isdigit() \
+                    and 0 < int(live[key]) < int(value):
+                settled.append(f"{key}={live[key]}")
+                continue
+            missing.append(want)
+        if missing:
+            return Outcome("FAIL", f"{path} lacks {', '.join(missing)}")
+        note = f" ({', '.join(settled)}: the most the server and transport offer)" if settled else ""
+        return Outcome("PASS", f"{mnt.fstype} from {mnt.source}{note}")
+    return verdict
+
+
+def io_verdict(path: str) -> Callable[[DdRun], Outcome]:
+    def verdict(r: DdRun) -> Outcome:
+        if not r.write_ok:
+            return Outcome("FAIL", f"cannot write {IO_MB} MiB under {path}")
+        if not r.read_ok:
+            return Outcome("FAIL", f"cannot read back {IO_MB} MiB under {path}")
+        return Outcome("PASS", f"write {r.write_rate or '?'}, read {r.read_rate or '?'}")
+    return verdict
+
+
+def pool_verdict(pool: str) -> Callable[[PoolStatus], Outcome]:
+    def verdict(s: PoolStatus) -> Outcome:
+        problems = []
+        if s.state != "ONLINE":
+            problems.append(f"state {s.state}")
+        if s.device_errors:
+            problems.append(f"{s.device_errors} device error counters not 0")
+        if s.scan_errors:
+            problems.append(f"last scan: {s.scan_errors} errors")
+        if s.data_errors:
+            problems.append("data errors")
+        if problems:
+            return Outcome("FAIL", f"{pool}: {', '.join(problems)}")
+        return Outcome("PASS", f"{pool} ONLINE" + (f"; {s.scan}" if s.scan else ""))
+    return verdict
+
+
+def io_command(path: str, node: str) -> str:
+    f = shlex.quote(f"{path.rstrip('/')}/.provision-verify-{node}")
+    return (f"dd if=/dev/zero of={f} bs=1M count={IO_MB} conv=fsync 2>&1; echo \"write rc=$?\"; "
+            f"dd if={f} of=/dev/null bs=1M 2>&1; echo \"read rc=$?\"; rm -f {f}")
+
+
+def findmnt_command(path: str) -> str:
+    return f"findmnt -J -o SOURCE,FSTYPE,OPTIONS --mountpoint {shlex.quote(path)}; true"
+
+
+def rdma_checks(m: Manifest, node: Node, ring: Ring, out: CheckList) -> None:
+    """``rdma.write_bw`` against the next node of the InfiniBand ring, where it has RDMA."""
+    ib = m.networks.infiniband
+    if ib is None or not ib.rdma or "infiniband" not in node.interfaces:
+        return
+    peer = ring.peer(node)
+    if peer is None:
+        out.skip("rdma.write_bw", "no other node on the infiniband network")
+        return
+    # one try: the server listens already (its setup waited for that) and serves one client,
+    # so a failed try leaves nothing to try again against
+    client = ("for r in /sys/class/infiniband/*/ports/1/rate; do echo \"rate=$(cat \"$r\")\"; break; done; "
+              f"ib_write_bw {WRITE_BW_ARGS} {peer.interfaces['infiniband'].ip}")
+    bw = write_bw_verdict(m.verify.ib_write_bw_fraction)
+    out.add("rdma.write_bw", client, judged(parse_write_bw, bw), "kernel",
+            setup=(peer.name, write_bw_server()), again_if=WRITE_BW_CALIBRATION_FAILED)
+
+
+def mount_checks(m: Manifest, node: Node, out: CheckList) -> None:
+    """``mount:<path>`` and ``io:<path>`` for each NFS mount and MergerFS union of the node."""
+    for mount in nfs.mounts_for(m, node):
+        proto = nfs.mount_proto(m, mount, node)
+        want = [o for o in nfs.mount_options(mount, proto) if o.split("=")[0] in SHOWN_NFS_OPTIONS]
+        fstypes = ("nfs",) if mount.vers == "3" else ("nfs4",)
+        out.add(f"mount:{mount.path}", findmnt_command(mount.path),
+                judged(parse_findmnt, mount_verdict(fstypes, want, mount.path)), "kernel")
+        out.add(f"io:{mount.path}", io_command(mount.path, node.name), judged(parse_io, io_verdict(mount.path)),
+                "kernel")
+    for union in mergerfs.unions_for(m, node):
+        out.add(f"mount:{union.path}", findmnt_command(union.path),
+                judged(parse_findmnt, mount_verdict(("fuse.mergerfs",), [], union.path)), "kernel")
+        out.add(f"io:{union.path}", io_command(union.path, node.name), judged(parse_io, io_verdict(union.path)),
+                "kernel")
+
+
+def checks(m: Manifest) -> NodeChecks:
+    ring = Ring([n for n in m.nodes if "infiniband" in n.interfaces])
+
+    def node_checks(node: Node, drained_by: str) -> list[Check]:
+        out = CheckList(node.name, m.verify.command_timeout)
+        rdma_checks(m, node, ring, out)
+        mount_checks(m, node, out)
+        for pool in m.zfs.pools:
+            if pool.node == node.name:
+                out.add(f"zfs:{pool.name}", f"zpool status -v {shlex.quote(pool.name)}",
+                        judged(parse_zpool_status, pool_verdict(pool.name)), "kernel")
+        return out.checks
+
+    return node_checks

@@ -1,0 +1,214 @@
+"""provisioner.areas.storage.verify: ib_write_bw between fabric peers, NFS and MergerFS mounts
+with a write/read through each, ZFS pool health."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from provisioner.areas.storage import verify
+from provisioner.verify import catalog
+from provisioner.verify.check import Check, Outcome, Output
+from provisioner.verify.parsers import ParseError
+
+RECORDED = Path(__file__).parent / "recorded"
+
+
+def names(checks: list[Check], node: str) -> list[str]:
+    return [c.name for c in checks if c.node == node]
+
+
+def by_name(checks: list[Check], node: str, name: str) -> Check:
+    (found,) = [c for c in checks if c.node == node and c.name == name]
+    return found
+
+
+def test_a_ring_of_peers_and_a_lonely_node(kit: Any) -> None:
+    data = kit.base()
+    data["networks"]["infiniband"] = {"cidr": "10.0.3.0/24"}
+    data["nodes"][1]["interfaces"]["infiniband"] = {"ip": "10.0.3.21", "interface": "ib0"}
+    m = kit.load(data).manifest
+    checks = catalog.plan(m)
+    bw = by_name(checks, "node01", "rdma.write_bw")
+    assert bw.skip == "" and bw.command is not None and bw.command.setup is not None
+    assert bw.command.setup[0] == "node02" and "10.0.3.22" in bw.command.text
+    ping = by_name(checks, "node02", "mtu.infiniband")
+    assert "-s 2016" in ping.command.text and "10.0.3.21" in ping.command.text  # type: ignore[union-attr]
+    # head01 has no InfiniBand interface: no such checks there
+    assert "rdma.write_bw" not in names(checks, "head01")
+    # one node alone on the fabric: the pair test applies but has no peer
+    del data["nodes"][1]["interfaces"]["infiniband"]
+    data["nodes"][0]["interfaces"]["infiniband"] = {"ip": "10.0.3.10", "interface": "ib0"}
+    lonely = catalog.plan(kit.load(data).manifest)
+    assert by_name(lonely, "head01", "rdma.write_bw").skip == "no other node on the infiniband network"
+    assert by_name(lonely, "head01", "mtu.infiniband").skip == "no other node on the infiniband network"
+
+
+def _fabric_pair(kit: Any) -> Check:
+    data = kit.base()
+    data["networks"]["infiniband"] = {"cidr": "10.0.3.0/24"}
+    data["nodes"][1]["interfaces"]["infiniband"] = {"ip": "10.0.3.21", "interface": "ib0"}
+    return by_name(catalog.plan(kit.load(data).manifest), "node01", "rdma.write_bw")
+
+
+@pytest.mark.parametrize(("fails", "status"), [(False, "PASS"), (True, "FAIL")])
+def test_write_bw_client_runs_once_and_its_own_error_is_shown(kit: Any, tmp_path: Path, fails: bool,
+                                                              status: str) -> None:
+    """The client's shell text with a stand-in ib_write_bw: one run against the listening
+    server (a failed run ended that server: no retries that could only say "cannot connect"),
+    and a failure's own message in the verdict."""
+    bw = _fabric_pair(kit)
+    assert bw.command is not None
+    fake = tmp_path / "ib_write_bw"
+    fake.write_text("#!/bin/sh\n"
+                    f"echo run >> {tmp_path}/runs\n"
+                    f"if {'true' if fails else 'false'}; then echo ' Failed to modify QP to RTR' >&2; exit 1; fi\n"
+                    "echo ' #bytes #iterations BW peak[Gb/sec] BW average[Gb/sec] MsgRate[Mpps]'\n"
+                    "echo ' 65536 1000 0.00 91.2 0.17'\n")
+    fake.chmod(0o755)
+    r = subprocess.run(["sh", "-c", bw.command.text], capture_output=True, text=True, timeout=30, check=False,
+                       env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    assert r.returncode == (1 if fails else 0), r.stdout + r.stderr
+    assert (tmp_path / "runs").read_text() == "run\n"
+    verdict = bw.judge(Output(rc=r.returncode, stdout=r.stdout.replace("rate=", "rate=100 Gb/sec (4X EDR)", 1),
+                              stderr=r.stderr))
+    assert verdict.status == status, verdict
+    assert ("Failed to modify QP to RTR" in verdict.detail) == fails
+
+
+def _server_bin(tmp_path: Path, ib_write_bw: str) -> dict[str, str]:
+    """A PATH with a stand-in ib_write_bw and an ss that shows a listener once it made one."""
+    (tmp_path / "ib_write_bw").write_text(f"#!/bin/sh\n{ib_write_bw}\n")
+    (tmp_path / "ss").write_text(f"#!/bin/sh\n[ -e {tmp_path}/listening ] && echo 'LISTEN 0 1 0.0.0.0:18515'\n"
+                                 "exit 0\n")
+    for f in ("ib_write_bw", "ss"):
+        (tmp_path / f).chmod(0o755)
+    return {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+
+
+def test_write_bw_server_returns_once_it_listens(kit: Any, tmp_path: Path) -> None:
+    """The peer side returns when the server listens (here after a slow device open), not
+    after a fixed pause, and leaves the server running for the client."""
+    bw = _fabric_pair(kit)
+    assert bw.command is not None and bw.command.setup is not None
+    assert "-p 18515" in bw.command.setup[1] and "-p 18515" in bw.command.text
+    env = _server_bin(tmp_path, f"echo \"$@\" > {tmp_path}/args; sleep 1; touch {tmp_path}/listening; sleep 2")
+    r = subprocess.run(["sh", "-c", bw.command.setup[1]], capture_output=True, text=True, timeout=30, check=False,
+                       env=env)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "listening").exists()
+    assert (tmp_path / "args").read_text().split() == ["--report_gbits", "-D", "3", "-p", "18515"]
+
+
+@pytest.mark.parametrize(("server", "said"), [
+    ("echo ' Failed to open device rxe0'; exit 1", "Failed to open device rxe0"),  # exits: said at once
+    ("sleep 20", "after 2 s"),  # never listens: bounded
+])
+def test_write_bw_server_that_cannot_listen_fails_with_its_output(tmp_path: Path, server: str, said: str) -> None:
+    env = _server_bin(tmp_path, server)
+    r = subprocess.run(["sh", "-c", verify.write_bw_server(wait_s=2)], capture_output=True, text=True,
+                       timeout=30, check=False, env=env)
+    assert r.returncode == 1
+    assert "ib_write_bw server not listening on port 18515" in r.stderr and said in r.stderr
+
+
+def test_mount_and_pool_verdicts(kit: Any) -> None:
+    checks = catalog.plan(kit.load(kit.base(storage=True)).manifest)
+    mount = by_name(checks, "node01", "mount:/data")
+    good = ('{"filesystems": [{"source": "10.0.2.10:/tank/data", "fstype": "nfs4", "options": '
+            '"rw,relatime,vers=4.2,rsize=1048576,wsize=1048576,hard,proto=tcp,nconnect=8,port=0"}]}')
+    assert mount.judge(Output(stdout=good)).status == "PASS"
+    soft = good.replace(",hard,", ",soft,").replace("nconnect=8", "nconnect=1")
+    assert mount.judge(Output(stdout=soft)).detail == "/data lacks nconnect=8, hard"
+    assert mount.judge(Output(stdout="")).detail == "/data is not mounted"
+    # rsize/wsize are settled with the server and the transport: less than asked is reported,
+    # more than asked (or none) is not what the unit asked for
+    small = good.replace("rsize=1048576,wsize=1048576", "rsize=131072,wsize=262144")
+    assert mount.judge(Output(stdout=small)) == Outcome(
+        "PASS", "nfs4 from 10.0.2.10:/tank/data (rsize=131072, wsize=262144: the most the server and "
+        "transport offer)")
+    big = good.replace("rsize=1048576", "rsize=2097152")
+    assert mount.judge(Output(stdout=big)).detail == "/data lacks rsize=1048576"
+    none = good.replace("wsize=1048576,", "")
+    assert mount.judge(Output(stdout=none)).detail == "/data lacks wsize=1048576"
+    local = good.replace('"nfs4"', '"ext4"')
+    assert mount.judge(Output(stdout=local)).status == "FAIL"
+    union = by_name(checks, "node01", "mount:/union")
+    assert union.judge(Output(stdout='{"filesystems": [{"source": "data:scratch", "fstype": "fuse.mergerfs", '
+                                     '"options": "rw,relatime"}]}')).status == "PASS"
+    pool = by_name(checks, "head01", "zfs:tank")
+    assert pool.judge(Output(stdout="  pool: tank\n state: ONLINE\nerrors: No known data errors\n")).status == "PASS"
+    assert pool.judge(Output(stdout="  pool: tank\n state: FAULTED\nerrors: No known data errors\n")).detail == (
+        "tank: state FAULTED")
+
+
+def test_write_bw_verdict() -> None:
+    bw = verify.write_bw_verdict(0.75)
+    assert bw(verify.WriteBw(100, 96.4)).status == "PASS"
+    assert bw(verify.WriteBw(100, 60.0)).detail == "60 Gb/s, below 0.75 of the 100 Gb/s link"
+
+
+def test_io_verdict(kit: Any) -> None:
+    m = kit.load(kit.base(storage=True)).manifest
+    io = by_name(catalog.plan(m), "node01", "io:/data")
+    assert ".provision-verify-node01" in io.command.text  # type: ignore[union-attr]
+    assert io.judge(Output(stdout="write rc=1\nread rc=1\n")).detail == "cannot write 64 MiB under /data"
+    assert io.judge(Output(stdout="write rc=0\nread rc=1\n")).detail == "cannot read back 64 MiB under /data"
+
+
+# --------------------------------------------------------------------------- parsers
+IB_WRITE_BW = """\
+rate=100 Gb/sec (4X EDR)
+---------------------------------------------------------------------------------------
+                    RDMA_Write BW Test
+ Dual-port       : OFF          Device         : mlx5_0
+---------------------------------------------------------------------------------------
+ #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]
+ 65536      454000           0.00               96.41              0.183888
+---------------------------------------------------------------------------------------
+"""
+
+
+ZPOOL_OK = (RECORDED / "zpool-status-ok.txt").read_text()
+
+
+ZPOOL_DEGRADED = (RECORDED / "zpool-status-degraded.txt").read_text()
+
+
+def test_ib_write_bw() -> None:
+    assert verify.parse_write_bw(IB_WRITE_BW) == verify.WriteBw(100.0, 96.41)
+    with pytest.raises(ParseError, match="rate"):
+        verify.parse_write_bw(IB_WRITE_BW.replace("rate=100 Gb/sec (4X EDR)\n", ""))
+    with pytest.raises(ParseError, match="result row"):
+        verify.parse_write_bw("rate=100 Gb/sec (4X EDR)\n Couldn't connect to 10.0.3.2:18515\n")
+
+
+def test_findmnt() -> None:
+    text = ('{"filesystems": [{"source": "10.0.2.10:/tank/data", "fstype": "nfs4", '
+            '"options": "rw,relatime,vers=4.2,rsize=1048576,wsize=1048576,hard,proto=tcp,nconnect=8"}]}')
+    mnt = verify.parse_findmnt(text)
+    assert mnt is not None and mnt.fstype == "nfs4" and "nconnect=8" in mnt.options
+    assert verify.parse_findmnt("") is None
+    with pytest.raises(ParseError):
+        verify.parse_findmnt("findmnt: unknown column")
+
+
+def test_io() -> None:
+    text = ("64+0 records in\n64+0 records out\n67108864 bytes (67 MB, 64 MiB) copied, 0.31 s, 216 MB/s\n"
+            "write rc=0\n64+0 records in\n64+0 records out\n67108864 bytes (67 MB, 64 MiB) copied, 0.05 s, 1.3 GB/s\n"
+            "read rc=0\n")
+    assert verify.parse_io(text) == verify.DdRun(True, True, "216 MB/s", "1.3 GB/s")
+    failed = "dd: failed to open '/data/x': Read-only file system\nwrite rc=1\ndd: failed to open\nread rc=1\n"
+    assert verify.parse_io(failed) == verify.DdRun(False, False)
+
+
+def test_zpool_status() -> None:
+    ok = verify.parse_zpool_status(ZPOOL_OK)
+    assert (ok.state, ok.data_errors, ok.device_errors, ok.scan_errors) == ("ONLINE", False, 0, 0)
+    bad = verify.parse_zpool_status(ZPOOL_DEGRADED)
+    assert (bad.state, bad.data_errors, bad.device_errors, bad.scan_errors) == ("DEGRADED", True, 1, 3)
+    with pytest.raises(ParseError, match="state"):
+        verify.parse_zpool_status("cannot open 'tank': no such pool\n")
