@@ -7,15 +7,20 @@ areas' checks and rich's console (docs/design.md, "Commands").
 
 from __future__ import annotations
 
-import argparse
-import importlib
-import os
 import sys
-from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any
 
-from provisioner.settings import DEFAULT_STALL_TIMEOUT, STRATEGIES
+try:  # a Ctrl-C while this module's own imports run (before main's handling): one line, 130
+    import argparse
+    import importlib
+    import os
+    from collections.abc import Callable, Sequence
+    from pathlib import Path
+    from typing import Any
+
+    from provisioner.settings import DEFAULT_STALL_TIMEOUT, STRATEGIES
+except KeyboardInterrupt:
+    print("interrupted (Ctrl-C)", file=sys.stderr)
+    raise SystemExit(130) from None
 
 # command -> the module that runs it (its main(args) -> exit code)
 COMMANDS: dict[str, str] = {
@@ -191,10 +196,28 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Ctrl-C, or an error a Ctrl-C caused: one that lands while a class
+    is created (pydantic's models, at import time) surfaces as a RuntimeError caused by it."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
-        command = importlib.import_module(COMMANDS[args.command])
+        try:
+            command = importlib.import_module(COMMANDS[args.command])
+        except Exception as exc:
+            if interrupted(exc):
+                raise KeyboardInterrupt from None
+            raise
         return int(command.main(args))
     except KeyboardInterrupt:  # Ctrl-C before the command's own handling (imports take ~0.3-1 s)
         print(INTERRUPTED, file=sys.stderr)
