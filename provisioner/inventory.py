@@ -16,6 +16,7 @@ from provisioner import overrides, yamltext
 from provisioner.areas import registry
 from provisioner.areas.monitoring import decide as monitoring
 from provisioner.areas.slurm import rolevars as slurm_vars
+from provisioner.areas.storage.scratch import scratch_disks
 from provisioner.errors import ProvisionError
 from provisioner.manifest.model import Manifest, Node
 from provisioner.manifest.select import select_nodes
@@ -34,6 +35,7 @@ def groups(m: Manifest) -> dict[str, list[str]]:
     extra: dict[str, set[str]] = {
         "gpu": {n.name for n in m.nodes if n.hardware.gpu is not None},
         "infiniband": {n.name for n in m.nodes if "infiniband" in n.interfaces},
+        "scratch": {n.name for n in m.nodes if scratch_disks(n)},
         "zfs": {p.node for p in m.zfs.pools},
         "nfs_server": {e.node for e in m.nfs.exports},
         "nfs_client": {name for mnt in m.nfs.mounts for name in select_nodes(m, mnt.nodes)},

@@ -18,6 +18,7 @@ from provisioner import overrides
 from provisioner.areas import registry
 from provisioner.areas.baremetal.decide import plan_installs, wiped_disks
 from provisioner.areas.baremetal.deploy import destructive_summary, method
+from provisioner.areas.storage.scratch import scratch_volume
 from provisioner.inventory import groups
 from provisioner.manifest.model import Manifest, Node
 from provisioner.state import State
@@ -46,6 +47,16 @@ def heavy_cluster_fingerprints(m: Manifest, cluster: ClusterVars | None = None) 
     }
 
 
+# the install intent is no configuration of the node (and older states lack it)
+_NOT_CONFIGURATION = frozenset({"bmc", "install", "install_method"})
+
+
+def _unset_since_v1(node: Node) -> set[str]:
+    """Node fields added after states were first recorded, left out while unset (so those
+    states' fingerprints stay valid)."""
+    return {"scratch"} if node.scratch is None else set()
+
+
 def node_sections(m: Manifest, node: Node, heavy_cluster: dict[str, str] | None = None) -> dict[str, str]:
     """Fingerprints of everything that drives heavy node-local work on ``node``.
 
@@ -56,8 +67,7 @@ def node_sections(m: Manifest, node: Node, heavy_cluster: dict[str, str] | None 
     if heavy_cluster is None:
         heavy_cluster = heavy_cluster_fingerprints(m)
     sections: dict[str, str] = {
-        # the install intent is no configuration of the node (and older states lack it)
-        "node": fingerprint(node.model_dump(mode="json", exclude={"bmc", "install", "install_method"})),
+        "node": fingerprint(node.model_dump(mode="json", exclude=set(_NOT_CONFIGURATION) | _unset_since_v1(node))),
         "bmc": fingerprint(node.bmc.model_dump(mode="json") if node.bmc else None),
     }
     for area in registry.AREAS:
@@ -115,6 +125,8 @@ class NodePlan:
     plays: list[str] = field(default_factory=list)
     # a PXE install apply will do first (it wipes the node's install disks), in words; "" if none
     install: str = ""
+    # the scratch volume the storage play makes on this node's disks, in words; "" if none runs
+    formats: str = ""
 
 
 @dataclass
@@ -123,6 +135,11 @@ class Plan:
     cluster_files_change: bool
     targets: list[str]
     installs: list[str] = field(default_factory=list)  # nodes apply installs over PXE (wiping them)
+
+    @property
+    def formats(self) -> list[str]:
+        """Nodes whose scratch disks the storage play may partition and format."""
+        return [n.name for n in self.nodes if n.formats]
 
     @property
     def has_changes(self) -> bool:
@@ -136,6 +153,7 @@ class Plan:
             "cluster_files_change": self.cluster_files_change,
             "targets": self.targets,
             "installs": self.installs,
+            "formats": self.formats,
             "nodes": [asdict(n) for n in self.nodes],
         }
 
@@ -172,6 +190,19 @@ def resolve_pattern(pattern: str, grp: dict[str, list[str]], all_hosts: list[str
     include -= excludes
     selected = [h for h in all_hosts if h in include]
     return selected
+
+
+def scratch_format_summary(node: Node) -> str:
+    """What the scratch role may do to the node's disks, in words ("" without scratch):
+    blank disks are partitioned and formatted; disks holding data are refused, or with
+    ``scratch.force`` overwritten. A volume already made is only mounted."""
+    volume = scratch_volume(node)
+    if volume is None:
+        return ""
+    disks = ", ".join(volume.disks)
+    if volume.force:
+        return f"scratch FORCE: overwrites {disks} ({volume.summary()}) even where they hold data"
+    return f"scratch: formats {disks} where blank ({volume.summary()}); disks holding data are refused"
 
 
 def compute(
@@ -218,6 +249,8 @@ def compute(
                 plan.install = f"PXE {again}: {destructive_summary(m, node)}"
             else:
                 plan.install = f"PXE {again}: wipes {wiped_disks(node)} (the {node.os} installer)"
+        if needs_heavy and (plan.status == "new" or "storage" in plan.sections or full):
+            plan.formats = scratch_format_summary(node)
         node_plans.append(plan)
     for name in sorted(set(state.nodes) - set(names)):
         node_plans.append(NodePlan(name, "removed", [], state.nodes[name].lifecycle))
