@@ -79,6 +79,12 @@ def print_plan(console: Console, plan: Plan, cluster: str) -> None:
     if plan.installs:
         console.print(f"PXE installs (they wipe the install disks): {', '.join(plan.installs)}",
                       style="bold red", markup=False, highlight=False)
+    by_text: dict[str, list[str]] = {}
+    for node in plan.nodes:
+        if node.formats:
+            by_text.setdefault(node.formats, []).append(node.name)
+    for text, names in by_text.items():  # destructive where the disks are blank (or forced)
+        console.print(f"{', '.join(contract(names))}: {text}", style="bold red", markup=False, highlight=False)
 
 
 class LiveProgress:

@@ -63,6 +63,7 @@ ROLE_FIELDS: dict[str, str] = {
     "nfs_server": "nfs.exports",
     "nfs_client": "nfs.mounts",
     "mergerfs": "mergerfs",
+    "scratch": "nodes[].hardware.disks (use: scratch)",
 }
 
 # ansible_facts.distribution / major version of each OS (the name of its vars file)

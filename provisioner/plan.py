@@ -44,6 +44,16 @@ def heavy_cluster_fingerprints(m: Manifest, cluster: ClusterVars | None = None) 
     }
 
 
+# the install intent is no configuration of the node (and older states lack it)
+_NOT_CONFIGURATION = frozenset({"bmc", "install", "install_method"})
+
+
+def _unset_since_v1(node: Node) -> set[str]:
+    """Node fields added after states were first recorded, left out while unset (so those
+    states' fingerprints stay valid)."""
+    return {"scratch"} if node.scratch is None else set()
+
+
 def node_sections(m: Manifest, node: Node, heavy_cluster: dict[str, str] | None = None) -> dict[str, str]:
     """Fingerprints of everything that drives heavy node-local work on ``node``.
 
@@ -54,8 +64,7 @@ def node_sections(m: Manifest, node: Node, heavy_cluster: dict[str, str] | None 
     if heavy_cluster is None:
         heavy_cluster = heavy_cluster_fingerprints(m)
     sections: dict[str, str] = {
-        # the install intent is no configuration of the node (and older states lack it)
-        "node": fingerprint(node.model_dump(mode="json", exclude={"bmc", "install", "install_method"})),
+        "node": fingerprint(node.model_dump(mode="json", exclude=set(_NOT_CONFIGURATION) | _unset_since_v1(node))),
         "bmc": fingerprint(node.bmc.model_dump(mode="json") if node.bmc else None),
     }
     for area in registry.AREAS:
@@ -113,6 +122,8 @@ class NodePlan:
     plays: list[str] = field(default_factory=list)
     # a PXE install apply will do first (it wipes the node's install disks), in words; "" if none
     install: str = ""
+    # the scratch volume the storage play makes on this node's disks, in words; "" if none runs
+    formats: str = ""
 
 
 @dataclass
@@ -121,6 +132,11 @@ class Plan:
     cluster_files_change: bool
     targets: list[str]
     installs: list[str] = field(default_factory=list)  # nodes apply installs over PXE (wiping them)
+
+    @property
+    def formats(self) -> list[str]:
+        """Nodes whose scratch disks the storage play may partition and format."""
+        return [n.name for n in self.nodes if n.formats]
 
     @property
     def has_changes(self) -> bool:
@@ -134,6 +150,7 @@ class Plan:
             "cluster_files_change": self.cluster_files_change,
             "targets": self.targets,
             "installs": self.installs,
+            "formats": self.formats,
             "nodes": [asdict(n) for n in self.nodes],
         }
 
@@ -213,6 +230,8 @@ def compute(
             targets.append(node.name)
         if installer is not None and node.name in installs:
             plan.install = installer.summary(m, node, node.name in (reinstall or []))
+        if needs_heavy and (plan.status == "new" or "storage" in plan.sections or full):
+            plan.formats = registry.destructive(m, node)
         node_plans.append(plan)
     for name in sorted(set(state.nodes) - set(names)):
         node_plans.append(NodePlan(name, "removed", [], state.nodes[name].lifecycle))

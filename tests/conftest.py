@@ -90,6 +90,7 @@ def minimal_manifest() -> dict[str, Any]:
                     "cpu": {"cores_per_socket": 16, "threads_per_core": 2},
                     "memory_gb": 128,
                     "gpu": {"model": "RTX A6000", "count": 2},
+                    "disks": [{"id": "nvme-SCRATCH", "kind": "nvme", "use": "scratch"}],
                 },
             },
         ],

@@ -223,9 +223,10 @@ def test_full_with_limit_targets_only_the_limit(m: Manifest) -> None:
 
 def test_plan_to_json(m: Manifest) -> None:
     data = compute(m, State(), PLAYS, limit=["node01"]).to_json()
-    assert set(data) == {"has_changes", "cluster_files_change", "targets", "installs", "nodes"}
+    assert set(data) == {"has_changes", "cluster_files_change", "targets", "installs", "formats", "nodes"}
     assert data["targets"] == ["node01"]
     assert data["installs"] == []
+    assert data["formats"] == ["node01"]  # its scratch disk (tests/conftest.py)
     assert data["nodes"][1] == {
         "name": "node01",
         "status": "new",
@@ -234,6 +235,8 @@ def test_plan_to_json(m: Manifest) -> None:
         "heavy": True,
         "plays": ["common", "common (files)", "slurm", "slurm (files)"],
         "install": "",
+        "formats": ("scratch: formats nvme-SCRATCH where blank (1 disk, xfs at /scratch); "
+                    "disks holding data are refused"),
     }
 
 

@@ -52,6 +52,7 @@ from provisioner.areas.slurm import rolevars as slurm
 from provisioner.areas.slurm import verify as slurm_verify
 from provisioner.areas.storage import checks as storage_checks
 from provisioner.areas.storage import rolevars as storage
+from provisioner.areas.storage import scratch as storage_scratch
 from provisioner.areas.storage import verify as storage_verify
 from provisioner.manifest.checks import Check
 from provisioner.manifest.load import Loaded
@@ -150,6 +151,8 @@ class Area:
     secret_values: Callable[[StateDir], list[str]] | None = None
     image_packages: Callable[[Manifest], tuple[str, ...]] | None = None
     install: Install | None = None
+    # what the area's plays may destroy on a node (formatting disks), in plan's words ("": nothing)
+    destructive: Callable[[Manifest, Node], str] | None = None
 
 
 if TYPE_CHECKING:  # what BAREMETAL_INSTALL loads by name, type-checked here (no import at run time)
@@ -171,7 +174,7 @@ AREAS: tuple[Area, ...] = (
     Area("common", common.cluster_vars, common.node_vars, frozenset({"common_hosts"}),
          checks=common_checks.CHECKS, verify=common_verify.checks, image_packages=common_decide.image_packages),
     Area("storage", storage.cluster_vars, storage.node_vars, groups=storage.groups, checks=storage_checks.CHECKS,
-         verify=storage_verify.checks),
+         verify=storage_verify.checks, destructive=storage_scratch.format_summary),
     Area("gpu", gpu.cluster_vars, gpu.node_vars, groups=gpu.groups, checks=gpu_checks.CHECKS,
          verify=gpu_verify.checks),
     Area("slurm", slurm.cluster_vars, slurm.node_vars, slurm.LIGHT_KEYS, groups=slurm.groups,
@@ -248,6 +251,12 @@ def secret_envs(m: Manifest) -> set[str]:
 def secret_values(state: StateDir) -> list[str]:
     """The areas' secrets prepared in the state directory, for the artifact scan."""
     return [value for area in AREAS if area.secret_values is not None for value in area.secret_values(state)]
+
+
+def destructive(m: Manifest, node: Node) -> str:
+    """What the areas' plays may destroy on ``node``, in plan's words ("": nothing)."""
+    return "; ".join(text for area in AREAS if area.destructive is not None
+                     if (text := area.destructive(m, node)))
 
 
 def install() -> Install | None:

@@ -26,7 +26,7 @@ def node_path(node: Node, *rest: str | int) -> PathKey:
 # Names the inventory uses for groups; a host with the same name confuses Ansible.
 RESERVED_NAMES = frozenset({
     "all", "ungrouped", "localhost", "head", "compute", "storage", "services", "login", "gpu",
-    "infiniband", "zfs", "nfs_server", "nfs_client", "mergerfs", "docker", "slurm_controller",
+    "infiniband", "scratch", "zfs", "nfs_server", "nfs_client", "mergerfs", "docker", "slurm_controller",
     "slurm_compute", "slurm_node",
 })
 

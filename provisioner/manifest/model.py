@@ -458,6 +458,32 @@ class Disk(Strict):
         return v
 
 
+class Scratch(Strict):
+    """How a node's ``use: scratch`` disks become its local scratch file system: one disk
+    as it is, several as RAID 0 (``mdadm``) or a striped logical volume (``lvm``)."""
+
+    path: AbsPath = Field(default="/scratch", description="mount point")
+    fs: Literal["xfs", "ext4"] = "xfs"
+    raid: Literal["mdadm", "lvm"] = Field(default="mdadm", description="several disks: RAID 0 or a striped LV")
+    options: list[str] = Field(default_factory=list, description="mount options added to noatime,nofail")
+    force: bool = Field(default=False, description="format disks that hold data (partitions, signatures)")
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        if v == "/" or v.split("/")[1] in ("boot", "dev", "etc", "proc", "run", "sys", "usr"):
+            raise ValueError(f"{v!r} is a system path; mount scratch elsewhere (e.g. /scratch)")
+        return v
+
+    @field_validator("options")
+    @classmethod
+    def _options(cls, v: list[str]) -> list[str]:
+        for opt in v:
+            if not opt or any(c.isspace() or c == "," for c in opt):
+                raise ValueError(f"{opt!r}: give one mount option per list item, without spaces or commas")
+        return v
+
+
 class Hardware(Strict):
     cpu: Cpu
     memory_gb: int = Field(ge=1, le=65536)
@@ -492,6 +518,8 @@ class Node(Strict):
     interfaces: dict[NetworkName, Interface]
     bmc: Bmc | None = None
     hardware: Hardware
+    scratch: Scratch | None = Field(
+        default=None, description="settings of the scratch file system on the disks with use: scratch")
     _source_index: int = PrivateAttr(default=-1)
 
     @property

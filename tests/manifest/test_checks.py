@@ -247,7 +247,7 @@ def test_mirror_disk_count_not_divisible(kit: Any) -> None:
     d, text = only(kit, data, "do not divide")
     assert d.message == "3 disks do not divide into mirror groups of 2"
     assert d.path == "zfs.pools[0].vdevs.disks"
-    assert_at(kit, d, text, "disks:", nth=2)
+    assert_at(kit, d, text, "disks:", nth=3)
 
 
 @pytest.mark.parametrize(("kind", "minimum"), [("raidz1", 3), ("raidz2", 4), ("raidz3", 5), ("mirror", 2)])
@@ -275,7 +275,7 @@ def test_disk_repeated_inside_a_group(kit: Any) -> None:
     d, text = only(kit, data, "used twice")
     assert d.path == "zfs.pools[0].vdevs.disks"
     assert d.message == "disk 'ata-DISK_2' is used twice (also in pool 'tank' vdevs)"
-    assert_at(kit, d, text, "disks:", nth=2)
+    assert_at(kit, d, text, "disks:", nth=3)
 
 
 def test_disk_used_by_two_pools_on_one_node(kit: Any) -> None:
@@ -367,7 +367,7 @@ def test_bad_disk_range_in_a_pool(kit: Any) -> None:
     data["zfs"]["pools"][0]["vdevs"]["disks"] = ["ata-DISK_[4-1]"]
     d, text = only(kit, data, "bad range")
     assert d.path == "zfs.pools[0].vdevs.disks"
-    assert_at(kit, d, text, "disks:", nth=2)
+    assert_at(kit, d, text, "disks:", nth=3)
 
 
 # --------------------------------------------------------------------------- nfs, mergerfs

@@ -60,9 +60,9 @@ def test_crafted_manifest_loads() -> None:
     assert loaded.manifest.node_names() == ["ctl", "gpu1", "gpu2", "gpu3"]
     # no admin and no cluster.ssh.public_key: no key is allowed root, so apply leaves root's
     # keys alone (issue 19 item 20); the default OS (Ubuntu 22.04) cannot fence
-    # cores/memory/GPUs in Slurm: each said once
+    # cores/memory/GPUs in Slurm; its GPU nodes have no scratch disk: each said once
     assert sorted((w.path, w.severity) for w in loaded.warnings) == [
-        ("cluster.admin_users", "warning"), ("slurm", "warning")]
+        ("cluster.admin_users", "warning"), ("nodes[1].hardware.disks", "warning"), ("slurm", "warning")]
     assert loaded.path == Path("m.yaml")
 
 

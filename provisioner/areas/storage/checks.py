@@ -7,9 +7,12 @@ from __future__ import annotations
 from provisioner.areas.storage.base import StorageError
 from provisioner.areas.storage.nfs import export_network_problems, nconnect_ignored
 from provisioner.areas.storage.rolevars import node_vars
+from provisioner.areas.storage.scratch import lacks_scratch, local_path_problem
 from provisioner.errors import Diagnostic
 from provisioner.manifest.checks import Check, node_path
 from provisioner.manifest.model import Manifest
+from provisioner.manifest.ranges import contract
+from provisioner.manifest.select import select_nodes
 from provisioner.manifest.source import Source
 
 
@@ -46,4 +49,44 @@ def check_export_networks(m: Manifest, src: Source) -> list[Diagnostic]:
             for j, message in export_network_problems(m, export)]
 
 
-CHECKS: tuple[Check, ...] = (check_export_networks, check_storage_vars, check_nconnect_over_rdma)
+def check_docker_data_root(m: Manifest, src: Source) -> list[Diagnostic]:
+    """Docker's data-root must lie on a file system the manifest makes on each Docker node
+    (its scratch, a ZFS dataset), or under /var/lib: else the images fill the root disk."""
+    if not m.docker.enabled:
+        return []
+    problems: list[tuple[str, str]] = []
+    for name in select_nodes(m, m.docker.nodes):
+        try:
+            problem = local_path_problem(m, m.node(name), m.docker.data_root, "docker.data_root")
+        except StorageError:
+            continue  # the node's own scratch problem is reported by check_storage_vars
+        if problem is not None:
+            problems.append((name, problem))
+    if not problems:
+        return []
+    message = problems[0][1]
+    if len(problems) > 1:
+        others = contract([name for name, _ in problems[1:]])
+        message += f" (the same on {', '.join(others)})"
+    return [src.diag(("docker", "data_root"), message)]
+
+
+def check_gpu_nodes_have_scratch(m: Manifest, src: Source) -> list[Diagnostic]:
+    """Warn (once per manifest entry) where GPU compute nodes have no local scratch disk."""
+    out: list[Diagnostic] = []
+    by_entry: dict[int, list[str]] = {}
+    for node in m.nodes:
+        if lacks_scratch(node):
+            by_entry.setdefault(node.source_index, []).append(node.name)
+    for index, names in by_entry.items():
+        out.append(src.diag(
+            ("nodes", index, "hardware", "disks"),
+            f"{', '.join(contract(names))}: GPU compute node without local scratch (no disk with use: scratch): "
+            "staged datasets, container images and job tmp go to the root disk or NFS; give it its NVMe "
+            "as use: scratch",
+            "warning"))
+    return out
+
+
+CHECKS: tuple[Check, ...] = (check_export_networks, check_storage_vars, check_nconnect_over_rdma,
+                             check_docker_data_root, check_gpu_nodes_have_scratch)

@@ -1,4 +1,4 @@
-"""Variables for the storage and fabric roles: zfs, nfs_server, nfs_client, mergerfs, ofed.
+"""Variables for the storage and fabric roles: scratch, zfs, nfs_server, nfs_client, mergerfs, ofed.
 
 Cluster-wide values go to group_vars/all; everything that belongs to one node (its pools,
 exports, mounts, unions, IPoIB interface) goes to that node's host_vars, and only to nodes
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.areas.storage import fabric, mergerfs, nfs, units, zfs
+from provisioner.areas.storage import fabric, mergerfs, nfs, scratch, units, zfs
 from provisioner.manifest.model import Manifest, Node
 from provisioner.manifest.select import select_nodes
 
@@ -24,7 +24,16 @@ def groups(m: Manifest) -> dict[str, set[str]]:
         "nfs_server": {e.node for e in m.nfs.exports},
         "nfs_client": {name for mnt in m.nfs.mounts for name in select_nodes(m, mnt.nodes)},
         "mergerfs": {name for u in m.mergerfs for name in select_nodes(m, u.nodes)},
+        "scratch": {n.name for n in m.nodes if scratch.scratch_disks(n)},
     }
+
+
+# --------------------------------------------------------------------------- scratch
+def scratch_node_vars(node: Node) -> dict[str, Any]:
+    """The node's scratch volume ({} without ``use: scratch`` disks: the node is in no
+    scratch group, and its fingerprint stays what it was before scratch existed)."""
+    volume = scratch.scratch_volume(node)
+    return {} if volume is None else {"scratch_volume": volume.to_vars()}
 
 
 # --------------------------------------------------------------------------- zfs
@@ -169,7 +178,7 @@ def cluster_vars(m: Manifest) -> dict[str, Any]:
 
 def node_vars(m: Manifest, node: Node) -> dict[str, Any]:
     groups = storage_groups(m, node)
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = scratch_node_vars(node)
     if "zfs" in groups:
         out |= zfs_node_vars(m, node)
     if "nfs_server" in groups:

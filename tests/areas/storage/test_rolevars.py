@@ -17,13 +17,15 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from provisioner import inventory
 from provisioner.areas import registry as rolevars
 from provisioner.areas.storage import rolevars as storage
+from provisioner.areas.storage.scratch import scratch_disks
 from provisioner.manifest import Manifest
 from provisioner.validate import load_manifest
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ["llm-200k.yaml", "music-lab.yaml"]
-ROLES = ("zfs", "nfs_server", "nfs_client", "mergerfs", "ofed")
+ROLES = ("scratch", "zfs", "nfs_server", "nfs_client", "mergerfs", "ofed")
 GROUP_KEYS = {
+    "scratch": {"scratch_volume"},
     "zfs": {"zfs_pools", "zfs_arc_max_bytes"},
     "nfs_server": {"nfs_server_exports", "nfs_server_threads", "nfs_server_vers3", "nfs_server_rdma"},
     "nfs_client": {"nfs_client_mounts", "nfs_client_rdma"},
@@ -82,7 +84,8 @@ def test_node_vars_only_for_group_members(name: str) -> None:
     m = example(name)
     for node in m.nodes:
         keys = set(storage.node_vars(m, node))
-        wanted = set().union(*(GROUP_KEYS[g] for g in storage.storage_groups(m, node)))
+        groups = [*storage.storage_groups(m, node), *(["scratch"] if scratch_disks(node) else [])]
+        wanted = set().union(*(GROUP_KEYS[g] for g in groups))
         assert keys == wanted, node.name
 
 
