@@ -1,7 +1,8 @@
 """The VM lab: `provision apply` onto qemu guests with real kernels, then assertions there.
 
 What containers cannot show is proven here: the zfs role builds the manifest's pool of
-mirrors from virtual disks and refuses a disk with a filesystem on it; kernel NFS exports
+mirrors from virtual disks and refuses a disk with a filesystem on it; the scratch role
+partitions, formats and mounts store2's blank disk by id and refuses one with a filesystem; kernel NFS exports
 datasets and the head mounts them (over RDMA on soft-RoCE from store1, over TCP on the data
 network from store2, whose addresses the common role configured); MergerFS unions NFS
 mounts of the two servers and a write lands where its policy says; the ofed role sees the
@@ -58,6 +59,8 @@ BMC_PASSWORD_ENV = "LAB_BMC_PASSWORD"
 BMC_PASSWORD = "lab-Bmc-Secret-51c2"
 SSH_PORTS = {"head1": 2310, "store1": 2311, "store2": 2312}
 FS_DISK = "labdisk5"  # carries an ext4 filesystem: a pool there must be refused without force
+SCRATCH_DISK = "labscratch"  # store2's blank scratch disk (lab.yaml)
+KEEP_DISK = "labkeep"  # store2's disk with an ext4 filesystem: scratch there must be refused without force
 PXE1 = "10.213.9.20"
 
 
@@ -72,7 +75,7 @@ def _specs() -> list[VmSpec]:
         VmSpec("store1", 2048, nics(11), SSH_PORTS["store1"],
                disks=[*(Disk(f"labdisk{i}") for i in range(1, 5)), Disk(FS_DISK, ext4=True)]),
         VmSpec("store2", 1024, [Nic(MGMT, "52:54:00:d9:00:12", "10.213.9.12/24"), Nic(DATA, "52:54:00:db:00:12")],
-               SSH_PORTS["store2"]),
+               SSH_PORTS["store2"], disks=[Disk(SCRATCH_DISK), Disk(KEEP_DISK, ext4=True)]),
     ]
 
 
@@ -492,17 +495,70 @@ def test_ib_write_bw_between_two_guests(lab: Lab) -> None:
 
 
 # --------------------------------------------------------------------------- disk safety
+def _refusals(lab: Lab) -> subprocess.CompletedProcess[str]:
+    """One apply, on store1 and store2 side by side, of a manifest that asks for disks with
+    a filesystem on them: a ZFS pool on store1's virtio-labdisk5, store2's scratch on
+    virtio-labkeep (instead of its own scratch disk). Run once, for both tests."""
+    if "refusals" not in lab.applies:
+        data = yaml.safe_load(lab.manifest.read_text())
+        for node in data["nodes"]:
+            if node["name"] == "store1":
+                node["hardware"]["disks"].append({"id": f"virtio-{FS_DISK}", "size_gb": 1, "kind": "ssd",
+                                                  "use": "zfs"})
+            if node["name"] == "store2":
+                node["hardware"]["disks"] = [
+                    {"id": f"virtio-{SCRATCH_DISK}", "size_gb": 1, "kind": "ssd", "use": "none"},
+                    {"id": f"virtio-{KEEP_DISK}", "size_gb": 1, "kind": "ssd", "use": "scratch"}]
+        data["zfs"]["pools"].append({"name": "scratch", "node": "store1", "purpose": "scratch",
+                                     "vdevs": {"type": "stripe", "width": 1, "disks": [f"virtio-{FS_DISK}"]}})
+        changed = lab.work / "lab-scratch.yaml"
+        changed.write_text(yaml.safe_dump(data, sort_keys=False))
+        with lab.timings.stage("provision apply of disks with data (store1, store2: refused)"):
+            lab.applies["refusals"] = lab.provision("apply", "--yes", "--limit", "store1,store2", manifest=changed)
+    return lab.applies["refusals"]
+
+
+def test_scratch_disk_is_formatted_and_mounted_by_id(lab: Lab) -> None:
+    """store2's blank disk, made scratch by the first apply: one GPT partition of ours, ext4
+    labelled scratch, in fstab by id with the manifest's options, mounted, mode 1777 (the
+    second apply changed nothing there: test_second_full_apply_changes_nothing)."""
+    store2 = lab.ssh["store2"]
+    part = f"/dev/disk/by-id/virtio-{SCRATCH_DISK}-part1"
+    assert re.search(rf"^{re.escape(part)}\s+/scratch\s+ext4\s+noatime,nofail\s", store2.out("cat /etc/fstab"),
+                     re.M), store2.out("cat /etc/fstab")
+    kernel_name = store2.out(f"readlink -f {part}").strip()
+    line = _mounts(store2)["/scratch"]
+    assert line[0] == kernel_name and line[2] == "ext4", line
+    assert "noatime" in line[3].split(","), line
+    blkid = store2.out(f"blkid -o export {part}")
+    assert {"TYPE=ext4", "LABEL=scratch", "PARTLABEL=provision-scratch"} <= set(blkid.split()), blkid
+    assert store2.out(f"lsblk -no PTTYPE /dev/disk/by-id/virtio-{SCRATCH_DISK} | head -1").strip() == "gpt"
+    assert store2.out("stat -c %a /scratch").strip() == "1777"
+    store2.run("echo on-scratch > /scratch/probe.txt && sync")
+    assert store2.out("df --output=source /scratch/probe.txt").split()[-1] == kernel_name
+    first = lab.applies["first"].stdout
+    assert "REFUSED" not in first and "FORCE" not in first
+
+
+def test_scratch_on_a_disk_with_a_filesystem_is_refused(lab: Lab) -> None:
+    store2 = lab.ssh["store2"]
+    r = _refusals(lab)
+    assert r.returncode != 0, _recap(r)
+    out = r.stdout + r.stderr
+    assert "REFUSED: scratch volume" in out, _recap(r)
+    assert f"virtio-{KEEP_DISK}: holds a ext4 signature" in out, _recap(r)
+    # the disk is untouched: its filesystem, no partition table
+    blkid = store2.out(f"blkid -o export /dev/disk/by-id/virtio-{KEEP_DISK}")
+    assert "TYPE=ext4" in blkid and "LABEL=keepme" in blkid, blkid
+    assert store2.out(f"lsblk -no PTTYPE /dev/disk/by-id/virtio-{KEEP_DISK}").strip() == ""
+    # and the scratch made before is still mounted where it was
+    mine = store2.out(f"readlink -f /dev/disk/by-id/virtio-{SCRATCH_DISK}-part1").strip()
+    assert _mounts(store2)["/scratch"][0] == mine
+
+
 def test_pool_on_a_disk_with_a_filesystem_is_refused(lab: Lab) -> None:
     store = lab.ssh["store1"]
-    data = yaml.safe_load(lab.manifest.read_text())
-    for node in data["nodes"]:
-        if node["name"] == "store1":
-            node["hardware"]["disks"].append({"id": f"virtio-{FS_DISK}", "size_gb": 1, "kind": "ssd", "use": "zfs"})
-    data["zfs"]["pools"].append({"name": "scratch", "node": "store1", "purpose": "scratch",
-                                 "vdevs": {"type": "stripe", "width": 1, "disks": [f"virtio-{FS_DISK}"]}})
-    changed = lab.work / "lab-scratch.yaml"
-    changed.write_text(yaml.safe_dump(data, sort_keys=False))
-    r = lab.provision("apply", "--yes", "--limit", "store1", manifest=changed)
+    r = _refusals(lab)
     assert r.returncode != 0, _recap(r)
     assert re.search(rf"virtio-{FS_DISK}.*(ext4|signature|filesystem)", r.stdout + r.stderr, re.I), _recap(r)
     assert store.run("zpool list scratch", check=False).returncode != 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 from provisioner.areas.storage.base import StorageError
 from provisioner.areas.storage.nfs import export_network_problems, nconnect_ignored
 from provisioner.areas.storage.rolevars import node_vars
-from provisioner.areas.storage.scratch import lacks_scratch, local_path_problem
+from provisioner.areas.storage.scratch import lacks_scratch, local_path_problem, mount_clash
 from provisioner.errors import Diagnostic
 from provisioner.manifest.checks import Check, node_path
 from provisioner.manifest.model import Manifest
@@ -71,6 +71,25 @@ def check_docker_data_root(m: Manifest, src: Source) -> list[Diagnostic]:
     return [src.diag(("docker", "data_root"), message)]
 
 
+def check_scratch_mount_points(m: Manifest, src: Source) -> list[Diagnostic]:
+    """A node's scratch may not share its mount point with another file system there
+    (said once per manifest entry: the first node's words)."""
+    out: list[Diagnostic] = []
+    seen: set[int] = set()
+    for node in m.nodes:
+        if node.source_index in seen:
+            continue
+        try:
+            message = mount_clash(m, node)
+        except StorageError:
+            continue  # reported by check_storage_vars
+        if message is not None:
+            seen.add(node.source_index)
+            where = ("scratch", "path") if node.scratch is not None else ("hardware", "disks")
+            out.append(src.diag(node_path(node, *where), message))
+    return out
+
+
 def check_gpu_nodes_have_scratch(m: Manifest, src: Source) -> list[Diagnostic]:
     """Warn (once per manifest entry) where GPU compute nodes have no local scratch disk."""
     out: list[Diagnostic] = []
@@ -89,4 +108,4 @@ def check_gpu_nodes_have_scratch(m: Manifest, src: Source) -> list[Diagnostic]:
 
 
 CHECKS: tuple[Check, ...] = (check_export_networks, check_storage_vars, check_nconnect_over_rdma,
-                             check_docker_data_root, check_gpu_nodes_have_scratch)
+                             check_docker_data_root, check_scratch_mount_points, check_gpu_nodes_have_scratch)

@@ -26,7 +26,8 @@ from typing import Any, Literal
 
 from provisioner.areas.storage.base import BY_ID_DIR, StorageError, merge_options
 from provisioner.areas.storage.disks import DiskProbe, Findings, SafetyVerdict, disk_findings
-from provisioner.areas.storage.nfs import dataset_mountpoint
+from provisioner.areas.storage.mergerfs import unions_for
+from provisioner.areas.storage.nfs import dataset_mountpoint, mounts_for
 from provisioner.manifest.model import Manifest, Node, Scratch
 from provisioner.manifest.ranges import expand_all
 
@@ -248,6 +249,23 @@ def local_path_problem(m: Manifest, node: Node, path: str, what: str) -> str | N
     return (f"{what} {path} is on no file system the manifest makes on {node.name} ({have}): it would be a "
             "folder on the root disk; give the node scratch disks (hardware.disks: use: scratch, "
             "mounted at scratch.path, default /scratch), point it below that path, or keep it under /var/lib")
+
+
+def mount_clash(m: Manifest, node: Node) -> str | None:
+    """Why the node's scratch path cannot be mounted there (None: it can): another file
+    system the manifest puts on the node (an NFS mount, a MergerFS union, a ZFS dataset)
+    has the same mount point, and one would hide the other."""
+    volume = scratch_volume(node)
+    if volume is None:
+        return None
+    others = [(mnt.path, f"the NFS mount of export {mnt.export!r}") for mnt in mounts_for(m, node)]
+    others += [(union.path, "a MergerFS union") for union in unions_for(m, node)]
+    others += [(point, kind) for point, kind in provisioned_mounts(m, node) if kind != "scratch"]
+    for point, what in others:
+        if point == volume.path:
+            return (f"scratch.path {volume.path} is also the mount point of {what} on {node.name}: "
+                    "one would hide the other; give scratch another path (e.g. /scratch)")
+    return None
 
 
 def lacks_scratch(node: Node) -> bool:

@@ -368,3 +368,20 @@ def test_a_node_without_scratch_keeps_its_recorded_fingerprint(kit: Any) -> None
     data["nodes"][0]["hardware"]["disks"].append({"id": "nvme-S", "use": "scratch"})
     m2 = kit.load(data).manifest
     assert node_sections(m2, m2.node("head01"))["node"] != node_sections(m, head)["node"]
+
+
+@pytest.mark.parametrize(("section", "value", "what"), [
+    ("nfs", {"exports": [{"name": "d", "node": "head01", "path": "/srv/d"}],
+             "mounts": [{"export": "d", "path": "/scratch", "nodes": ["@compute"]}]}, "the NFS mount of export 'd'"),
+    ("mergerfs", [{"path": "/scratch", "branches": ["/a", "/b"], "nodes": ["node01"]}], "a MergerFS union"),
+])
+def test_scratch_sharing_a_mount_point_is_an_error_at_its_path(kit: Any, section: str, value: Any,
+                                                               what: str) -> None:
+    data = kit.base()
+    data["nodes"][1]["scratch"] = {"path": "/scratch"}
+    data[section] = value
+    text = kit.dump(data)
+    [d] = [e for e in kit.errors(data) if "would hide the other" in e.message]
+    assert d.path == "nodes[1].scratch.path"
+    assert d.line == kit.line_of(text, "path: /scratch")
+    assert d.message.startswith(f"scratch.path /scratch is also the mount point of {what} on node01")
