@@ -90,6 +90,18 @@ def forget_login(address: str, user: str, password: str, port: int) -> None:
     ipmi_session.Session.initting_sessions.pop((address, user, password, port, None), None)
 
 
+def forget_session(address: str, port: int) -> None:
+    """Mark pyghmi's cached sessions to this BMC broken, so that the next Command logs in
+    afresh. Without keepalive pyghmi hands a cached session to the next Command however long
+    it idled; a BMC that dropped it meanwhile (real ones expire idle sessions after a minute
+    or so) never answers on it, and a retry got the same dead session: an install failed at
+    its first BMC step after the preflight had asked the same BMC minutes before."""
+    for handlers in list(ipmi_session.Session.bmc_handlers.values()):
+        for session in list(handlers.values()):
+            if getattr(session, "bmc", None) == address and getattr(session, "port", None) == port:
+                session.broken = True
+
+
 def run_with_deadline(fn: Callable[[], T], timeout: float) -> T:
     """Run ``fn`` in a daemon thread; raise :class:`_Timeout` after ``timeout`` seconds.
 
@@ -181,14 +193,14 @@ class IpmiBmc:
             try:
                 return run_with_deadline(lambda: fn(self._command()), self._timeout)
             except _Timeout:
-                self._cmd = None  # the session is unusable; a retry logs in afresh
+                self._drop_session()  # the session is unusable; a retry logs in afresh
                 raise
             except BmcError:
                 raise
             except Exception as exc:
                 text = error_text(exc)
                 if classify(text) == "unreachable":
-                    self._cmd = None
+                    self._drop_session()
                     raise _Transient(text or "no answer") from None
                 raise
 
@@ -273,9 +285,13 @@ class IpmiBmc:
         """IPMI keeps no disk inventory."""
         return None
 
+    def _drop_session(self) -> None:
+        self._cmd = None
+        forget_session(self.address, self._port)
+
     def close(self) -> None:
         # pyghmi shares one session per (BMC, user, password, port) inside the process and
-        # hands it to the next Command for the same BMC; logging it out here would leave
-        # that cached session broken. Dropping our reference is enough: without keepalive
-        # the BMC expires an idle session, and pyghmi logs in again when it needs to.
-        self._cmd = None
+        # would hand it to the next Command for the same BMC however long it idled; the BMC
+        # may have expired it by then. Each IpmiBmc logs in afresh instead (not logged out:
+        # the BMC expires an idle session itself).
+        self._drop_session()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from emulators.creds import IPMI_PASSWORD
@@ -83,6 +84,23 @@ def test_power_cycle_of_a_running_node(ipmi: IpmiEmulator) -> None:
         wait_for_power(bmc, "on", timeout=10, interval=0.2)
     finally:
         bmc.close()
+
+
+def test_a_session_the_bmc_may_have_dropped_is_not_reused(tmp_path: Path) -> None:
+    """A BMC that lost its sessions (restarted here) still answers the next driver: seen in the
+    VM lab, the install's first BMC step failed minutes after the preflight had asked the same
+    BMC (the emulator died of a packet for a session it no longer had)."""
+    with IpmiEmulator(tmp_path, "admin", IPMI_PASSWORD, boot_delay=0.5) as emulator:
+        first = driver(emulator)
+        assert first.power_state() in ("on", "off")
+        first.close()
+        emulator.stop()
+        emulator.start()  # the same BMC back, without the sessions it had
+        second = driver(emulator, timeout=10)
+        try:
+            assert second.power_state() in ("on", "off")
+        finally:
+            second.close()
 
 
 def test_wrong_password_is_a_clear_credentials_error(ipmi: IpmiEmulator) -> None:

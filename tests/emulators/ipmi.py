@@ -32,7 +32,8 @@ class IpmiEmulator(EmulatorProcess):
         secret = self.workdir / "ipmi.pass"
         secret.write_text(self.password + "\n")
         secret.chmod(0o600)
-        self.port = free_udp_port()
+        self.port = self.port or free_udp_port()  # a restart keeps the port: the same BMC, back
+        self.state_file.unlink(missing_ok=True)  # written again once it listens
         log = (self.workdir / "ipmi-bmc.log").open("ab")
         self._proc = subprocess.Popen(
             [sys.executable, str(SCRIPT), "--port", str(self.port), "--user", self.user,

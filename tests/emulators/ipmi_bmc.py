@@ -58,6 +58,15 @@ def _rakp1_rejecting_unknown_users(self: Any, data: bytearray) -> Any:
 serversession.ServerSession.create_open_session_response = _negotiating_open_session
 serversession.ServerSession._got_rakp1 = _rakp1_rejecting_unknown_users
 
+
+def _drop_sessionless(self: Any, data: bytes, sockaddr: Any) -> None:
+    """A packet for no session this BMC keeps (one it dropped): pyghmi's server calls a
+    client-only method here and the whole emulator died (seen in the VM lab, when the client
+    reused a session the server no longer had). A real BMC ignores such a packet."""
+
+
+serversession.ServerSession.sessionless_data = _drop_sessionless
+
 DEVICES = {0x0: "default", 0x1: "network", 0x2: "hd", 0x3: "safe", 0x5: "optical", 0x6: "setup", 0xF: "floppy"}
 
 
