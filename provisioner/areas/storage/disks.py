@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,16 +104,19 @@ class SafetyVerdict:
         return {"ok": self.ok, "refused": list(self.refused), "overridden": list(self.overridden)}
 
 
-def disk_safety(probes: Iterable[DiskProbe], force: bool) -> SafetyVerdict:
-    """May a pool be created on these disks?
+def disk_safety(probes: Iterable[DiskProbe], force: bool,
+                findings: Callable[[DiskProbe], Findings] | None = None) -> SafetyVerdict:
+    """May a pool (or another volume) be created on these disks?
 
     Missing or mounted disks always refuse. Partitions, partition tables and filesystem
     (or ZFS) signatures refuse unless the manifest says ``force: true`` for the pool.
+    ``findings``: what counts as blocking and as data on one disk (:func:`disk_findings`
+    by default; the scratch volume passes its own).
     """
     refused: list[str] = []
     overridden: list[str] = []
     for probe in probes:
-        found = disk_findings(probe)
+        found = (findings or disk_findings)(probe)
         refused.extend(found.blocking)
         (overridden if force else refused).extend(found.data)
     return SafetyVerdict(ok=not refused, refused=tuple(refused), overridden=tuple(overridden))

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from provisioner.areas.storage.base import BY_ID_DIR, StorageError, merge_options
-from provisioner.areas.storage.disks import DiskProbe, Findings, SafetyVerdict, disk_findings
+from provisioner.areas.storage.disks import DiskProbe, Findings, SafetyVerdict, disk_findings, disk_safety
 from provisioner.areas.storage.mergerfs import unions_for
 from provisioner.areas.storage.nfs import dataset_mountpoint, mounts_for
 from provisioner.manifest.model import Manifest, Node, Scratch
@@ -182,13 +182,7 @@ def scratch_findings(probe: DiskProbe) -> Findings:
 def scratch_safety(probes: Iterable[DiskProbe], force: bool) -> SafetyVerdict:
     """May the scratch volume be made on these disks? Missing or mounted disks always
     refuse; data (partitions, tables, signatures not ours) refuses unless ``force``."""
-    refused: list[str] = []
-    overridden: list[str] = []
-    for probe in probes:
-        found = scratch_findings(probe)
-        refused.extend(found.blocking)
-        (overridden if force else refused).extend(found.data)
-    return SafetyVerdict(ok=not refused, refused=tuple(refused), overridden=tuple(overridden))
+    return disk_safety(probes, force, scratch_findings)
 
 
 def wipe_targets(probes: Iterable[DiskProbe]) -> list[str]:
