@@ -42,16 +42,6 @@ def example(name: str) -> Manifest:
     return load_manifest(ROOT / "examples" / name).manifest
 
 
-@pytest.fixture(scope="module")
-def llm() -> Manifest:
-    return example("llm-200k.yaml")
-
-
-@pytest.fixture(scope="module")
-def lab() -> Manifest:
-    return example("music-lab.yaml")
-
-
 def role_of(key: str) -> str:
     return next(r for r in sorted(ROLES, key=len, reverse=True) if key.startswith(r + "_"))
 
