@@ -144,3 +144,11 @@ def build_nccl_tests(tarball: Path, nccl_prefix: Path, cuda_home: Path, folder: 
     binary = src / "build" / "all_reduce_perf"
     assert binary.is_file(), built.stdout[-2000:]
     return binary
+
+
+def nvcc_release(cuda_home: Path) -> str:
+    """The toolkit's release (``13.0``) as its nvcc says."""
+    proc = run([str(cuda_home / "bin" / "nvcc"), "--version"], 60)
+    m = re.search(r"release (\d+\.\d+)", proc.stdout)
+    assert m, proc.stdout + proc.stderr
+    return m.group(1)

@@ -8,16 +8,9 @@ import re
 import shutil
 from pathlib import Path
 
-from gpukit import ROLES, Gpu, role_argv, run
+from gpukit import ROLES, Gpu, nvcc_release, role_argv, run
 
 from provisioner.areas.gpu import verify as gpu_verify
-
-
-def nvcc_release(cuda_home: Path) -> str:
-    proc = run([str(cuda_home / "bin" / "nvcc"), "--version"], 60)
-    m = re.search(r"release (\d+\.\d+)", proc.stdout)
-    assert m, proc.stdout + proc.stderr
-    return m.group(1)
 
 
 def test_smoke_program_adds_vectors_on_every_gpu(gpus: list[Gpu], cuda_home: Path, tmp_path: Path) -> None:

@@ -5,14 +5,13 @@ executor instead of SSH, and judged by verify's own judges."""
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
-from gpukit import Gpu, header_version, local_manifest
+from gpukit import Gpu, header_version, local_manifest, nvcc_release
 
 from provisioner.areas.gpu import burn as gpu_burn
 from provisioner.areas.gpu import verify as gpu_verify
@@ -51,22 +50,14 @@ def planned(gpus: list[Gpu], cuda: str, nccl: str, verify: dict[str, int] | None
     return catalog.plan(load_text(yaml.safe_dump(data)).manifest)
 
 
-def cuda_release(cuda_home: Path) -> str:
-    out = subprocess.run([str(cuda_home / "bin" / "nvcc"), "--version"], capture_output=True, text=True,
-                         timeout=60, check=False).stdout
-    m = re.search(r"release (\d+\.\d+)", out)
-    assert m, out
-    return m.group(1)
-
-
 def any_nccl(cuda_home: Path) -> str:
     """An NCCL the manifest accepts with this CUDA (for the checks that run no NCCL)."""
-    return ".".join(map(str, NCCL_WHEEL_RANGE[int(cuda_release(cuda_home).split(".")[0])][0]))
+    return ".".join(map(str, NCCL_WHEEL_RANGE[int(nvcc_release(cuda_home).split(".")[0])][0]))
 
 
 def test_burn_in_passes_on_this_node(gpus: list[Gpu], cuda_home: Path) -> None:
     seconds = int(os.environ.get("GPU_SUITE_BURN_S", "20"))
-    checks = planned(gpus, cuda_release(cuda_home), any_nccl(cuda_home), {"burn_in_s": seconds})
+    checks = planned(gpus, nvcc_release(cuda_home), any_nccl(cuda_home), {"burn_in_s": seconds})
     (check,) = [c for c in checks if c.name == "gpu.burn"]
     assert check.command is not None
     env = {**os.environ, "PATH": f"{cuda_home / 'bin'}:{os.environ.get('PATH', '')}"}
@@ -88,7 +79,7 @@ def results(checks: list[Check], env: dict[str, str]) -> dict[str, run.Result]:
 
 
 def test_gpu_checks_pass_on_this_node(gpus: list[Gpu], cuda_home: Path) -> None:
-    checks = [c for c in planned(gpus, cuda_release(cuda_home), any_nccl(cuda_home)) if c.name in GPU_CHECKS]
+    checks = [c for c in planned(gpus, nvcc_release(cuda_home), any_nccl(cuda_home)) if c.name in GPU_CHECKS]
     assert sorted(c.name for c in checks) == sorted(GPU_CHECKS)
     env = {**os.environ, "PATH": f"{cuda_home / 'bin'}:{os.environ.get('PATH', '')}"}
     got = results(checks, env)
@@ -106,7 +97,7 @@ def test_gpu_checks_pass_on_this_node(gpus: list[Gpu], cuda_home: Path) -> None:
 def test_nccl_checks_pass_on_this_node(gpus: list[Gpu], cuda_home: Path, nccl_prefix: Path, nccl_smoke: Path,
                                        request: pytest.FixtureRequest) -> None:
     version = header_version(nccl_prefix / "include")
-    checks = [c for c in planned(gpus, cuda_release(cuda_home), version) if c.name.startswith("nccl.")]
+    checks = [c for c in planned(gpus, nvcc_release(cuda_home), version) if c.name.startswith("nccl.")]
     globs = {gpu_verify.NCCL_SMOKE_GLOB: str(nccl_smoke.parent / "nccl-version-*")}
     if len(gpus) >= 2:  # verify plans all_reduce_perf only where a node has several GPUs
         globs[gpu_verify.ALL_REDUCE_GLOB] = str(request.getfixturevalue("all_reduce_perf"))
