@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,12 +21,26 @@ if str(TESTS) not in sys.path:
 
 from lab.labvm import Netns, kill_stale, lab_netns, leftovers  # noqa: E402
 
+APT_CACHE = "http://127.0.0.1:3142/acng-report.html"  # tests/testbed/setup.sh's apt-cacher-ng
+
+
+def _apt_cache_answers() -> bool:
+    try:
+        with urllib.request.urlopen(APT_CACHE, timeout=5):
+            return True
+    except OSError:
+        return False
+
 
 @pytest.fixture(scope="session")
 def lab_network() -> Iterator[Netns]:
     """The lab's namespace and bridges (root only), deleted at the end of the session."""
     if os.geteuid() != 0:
         pytest.skip("the VM lab needs root (network namespaces, taps)")
+    if not _apt_cache_answers():
+        # every image and guest reaches its packages through it: without it the lab fails
+        # twenty minutes later in some apt task of some guest
+        pytest.fail(f"the test bed's apt cache does not answer ({APT_CACHE}): run tests/testbed/setup.sh")
     netns = lab_netns()
     killed = kill_stale(netns.name)
     if killed:
