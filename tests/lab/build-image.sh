@@ -39,6 +39,8 @@ ROLE_PACKAGES=(
   nfs-kernel-server nfs-common mergerfs fuse3
   # ofed (inbox)
   rdma-core ibverbs-providers ibverbs-utils infiniband-diags perftest
+  # scratch (store2's local disk: one ext4 volume)
+  parted
   # pxe_server (head)
   dnsmasq dnsmasq-base nginx ipxe libarchive-tools curl debian-installer-12-netboot-amd64
   # munge, slurm (head: the controller; the deployed compute node installs its own)
