@@ -334,16 +334,18 @@ def deploy(plan: dict[str, Any], *, run: Run = run_command, target: Path = TARGE
     return keys
 
 
-def main() -> int:
+def main(cmdline: str | None = None, deploy_with: Callable[[dict[str, Any]], list[str]] = deploy) -> int:
+    """Fetch this node's plan (its URL on the kernel command line), deploy it, report to the
+    head node: the host keys on success, the failed step and why otherwise."""
     plan: dict[str, Any] = {}
     try:
-        url = plan_url(Path("/proc/cmdline").read_text())
+        url = plan_url(Path("/proc/cmdline").read_text() if cmdline is None else cmdline)
         try:
             plan = json.loads(http_get(url))
         except (OSError, ValueError) as exc:
             raise StepFailed("identify", f"cannot read the deploy plan {url}: {exc}") from None
         start = time.monotonic()
-        keys = deploy(plan)
+        keys = deploy_with(plan)
         print(f"provision-deploy: {plan['node']} deployed in {time.monotonic() - start:.0f} s", flush=True)
         http_post(plan["report_url"], "\n".join(keys) + "\n")
     except StepFailed as exc:

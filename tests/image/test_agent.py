@@ -4,8 +4,11 @@ commands faked (the real run is the VM lab's)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -225,3 +228,91 @@ def test_small_pure_pieces() -> None:
     assert agent.tar_flag("x.tar.xz") == "-J"
     with pytest.raises(agent.StepFailed, match=r"not a \.tar\.gz"):
         agent.tar_flag("x.qcow2")
+
+
+# --------------------------------------------------------------------------- the agent's run, over HTTP
+class Head(ThreadingHTTPServer):
+    """The head node's part on loopback: the plan, the image, and what the agent reports."""
+
+    def __init__(self, image: bytes) -> None:
+        super().__init__(("127.0.0.1", 0), HeadHandler)
+        self.image = image
+        self.plan: dict[str, Any] = {}
+        self.reports: list[tuple[str, str]] = []
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class HeadHandler(BaseHTTPRequestHandler):
+    server: Head
+
+    def do_GET(self) -> None:
+        body = {"/nodes/pxe1/deploy.json": json.dumps(self.server.plan).encode(),
+                "/images/debian-12.tar.gz": self.server.image}.get(self.path)
+        if body is None:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        self.server.reports.append((self.path, self.rfile.read(int(self.headers["Content-Length"])).decode()))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def head() -> Iterator[Head]:
+    server = Head(b"\x1f\x8b\x08\x00gzip'd tarball")
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def agent_run(tmp_path: Path, head: Head, sha256: str) -> tuple[int, Machine]:
+    """agent.main as the ramdisk runs it: the plan's URL from the command line, the real
+    download over HTTP, the disk commands faked."""
+    head.plan = plan(image={"url": f"{head.base}/images/debian-12.tar.gz", "sha256": sha256},
+                     report_url=f"{head.base}/api/installed/pxe1")
+    target = tmp_path / "target"
+    target.mkdir()
+    machine = Machine(target)
+
+    def deploy_with(p: dict[str, Any]) -> list[str]:
+        return agent.deploy(p, run=machine, target=target, image=tmp_path / "img",
+                            nics=lambda: ["52:54:00:d9:00:20"], resolve={D1: "/dev/vda"}.get)
+
+    rc = agent.main(f"console=ttyS0 provision.plan={head.base}/nodes/pxe1/deploy.json", deploy_with)
+    return rc, machine
+
+
+WRITES = ("sgdisk", "parted", "mkfs", "mdadm --create", "tar", "dd", "wipefs --all", "grub")
+
+
+def test_a_wrong_checksum_is_reported_to_the_head_and_no_disk_is_written(tmp_path: Path, head: Head) -> None:
+    rc, machine = agent_run(tmp_path, head, "0" * 64)
+    assert rc == 1
+    (path, body), = head.reports
+    assert path == "/api/failed/pxe1"
+    assert body.startswith(f"download: image checksum mismatch: expected {'0' * 64}, got "
+                           f"{hashlib.sha256(head.image).hexdigest()}")
+    assert body.rstrip().endswith("no disk was touched")
+    assert not [c for c in machine.names() if c.startswith(WRITES)], machine.names()
+    assert not (tmp_path / "img").exists()  # the wrong image is not kept
+
+
+def test_a_deploy_reports_the_new_host_keys_to_the_head(tmp_path: Path, head: Head) -> None:
+    rc, machine = agent_run(tmp_path, head, hashlib.sha256(head.image).hexdigest())
+    assert rc == 0
+    assert head.reports == [("/api/installed/pxe1", "ssh-ed25519 AAAAHOST root@pxe1\n")]
+    assert any(c.startswith("tar") for c in machine.names())
