@@ -335,8 +335,8 @@ def prune_checks(folder: Path, cluster: str, keep: int = KEEP_CHECKS) -> list[Pa
 @contextlib.contextmanager
 def scratch_state(state: StateDir, cluster: str) -> Iterator[StateDir]:
     """A scratch copy of the state directory for a dry run, in a private temporary folder:
-    known host keys, secrets and the fact cache are copied in (a check may record a new
-    host key or gather facts, never into the real state). On the way out the copies are
+    known host keys and secrets are copied in (a check may record a new host key, never
+    into the real state). On the way out the copies are
     removed; the run's log and inventory stay for the operator to read, those of the
     KEEP_CHECKS newest dry runs of the cluster."""
     scratch = StateDir(Path(tempfile.mkdtemp(prefix=f"{CHECK_PREFIX}{cluster}-")))
@@ -347,13 +347,11 @@ def scratch_state(state: StateDir, cluster: str) -> Iterator[StateDir]:
         scratch.ensure()
         if state.known_hosts.is_file():
             shutil.copy2(state.known_hosts, scratch.known_hosts)
-        for src, dst in ((state.secrets, scratch.secrets), (state.facts, scratch.facts)):
-            if src.is_dir():
-                shutil.copytree(src, dst, dirs_exist_ok=True)
+        if state.secrets.is_dir():
+            shutil.copytree(state.secrets, scratch.secrets, dirs_exist_ok=True)
         yield scratch
     finally:
-        for path in (scratch.secrets, scratch.facts):
-            shutil.rmtree(path, ignore_errors=True)
+        shutil.rmtree(scratch.secrets, ignore_errors=True)
         with contextlib.suppress(OSError):
             scratch.known_hosts.unlink()
         os.close(mark)

@@ -1,8 +1,8 @@
 """Run playbooks through the ansible-runner Python API (the side-effect edge).
 
 Ansible is tuned for speed and safety here: pipelining, SSH ControlPersist, forks sized to
-the node count, a fact cache at a stable path, host key checking against the state's
-known_hosts (first contact recorded with accept-new, a later mismatch fails). Secrets are
+the node count, facts gathered once per run (kept with its artifacts), host key checking
+against the state's known_hosts (first contact recorded with accept-new, a later mismatch fails). Secrets are
 kept out of artifacts: no env/ files are written, and environment variables that look like
 or are declared as secrets are removed from the environment ansible-runner records.
 """
@@ -245,9 +245,11 @@ def ansible_env(
         "ANSIBLE_SSH_RETRIES": "3",
         "ANSIBLE_HOST_KEY_CHECKING": "True",
         "ANSIBLE_GATHERING": "smart",
+        # the facts a run gathers are its own: ansible-runner keeps them with the run's
+        # artifacts (fact_cache/), and a later run gathers again (a node's kernel, its
+        # packages and addresses change between runs; a role reading them stale would
+        # install headers for a kernel the node no longer runs)
         "ANSIBLE_CACHE_PLUGIN": "jsonfile",
-        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(state.facts),
-        "ANSIBLE_CACHE_PLUGIN_TIMEOUT": "86400",
         "ANSIBLE_FORKS": str(forks_for(node_count)),
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
         "ANSIBLE_DISPLAY_SKIPPED_HOSTS": "False",

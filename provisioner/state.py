@@ -7,9 +7,10 @@ Layout::
       state.json.1    the state before the last command that changed it (.2, .3: older)
       lock            held (flock) by a running apply; holds the holder's description
       known_hosts     SSH host keys: first contact recorded, later mismatch is an error
-      facts/          Ansible fact cache (stable across runs)
       inventory/      the inventory the last run used
-      runs/<id>/      ansible-runner artifacts per run (no env/ files: no secrets)
+      runs/<id>/      ansible-runner artifacts per run (no env/ files: no secrets), with the
+                      facts that run gathered (fact_cache/: never reused by a later run, since a
+                      node's kernel and packages change between runs)
       secrets/        mode 0700: munge.key (0600)
 """
 
@@ -212,10 +213,6 @@ class StateDir:
         return self.root / "known_hosts"
 
     @property
-    def facts(self) -> Path:
-        return self.root / "facts"
-
-    @property
     def inventory(self) -> Path:
         return self.root / "inventory"
 
@@ -243,7 +240,7 @@ class StateDir:
             raise problem
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            for sub in (self.facts, self.runs, self.inventory):
+            for sub in (self.runs, self.inventory):
                 sub.mkdir(exist_ok=True)
             self.secrets.mkdir(mode=0o700, exist_ok=True)
             os.chmod(self.secrets, 0o700)
@@ -261,7 +258,8 @@ class StateDir:
             with contextlib.suppress(OSError):
                 if path.is_file() and not path.is_symlink() and path.stat().st_size == 0:
                     path.unlink()
-        for folder in (self.facts, self.runs, self.inventory, self.secrets, self.root):
+        # facts/: made by earlier versions (an empty fact cache), gone with the rest
+        for folder in (self.root / "facts", self.runs, self.inventory, self.secrets, self.root):
             with contextlib.suppress(OSError):
                 folder.rmdir()  # only an empty one
 

@@ -406,7 +406,7 @@ def test_a_refused_apply_leaves_a_recorded_state_directory_as_it_was(
     monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
     code, _, _ = run(capsys, "apply", str(example), "--full")
     assert code == 1 and no_ansible == []
-    assert {k: v for k, v in tree(sd.root).items() if k != "lock"} == before and sd.facts.is_dir()
+    assert {k: v for k, v in tree(sd.root).items() if k != "lock"} == before and sd.runs.is_dir()
 
 
 def test_apply_yes_records_state_and_then_plans_nothing(

@@ -214,7 +214,7 @@ def test_ensure_creates_the_layout_with_private_secrets(tmp_path: Path) -> None:
         sd.ensure()
     finally:
         os.umask(old)
-    for sub in (sd.facts, sd.runs, sd.inventory, sd.secrets):
+    for sub in (sd.runs, sd.inventory, sd.secrets):
         assert sub.is_dir()
     assert stat.S_IMODE(sd.secrets.stat().st_mode) == 0o700
     assert stat.S_IMODE(sd.known_hosts.stat().st_mode) == 0o600
