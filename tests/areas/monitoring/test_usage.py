@@ -26,8 +26,10 @@ scrape interval); a point at t stands for the step (t - 60, t]:
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
+import os
 import re
 import socket
 import subprocess
@@ -450,3 +452,15 @@ def test_a_prometheus_error_answer_is_reported(prometheus: str) -> None:
         usage.parse_matrix(query("max by (", T0, T0 + 60, 60))
     with pytest.raises(ProvisionError, match=r"127\.0\.0\.1:1"):
         query_range("http://127.0.0.1:1", 5)("up", T0, T0 + 60, 60)
+
+
+def test_the_example_page_in_docs_is_the_report_of_this_data(m: Manifest) -> None:
+    """docs/usage-example.html is what --html writes for the data above (hand series), so that
+    a reader sees the page without a cluster; PROVISION_UPDATE_EXAMPLE=1 rewrites it."""
+    report = dataclasses.replace(report_of(m), sources={"slurm": "sacct on head01",
+                                                        "prometheus": "http://10.30.0.10:9090"})
+    page = usage_render.to_html(report)
+    example = ROOT / "docs" / "usage-example.html"
+    if os.environ.get("PROVISION_UPDATE_EXAMPLE") == "1":
+        example.write_text(page)
+    assert example.read_text() == page, "docs/usage-example.html is stale: PROVISION_UPDATE_EXAMPLE=1 rewrites it"
