@@ -57,6 +57,9 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     m = loaded.manifest
     if not m.slurm.enabled:
         raise ProvisionError("slurm.enabled is false in the manifest: there is no Slurm accounting to report from")
+    if not m.slurm.accounting:
+        raise ProvisionError("slurm.accounting is false in the manifest: the report reads the GPUs jobs held from "
+                             "Slurm's accounting (slurmdbd); set it and apply")
     state = StateDir.beside(args.manifest, args.state_dir)
     state.load_for(m.cluster.name)  # refused when it is another cluster's
     state.ensure()  # known_hosts
@@ -67,7 +70,7 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     def run_sacct(command: str) -> str:
         result = execute(head.name, command, SACCT_TIMEOUT)
         if result.error or result.rc != 0:
-            raise ProvisionError(f"sacct on {head.name}: {why_failed(result)} (is slurm.accounting on?)")
+            raise ProvisionError(f"sacct on {head.name}: {why_failed(result)}")
         return result.stdout
 
     url = args.prometheus or usage.prometheus_url(m)

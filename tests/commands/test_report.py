@@ -74,3 +74,11 @@ def test_a_bad_window_and_an_unknown_grouping_are_refused(manifest: Path, sent: 
     with pytest.raises(SystemExit):
         main(["report", "usage", str(manifest), "--json", "--csv"])
     assert sent == []
+
+
+def test_without_slurm_accounting_there_is_nothing_to_report(manifest: Path, sent: list[tuple[str, str]],
+                                                             capsys: Capsys) -> None:
+    manifest.write_text(manifest.read_text().replace("  accounting: true\n", ""))
+    assert main(["report", "usage", str(manifest)]) == 1
+    assert "slurm.accounting is false in the manifest" in capsys.readouterr().err
+    assert sent == []
