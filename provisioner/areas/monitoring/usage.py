@@ -451,6 +451,11 @@ def _keys(job: Job, by: str, node: str) -> str:
     return {"user": job.user, "account": job.account, "partition": job.partition, "node": node}[by]
 
 
+def _these(jobs: Sequence[JobUsage], one: str, many: str) -> str:
+    """'1 job has' / '3 jobs have'."""
+    return f"1 job {one}" if len(jobs) == 1 else f"{len(jobs)} jobs {many}"
+
+
 def _ids(jobs: Sequence[JobUsage]) -> str:
     ids = [u.job.shown_id for u in jobs[:LISTED]]
     more = f" and {len(jobs) - LISTED} more" if len(jobs) > LISTED else ""
@@ -523,17 +528,17 @@ def build(m: Manifest, jobs: Sequence[Job], util: Sequence[Series] | None, power
         missing = [u for u in usages if u.series == 0]
         if missing:
             hours = sum(u.amounts.allocated for u in missing) / 3600
-            out.append(f"{len(missing)} jobs ({hours:.2f} GPU-h) have no GPU series in Prometheus: their used "
-                       f"GPU-hours and energy are unknown ({_ids(missing)})")
+            out.append(f"{_these(missing, f'({hours:.2f} GPU-h) has', f'({hours:.2f} GPU-h) have')} no GPU series in "
+                       f"Prometheus: used GPU-hours and energy unknown ({_ids(missing)})")
         gaps = [u for u in usages if u.series
                 and u.amounts.allocated - u.amounts.measured > GAP_STEPS * step * u.job.gpus]
         if gaps:
             lost = sum(u.amounts.allocated - u.amounts.measured for u in gaps) / 3600
-            out.append(f"{len(gaps)} jobs have gaps in their GPU series: {lost:.2f} GPU-h of theirs unmeasured "
+            out.append(f"{_these(gaps, 'has', 'have')} gaps in GPU series: {lost:.2f} GPU-h of theirs unmeasured "
                        f"({_ids(gaps)})")
         unpowered = [u for u in usages if u.series and not u.powered]
         if unpowered:
-            out.append(f"{len(unpowered)} jobs have no GPU power series: their energy is unknown ({_ids(unpowered)})")
+            out.append(f"{_these(unpowered, 'has', 'have')} no GPU power series: energy unknown ({_ids(unpowered)})")
     unpriced: dict[str, float] = {}
     for u in usages:
         for node, share in u.per_node.items():

@@ -106,9 +106,9 @@ def assert_hand_computed(report: usage.Report) -> None:
     assert [x for i in report.top_idle for x in (i.held_h, i.mean_utilization, i.idle_gpu_h)] == pytest.approx(
         [1.0, 0.0, 1.466667, 1.0, 0.75, 0.5, 0.333333, 0.25, 0.25], abs=1e-5)
     assert report.notes == (
-        "1 jobs (0.17 GPU-h) have no GPU series in Prometheus: their used GPU-hours and energy are unknown (103)",
-        "1 jobs have gaps in their GPU series: 2.53 GPU-h of theirs unmeasured (102)",
-        "1 jobs have no GPU power series: their energy is unknown (99_3)",
+        "1 job (0.17 GPU-h) has no GPU series in Prometheus: used GPU-hours and energy unknown (103)",
+        "1 job has gaps in GPU series: 2.53 GPU-h of theirs unmeasured (102)",
+        "1 job has no GPU power series: energy unknown (99_3)",
     )
 
 
@@ -297,7 +297,7 @@ def test_json_csv_and_table_carry_the_same_numbers(m: Manifest) -> None:
     table = usage_render.to_table(report)
     assert re.search(r"^bob\s+1\s+4\.00\s+0\.00\s+100%\s+2\.53\s+0\.15\s+4\.07 EUR$", table, re.M), table
     assert re.search(r"^total\s+4\s+6\.50\s+1\.58\s+58%\s+2\.70\s+0\.65\s+9\.07 EUR$", table, re.M), table
-    assert "held 6.50 of 12.00 GPU-h" in table and "- 1 jobs have gaps in their GPU series" in table
+    assert "held 6.50 of 12.00 GPU-h" in table and "- 1 job has gaps in GPU series" in table
 
 
 def test_the_html_report_is_one_file_with_a_plot_per_account(m: Manifest) -> None:
@@ -464,3 +464,10 @@ def test_the_example_page_in_docs_is_the_report_of_this_data(m: Manifest) -> Non
     if os.environ.get("PROVISION_UPDATE_EXAMPLE") == "1":
         example.write_text(page)
     assert example.read_text() == page, "docs/usage-example.html is stale: PROVISION_UPDATE_EXAMPLE=1 rewrites it"
+
+
+def test_many_jobs_without_series_are_counted_and_the_first_ten_named(m: Manifest) -> None:
+    jobs = [Job(str(i), str(i), "eve", "ml", "gpu", ("gpu01",), 1, T0, T0 + 360, "COMPLETED") for i in range(1, 13)]
+    report = usage.build(m, jobs, [], [], WIN, "user", STEP)
+    assert report.notes == ("12 jobs (1.20 GPU-h) have no GPU series in Prometheus: used GPU-hours and energy "
+                            "unknown (1, 2, 3, 4, 5, 6, 7, 8, 9, 10 and 2 more)",)
