@@ -327,7 +327,7 @@ def write(tmp_path: Path, cost: str) -> Path:
     ("cost:\n  gpus:\n    A100: {price_per_gpu_hour: -1}\n",
      r"cluster.yaml:\d+:\d+: cost.gpus.A100.price_per_gpu_hour: .*greater than 0"),
     ("cost:\n  gpus:\n    A100: {price_per_gpu_hour: 2}\n    A10O: {price_per_gpu_hour: 1}\n",
-     r"cluster.yaml:53:5: cost.gpus.A10O: no node has GPU model 'A10O' \(the nodes' hardware.gpu.model: "
+     r"cluster.yaml:54:5: cost.gpus.A10O: no node has GPU model 'A10O' \(the nodes' hardware.gpu.model: "
      r"'A100', 'L40S'\)"),
 ])
 def test_a_bad_cost_section_is_an_error_with_its_line(tmp_path: Path, cost: str, message: str) -> None:
