@@ -547,7 +547,8 @@ def build(m: Manifest, jobs: Sequence[Job], util: Sequence[Series] | None, power
                 what = (f"GPU model {model!r} has no price in cost.gpus" if model
                         else f"node {node} is not a GPU node of the manifest")
                 unpriced[what] = unpriced.get(what, 0.0) + share.unpriced / 3600
-    out += [f"{what}: {hours:.2f} GPU-h without a cost" for what, hours in sorted(unpriced.items())]
+    if m.cost is not None:  # without a cost section no cost was asked for
+        out += [f"{what}: {hours:.2f} GPU-h without a cost" for what, hours in sorted(unpriced.items())]
 
     capacity = sum(n.gpu_count for n in m.nodes) * win.seconds / 3600
     return Report(

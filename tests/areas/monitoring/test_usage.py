@@ -263,6 +263,14 @@ def test_an_unpriced_gpu_model_is_named_not_guessed(m: Manifest) -> None:
     assert report.notes[-1] == "GPU model 'L40S' has no price in cost.gpus: 4.00 GPU-h without a cost"
 
 
+def test_without_a_cost_section_no_cost_is_reported_or_missed(m: Manifest) -> None:
+    jobs, _ = usage.parse_sacct(sacct_text())
+    util, power = hand_series()
+    report = usage.build(m.model_copy(update={"cost": None}), jobs, util, power, WIN, "user", STEP)
+    assert (report.currency, report.total.cost, len(report.notes)) == ("", 0.0, 3)  # the three series notes
+    assert re.search(r"^total\s+4\s+6\.50\s+1\.58\s+58%\s+2\.70\s+0\.65\s+-$", usage_render.to_table(report), re.M)
+
+
 def test_the_timeline_holds_allocated_and_used_gpus_per_account(m: Manifest) -> None:
     jobs, _ = usage.parse_sacct(sacct_text())
     util, power = hand_series()
@@ -471,3 +479,4 @@ def test_many_jobs_without_series_are_counted_and_the_first_ten_named(m: Manifes
     report = usage.build(m, jobs, [], [], WIN, "user", STEP)
     assert report.notes == ("12 jobs (1.20 GPU-h) have no GPU series in Prometheus: used GPU-hours and energy "
                             "unknown (1, 2, 3, 4, 5, 6, 7, 8, 9, 10 and 2 more)",)
+
