@@ -480,3 +480,23 @@ def test_many_jobs_without_series_are_counted_and_the_first_ten_named(m: Manifes
     assert report.notes == ("12 jobs (1.20 GPU-h) have no GPU series in Prometheus: used GPU-hours and energy "
                             "unknown (1, 2, 3, 4, 5, 6, 7, 8, 9, 10 and 2 more)",)
 
+
+def test_a_real_sacct_output_of_slurm_22_05() -> None:
+    """data/usage/sacct-slurm-22.05.txt: sacct_command's output on the molecule slurm
+    scenario's slurmdbd after its jobs: the long job (running, no GPU), jobs without GPUs, and
+    GPU jobs of 0-4 s; the last two are its verifier's 2 GPUs x sleep 4 and 1 GPU x sleep 2.
+    Slurm 22.05 writes only the untyped gres/gpu count into AllocTRES there."""
+    text = (DATA / "sacct-slurm-22.05.txt").read_text()
+    jobs, problems = usage.parse_sacct(text)
+    assert problems == []
+    assert [(j.job_id, j.nodes, j.gpus) for j in jobs] == [
+        ("3", ("slurm-gpu02",), 1), ("4", ("slurm-gpu03",), 2), ("6", ("slurm-gpu03",), 1),
+        ("8", ("slurm-gpu02",), 1), ("9", ("slurm-gpu02",), 2), ("10", ("slurm-gpu03",), 1)]
+    assert "|Unknown|RUNNING" in text.splitlines()[0]  # the long job: running, no GPU, left out
+    scenario = load_manifest(ROOT / "molecule" / "slurm" / "manifests" / "added.yml").manifest
+    report = usage.build(scenario, jobs, None, None, Window(1795725731, 1795725860), "node", STEP)
+    # slurm-gpu02: 1 GPU x 1 s (job 3) + 2 GPUs x 4 s (job 9); slurm-gpu03: 1 GPU x 2 s (job 10);
+    # the jobs of 0 s held nothing
+    assert [(r.key, r.jobs) for r in report.rows] == [("slurm-gpu02", 2), ("slurm-gpu03", 1)]
+    assert [r.allocated_h * 3600 for r in report.rows] == pytest.approx([9.0, 2.0])
+    assert report.notes == ()  # no Prometheus asked (None), no cost section: nothing else to say
