@@ -491,22 +491,15 @@ def timeline(usages: Sequence[JobUsage], util: Mapping[str, Sequence[Series]], w
                     {k: tuple(v) for k, v in sorted(used.items())})
 
 
-def build(m: Manifest, jobs: Sequence[Job], util: Sequence[Series] | None, power: Sequence[Series] | None,
-          win: Window, by: str, step: float, notes: Sequence[str] = (), top: int = TOP_IDLE) -> Report:
-    """The report from sacct's jobs and Prometheus' series (None: Prometheus not asked or not
-    answering; ``notes`` says why)."""
-    if by not in GROUPINGS:
-        raise UsageError(f"--by {by}: one of {', '.join(GROUPINGS)}")
-    util_by_job: dict[str, list[Series]] = {}
-    power_by_job: dict[str, list[Series]] = {}
-    for s in util or ():
-        util_by_job.setdefault(s.job_id, []).append(s)
-    for s in power or ():
-        power_by_job.setdefault(s.job_id, []).append(s)
-    usages = [job_usage(m, j, win, util_by_job.get(j.job_id, ()), power_by_job.get(j.job_id, ()), step)
-              for j in jobs]
-    usages = [u for u in usages if u.held_s > 0]
+def by_job(series: Sequence[Series] | None) -> dict[str, list[Series]]:
+    out: dict[str, list[Series]] = {}
+    for s in series or ():
+        out.setdefault(s.job_id, []).append(s)
+    return out
 
+
+def rows_of(usages: Sequence[JobUsage], by: str) -> tuple[list[Row], Row]:
+    """One row per user, account, partition or node (most GPU-hours held first), and the total."""
     rows: dict[str, Amounts] = {}
     counted: dict[str, set[str]] = {}
     total = Amounts()
@@ -516,29 +509,42 @@ def build(m: Manifest, jobs: Sequence[Job], util: Sequence[Series] | None, power
             rows.setdefault(key, Amounts()).add(share)
             counted.setdefault(key, set()).add(u.job.job_id)
             total.add(share)
-    row_list = sorted((Row.of(k, len(counted[k]), a) for k, a in rows.items()), key=lambda r: (-r.allocated_h, r.key))
+    listed = sorted((Row.of(k, len(counted[k]), a) for k, a in rows.items()), key=lambda r: (-r.allocated_h, r.key))
+    return listed, Row.of("total", len(usages), total)
 
+
+def idle_jobs(usages: Sequence[JobUsage]) -> list[IdleJob]:
+    """Measured jobs, most idle GPU-hours (measured - used) first."""
     idle = [IdleJob(u.job.shown_id, u.job.user, u.job.account, u.job.gpus, u.held_s / 3600,
                     a.used / a.measured, (a.measured - a.used) / 3600)
             for u in usages if (a := u.amounts).measured > 0]
-    idle.sort(key=lambda i: (-i.idle_gpu_h, i.job_id))
+    return sorted(idle, key=lambda i: (-i.idle_gpu_h, i.job_id))
 
-    out = list(notes)
-    if util is not None:
-        missing = [u for u in usages if u.series == 0]
-        if missing:
-            hours = sum(u.amounts.allocated for u in missing) / 3600
-            out.append(f"{_these(missing, f'({hours:.2f} GPU-h) has', f'({hours:.2f} GPU-h) have')} no GPU series in "
-                       f"Prometheus: used GPU-hours and energy unknown ({_ids(missing)})")
-        gaps = [u for u in usages if u.series
-                and u.amounts.allocated - u.amounts.measured > GAP_STEPS * step * u.job.gpus]
-        if gaps:
-            lost = sum(u.amounts.allocated - u.amounts.measured for u in gaps) / 3600
-            out.append(f"{_these(gaps, 'has', 'have')} gaps in GPU series: {lost:.2f} GPU-h of theirs unmeasured "
-                       f"({_ids(gaps)})")
-        unpowered = [u for u in usages if u.series and not u.powered]
-        if unpowered:
-            out.append(f"{_these(unpowered, 'has', 'have')} no GPU power series: energy unknown ({_ids(unpowered)})")
+
+def series_notes(usages: Sequence[JobUsage], step: float) -> list[str]:
+    """Jobs without GPU series, with gaps (more than GAP_STEPS steps per GPU unmeasured), without power."""
+    out: list[str] = []
+    missing = [u for u in usages if u.series == 0]
+    if missing:
+        hours = sum(u.amounts.allocated for u in missing) / 3600
+        out.append(f"{_these(missing, f'({hours:.2f} GPU-h) has', f'({hours:.2f} GPU-h) have')} no GPU series in "
+                   f"Prometheus: used GPU-hours and energy unknown ({_ids(missing)})")
+    gaps = [u for u in usages if u.series and u.amounts.allocated - u.amounts.measured > GAP_STEPS * step * u.job.gpus]
+    if gaps:
+        lost = sum(u.amounts.allocated - u.amounts.measured for u in gaps) / 3600
+        out.append(f"{_these(gaps, 'has', 'have')} gaps in GPU series: {lost:.2f} GPU-h of theirs unmeasured "
+                   f"({_ids(gaps)})")
+    unpowered = [u for u in usages if u.series and not u.powered]
+    if unpowered:
+        out.append(f"{_these(unpowered, 'has', 'have')} no GPU power series: energy unknown ({_ids(unpowered)})")
+    return out
+
+
+def cost_notes(m: Manifest, usages: Sequence[JobUsage]) -> list[str]:
+    """GPU-hours held on GPU models without a price, or on nodes the manifest has no GPUs for
+    (nothing without a cost section: no cost was asked for)."""
+    if m.cost is None:
+        return []
     unpriced: dict[str, float] = {}
     for u in usages:
         for node, share in u.per_node.items():
@@ -547,15 +553,25 @@ def build(m: Manifest, jobs: Sequence[Job], util: Sequence[Series] | None, power
                 what = (f"GPU model {model!r} has no price in cost.gpus" if model
                         else f"node {node} is not a GPU node of the manifest")
                 unpriced[what] = unpriced.get(what, 0.0) + share.unpriced / 3600
-    if m.cost is not None:  # without a cost section no cost was asked for
-        out += [f"{what}: {hours:.2f} GPU-h without a cost" for what, hours in sorted(unpriced.items())]
+    return [f"{what}: {hours:.2f} GPU-h without a cost" for what, hours in sorted(unpriced.items())]
 
-    capacity = sum(n.gpu_count for n in m.nodes) * win.seconds / 3600
+
+def build(m: Manifest, jobs: Sequence[Job], util: Sequence[Series] | None, power: Sequence[Series] | None,
+          win: Window, by: str, step: float, notes: Sequence[str] = (), top: int = TOP_IDLE) -> Report:
+    """The report from sacct's jobs and Prometheus' series (None: Prometheus not asked or not
+    answering; ``notes`` says why)."""
+    if by not in GROUPINGS:
+        raise UsageError(f"--by {by}: one of {', '.join(GROUPINGS)}")
+    util_by_job, power_by_job = by_job(util), by_job(power)
+    every = (job_usage(m, j, win, util_by_job.get(j.job_id, []), power_by_job.get(j.job_id, []), step) for j in jobs)
+    usages = [u for u in every if u.held_s > 0]  # a job that held nothing in the window is not in it
+    rows, total = rows_of(usages, by)
+    out = [*notes, *(series_notes(usages, step) if util is not None else []), *cost_notes(m, usages)]
     return Report(
         cluster=m.cluster.name, window=win, by=by, step=step,
         currency=m.cost.currency if m.cost is not None else "",
-        rows=tuple(row_list), total=Row.of("total", len(usages), total), capacity_h=capacity,
-        top_idle=tuple(idle[:top]), timeline=timeline(usages, util_by_job, win, step), notes=tuple(out))
+        rows=tuple(rows), total=total, capacity_h=sum(n.gpu_count for n in m.nodes) * win.seconds / 3600,
+        top_idle=tuple(idle_jobs(usages)[:top]), timeline=timeline(usages, util_by_job, win, step), notes=tuple(out))
 
 
 # --------------------------------------------------------------------------- the edges, passed in
