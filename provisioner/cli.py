@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "drain": "provisioner.commands.drain",
     "resume": "provisioner.commands.drain",
     "image": "provisioner.commands.image",
+    "report": "provisioner.commands.report",
 }
 VERSION_MODULE = "provisioner.commands.version"
 INTERRUPTED = "interrupted (Ctrl-C)"  # what provisioner.interrupts.Interrupted says for SIGINT
@@ -193,6 +194,32 @@ def _parser() -> argparse.ArgumentParser:
                        help="older images to keep per OS, and older ramdisks (default 1: one to go back to)")
     prune.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     prune.add_argument("--cache-dir", type=Path, help="image cache (default: .provision/images/ beside the manifest)")
+
+    report = sub.add_parser("report", help="reports from the running cluster",
+                            description="reports from the running cluster")
+    report_sub = report.add_subparsers(dest="report_kind", required=True, metavar="REPORT")
+    usage = report_sub.add_parser(
+        "usage", help="GPU-hours held and used, idle share, energy and cost per user, account, partition or node",
+        description="GPU-hours held (Slurm's accounting: allocated GPUs x time) and used (Prometheus' per-job GPU "
+                    "utilization), idle share, energy and cost (the manifest's cost section), per user, account, "
+                    "partition or node; cluster totals, the top idle jobs, and what it could not know")
+    usage.add_argument("manifest", type=Path, help="the cluster manifest (YAML)")
+    usage.add_argument("--since", default="7d", metavar="WHEN",
+                       help="start: a duration before now (30m, 12h, 7d, 2w) or a date (2026-11-01, "
+                            "2026-11-01T08:00; local time); default 7d")
+    usage.add_argument("--until", default="now", metavar="WHEN", help="end, in the same forms; default now")
+    usage.add_argument("--by", choices=["user", "account", "partition", "node"], default="user",
+                       help="one row per user (default), account, partition or node")
+    fmt = usage.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print the report as JSON")
+    fmt.add_argument("--csv", action="store_true", help="print the rows and the total as CSV")
+    usage.add_argument("--html", type=Path, metavar="FILE",
+                       help="also write a self-contained HTML report with a plot of GPUs held and used per account")
+    usage.add_argument("--top", type=_whole_number(0, "jobs"), default=10, metavar="N",
+                       help="idle jobs listed (default 10)")
+    usage.add_argument("--prometheus", metavar="URL",
+                       help="Prometheus to ask (default: the first monitoring server's, port 9090)")
+    usage.add_argument("--state-dir", type=Path, help="state directory (default: .provision/ beside the manifest)")
     return p
 
 

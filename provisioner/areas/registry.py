@@ -20,7 +20,8 @@ An entry names, each optional but the role variables:
 * ``image_packages(m)``: OS packages every node gets from the area's roles, which a node
   image built for the manifest carries (``provision image build``);
 * ``install``: the area installs nodes' operating systems before they are configured
-  (:class:`Install`; bare metal).
+  (:class:`Install`; bare metal);
+* ``usage``: the pure side of ``provision report usage`` (:class:`UsageReport`; monitoring).
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ from provisioner.areas.gpu import verify as gpu_verify
 from provisioner.areas.monitoring import checks as monitoring_checks
 from provisioner.areas.monitoring import decide as monitoring_decide
 from provisioner.areas.monitoring import rolevars as monitoring
+from provisioner.areas.monitoring import usage as monitoring_usage
+from provisioner.areas.monitoring import usage_render as monitoring_usage_render
 from provisioner.areas.slurm import checks as slurm_checks
 from provisioner.areas.slurm import decide as slurm_decide
 from provisioner.areas.slurm import rolevars as slurm
@@ -138,6 +141,27 @@ class Install:
 
 
 @dataclass(frozen=True)
+class UsageReport:
+    """``provision report usage``: the window, the joins and arithmetic (``gather``, given the
+    command's SSH and HTTP edges), the renderers; where Slurm and Prometheus are."""
+
+    window: Callable[[str, str, float], monitoring_usage.Window]  # (--since, --until, now)
+    gather: Callable[..., monitoring_usage.Report]
+    controller: Callable[[Manifest], Node]  # where sacct runs
+    prometheus_url: Callable[[Manifest], str | None]
+    render: Mapping[str, Callable[[monitoring_usage.Report], str]]  # json, csv, table, html
+    groupings: tuple[str, ...]
+
+
+USAGE_REPORT = UsageReport(
+    window=monitoring_usage.window, gather=monitoring_usage.gather, controller=slurm_decide.controller,
+    prometheus_url=monitoring_usage.prometheus_url, groupings=monitoring_usage.GROUPINGS,
+    render={"json": monitoring_usage_render.to_json, "csv": monitoring_usage_render.to_csv,
+            "table": monitoring_usage_render.to_table, "html": monitoring_usage_render.to_html},
+)
+
+
+@dataclass(frozen=True)
 class Area:
     name: str
     cluster_vars: Callable[[Manifest], dict[str, Any]]
@@ -153,6 +177,7 @@ class Area:
     install: Install | None = None
     # what the area's plays may destroy on a node (formatting disks), in plan's words ("": nothing)
     destructive: Callable[[Manifest, Node], str] | None = None
+    usage: UsageReport | None = None
 
 
 if TYPE_CHECKING:  # what BAREMETAL_INSTALL loads by name, type-checked here (no import at run time)
@@ -185,7 +210,7 @@ AREAS: tuple[Area, ...] = (
     Area("monitoring", monitoring.cluster_vars, monitoring.node_vars, monitoring.LIGHT_KEYS, groups=monitoring.groups,
          checks=monitoring_checks.CHECKS, prepare=monitoring_decide.prepare_secrets,
          secret_envs=monitoring_decide.secret_env_names, secret_values=monitoring_decide.secret_values,
-         image_packages=monitoring_decide.image_packages),
+         image_packages=monitoring_decide.image_packages, usage=USAGE_REPORT),
 )
 
 # validate reports the areas' findings in this order: the GPU stack first (as before the areas
@@ -265,3 +290,11 @@ def install() -> Install | None:
     if len(found) > 1:
         raise ValueError("more than one area installs nodes")
     return found[0] if found else None
+
+
+def usage_report() -> UsageReport:
+    """The area that reports GPU usage (``provision report usage``)."""
+    found = [area.usage for area in AREAS if area.usage is not None]
+    if len(found) != 1:
+        raise ValueError("exactly one area reports GPU usage")
+    return found[0]

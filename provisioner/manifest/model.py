@@ -947,6 +947,50 @@ class Monitoring(Strict):
         return v
 
 
+# --------------------------------------------------------------------------- cost
+class GpuCost(Strict):
+    """What one GPU of a model costs per hour it is held: a price per GPU-hour (a rate that
+    includes power), or its purchase price written off over a period plus the power it drew."""
+
+    price_per_gpu_hour: float | None = Field(default=None, gt=0, description="a rate per GPU-hour held, "
+                                             "power included")
+    purchase_price: float | None = Field(default=None, gt=0, description="per GPU, its share of the server "
+                                         "included")
+    depreciation_years: float | None = Field(default=None, gt=0, le=20, description="the purchase price is "
+                                             "written off evenly over this many years (8766 h each)")
+    power_price_per_kwh: float | None = Field(default=None, ge=0, description="price of the energy the GPUs "
+                                              "drew (measured by the GPU metrics)")
+
+    @model_validator(mode="after")
+    def _one_way(self) -> GpuCost:
+        owned = (self.purchase_price, self.depreciation_years, self.power_price_per_kwh)
+        if self.price_per_gpu_hour is not None:
+            if any(v is not None for v in owned):
+                raise ValueError("give either price_per_gpu_hour, or purchase_price with depreciation_years "
+                                 "and power_price_per_kwh; not both")
+            return self
+        missing = [name for name, v in zip(("purchase_price", "depreciation_years", "power_price_per_kwh"),
+                                           owned, strict=True) if v is None]
+        if missing:
+            raise ValueError("give price_per_gpu_hour, or purchase_price with depreciation_years and "
+                             f"power_price_per_kwh (missing: {', '.join(missing)})")
+        return self
+
+
+class Cost(Strict):
+    """Prices for `provision report usage`, per GPU model (the nodes' hardware.gpu.model)."""
+
+    currency: str = Field(default="EUR", description="the currency the prices are in (shown, not converted)")
+    gpus: dict[str, GpuCost] = Field(min_length=1, description="GPU model -> its price")
+
+    @field_validator("currency")
+    @classmethod
+    def _currency(cls, v: str) -> str:
+        if not re.match(r"^[A-Za-z$\u20ac\u00a3\u00a5]{1,8}$", v):
+            raise ValueError(f"{v!r}: a currency is a short code or sign such as EUR, USD or $")
+        return v
+
+
 # --------------------------------------------------------------------------- verify
 class Verify(Strict):
     """Bounds and floors of `provision verify` (docs/verify.md); every field has a default."""
@@ -1013,6 +1057,7 @@ class Manifest(Strict):
     slurm: Slurm = Field(default_factory=Slurm)
     software: Software = Field(default_factory=Software)
     monitoring: Monitoring | None = Field(default=None, description="absent: no monitoring")
+    cost: Cost | None = Field(default=None, description="prices per GPU model for `provision report usage`")
     verify: Verify = Field(default_factory=Verify)
     role_vars: dict[str, dict[str, Any]] = Field(
         default_factory=dict,

@@ -3,7 +3,7 @@
 #
 # Runs as root on a fresh Debian 12 machine; idempotent (a second run only checks).
 #   1. installs podman + runc + debootstrap + apt-cacher-ng and test tools, and takes
-#      promtool and amtool out of Debian's prometheus packages (not installing them)
+#      promtool, amtool and prometheus out of Debian's prometheus packages (not installing them)
 #   2. writes /etc/containers/containers.conf (runc, ulimits that work here)
 #   3. runs apt-cacher-ng on the host (port 3142): shared apt cache for every container/VM
 #   4. builds localhost/provision-base:bookworm (only if missing or its stamp changed)
@@ -279,6 +279,9 @@ install_check_tool() {  # tool package path-in-package
   log "installed /usr/local/bin/$tool from $pkg $want"
 }
 install_check_tool promtool prometheus usr/bin/promtool
+# Prometheus itself, never started as a service: the usage report's unit test runs one on a
+# loopback port over a TSDB that promtool made (tests/areas/monitoring/test_usage.py).
+install_check_tool prometheus prometheus usr/bin/prometheus
 install_check_tool amtool prometheus-alertmanager usr/bin/amtool
 
 # ---------------------------------------------------------------------------

@@ -63,4 +63,23 @@ def check_rdma_mountstats(m: Manifest, src: Source) -> list[Diagnostic]:
     return out
 
 
-CHECKS: tuple[Check, ...] = (check_servers, check_receivers, check_rdma_mountstats)
+def check_cost(m: Manifest, src: Source) -> list[Diagnostic]:
+    """cost.gpus names GPU models the nodes have (an unknown one is a typo: it prices nothing),
+    and a GPU model without a price is named (the usage report shows no cost for it)."""
+    if m.cost is None:
+        return []
+    models = sorted({n.hardware.gpu.model for n in m.nodes if n.hardware.gpu is not None})
+    out: list[Diagnostic] = []
+    for model in m.cost.gpus:
+        if model not in models:
+            known = ", ".join(repr(x) for x in models) or "none"
+            out.append(src.diag(("cost", "gpus", model), f"no node has GPU model {model!r} (the nodes' "
+                                f"hardware.gpu.model: {known})"))
+    unpriced = [model for model in models if model not in m.cost.gpus]
+    if unpriced:
+        out.append(src.diag(("cost", "gpus"), f"no price for GPU model {', '.join(map(repr, unpriced))}: the usage "
+                            "report shows no cost for the GPU-hours held there", "warning"))
+    return out
+
+
+CHECKS: tuple[Check, ...] = (check_servers, check_receivers, check_rdma_mountstats, check_cost)

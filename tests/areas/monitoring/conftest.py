@@ -2,8 +2,8 @@
 Ansible's template module renders them (plain Jinja2, trim_blocks, a ``#jinja2:`` header
 honoured), promtool/amtool, and the collectors loaded from roles/*/files.
 
-promtool and amtool come from tests/testbed/setup.sh (taken out of Debian's prometheus
-packages into /usr/local/bin). Without them the tests that need them skip, unless
+promtool, amtool and prometheus come from tests/testbed/setup.sh (taken out of Debian's
+prometheus packages into /usr/local/bin). Without them the tests that need them skip, unless
 PROVISION_REQUIRE_PROMTOOL=1 (scripts/test.sh sets it), where they fail.
 """
 
@@ -102,6 +102,12 @@ def promtool() -> str:
 @pytest.fixture
 def amtool() -> str:
     return tool("amtool")
+
+
+@pytest.fixture
+def prometheus_binary() -> str:
+    """Prometheus itself (the usage report's test against a real one; $PROMETHEUS or PATH)."""
+    return tool("prometheus")
 
 
 @pytest.fixture(scope="session")
