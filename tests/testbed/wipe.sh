@@ -8,7 +8,7 @@
 # Removes: every podman container, image, volume and network (podman system reset), the
 # apt-cacher-ng package cache, the VM lab's image cache, the host packages that
 # tests/testbed/setup.sh and tests/lab/build-image.sh install (purged), apt's downloaded
-# .debs, pip's and molecule's caches, promtool and amtool, and ./.venv. The Python
+# .debs, pip's and molecule's caches, promtool, prometheus and amtool, and ./.venv. The Python
 # interpreter and the base system stay: they come with a fresh machine.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -37,5 +37,6 @@ if ((${#installed[@]})); then
 fi
 apt-get clean
 rm -rf /etc/containers/containers.conf /var/lib/containers /root/.cache/pip /root/.cache/molecule \
-  /root/.ansible .venv .cache /usr/local/bin/promtool /usr/local/bin/amtool /usr/local/lib/provision-testbed
+  /root/.ansible .venv .cache /usr/local/bin/promtool /usr/local/bin/prometheus /usr/local/bin/amtool \
+  /usr/local/lib/provision-testbed
 echo "wiped: podman storage, apt-cacher-ng cache, VM image cache, test bed host packages, pip/molecule caches, .venv"
