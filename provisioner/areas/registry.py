@@ -46,6 +46,8 @@ from provisioner.areas.gpu import verify as gpu_verify
 from provisioner.areas.monitoring import checks as monitoring_checks
 from provisioner.areas.monitoring import decide as monitoring_decide
 from provisioner.areas.monitoring import rolevars as monitoring
+from provisioner.areas.people import checks as people_checks
+from provisioner.areas.people import rolevars as people
 from provisioner.areas.slurm import checks as slurm_checks
 from provisioner.areas.slurm import decide as slurm_decide
 from provisioner.areas.slurm import rolevars as slurm
@@ -175,6 +177,7 @@ AREAS: tuple[Area, ...] = (
          checks=common_checks.CHECKS, verify=common_verify.checks, image_packages=common_decide.image_packages),
     Area("storage", storage.cluster_vars, storage.node_vars, groups=storage.groups, checks=storage_checks.CHECKS,
          verify=storage_verify.checks, destructive=storage_scratch.format_summary),
+    Area("people", people.cluster_vars, people.node_vars, people.LIGHT_KEYS, checks=people_checks.CHECKS),
     Area("gpu", gpu.cluster_vars, gpu.node_vars, groups=gpu.groups, checks=gpu_checks.CHECKS,
          verify=gpu_verify.checks),
     Area("slurm", slurm.cluster_vars, slurm.node_vars, slurm.LIGHT_KEYS, groups=slurm.groups,
