@@ -14,6 +14,14 @@ from provisioner.areas.storage.nfs import export_path
 from provisioner.manifest.model import Manifest, NfsExport, Node, User
 from provisioner.manifest.source import PathKey
 
+# accounts the OS and our roles own: a person or group by that name would take them over
+SYSTEM_NAMES = frozenset({
+    "root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp", "proxy", "www-data",
+    "backup", "list", "irc", "gnats", "nobody", "nogroup", "sshd", "_apt", "messagebus", "systemd-network",
+    "systemd-resolve", "systemd-timesync", "syslog", "adm", "sudo", "users", "staff", "docker", "munge", "slurm",
+    "mysql", "prometheus", "grafana", "nvidia-persistenced", "ubuntu", "debian",
+})
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -72,6 +80,8 @@ def id_problems(m: Manifest) -> list[Problem]:
         if a.uid is not None:
             uids[a.uid] = f"admin user {a.name!r}"
     for i, user in enumerate(m.users):
+        if user.name in SYSTEM_NAMES:
+            out.append(Problem(("users", i, "name"), f"{user.name!r} is a system account's name: choose another"))
         if user.name in names:
             out.append(Problem(("users", i, "name"), f"{user.name!r} is already {names[user.name]}"))
         else:
@@ -83,6 +93,8 @@ def id_problems(m: Manifest) -> list[Problem]:
     group_names: dict[str, str] = {}
     gids: dict[int, str] = {}
     for i, group in enumerate(m.groups):
+        if group.name in SYSTEM_NAMES:
+            out.append(Problem(("groups", i, "name"), f"{group.name!r} is a system group's name: choose another"))
         if group.name in group_names:
             out.append(Problem(("groups", i, "name"), f"group {group.name!r} is declared twice"))
         group_names.setdefault(group.name, f"group {group.name!r}")

@@ -103,3 +103,12 @@ def test_homes_on_an_export_nobody_mounts_at_the_homes_path_is_a_warning(kit: An
     assert len(warnings) == 1 and "mounts 'homes' at /home" in warnings[0].message
     data["nfs"]["mounts"].append({"export": "homes", "path": "/home", "nodes": ["@compute"]})
     assert not kit.load(data).warnings
+
+
+def test_a_system_accounts_name_is_refused_for_users_and_groups(kit: Any) -> None:
+    data = _people(kit)
+    data["users"][1]["name"] = "root"
+    assert kit.error(data, "'root' is a system account's name").path == "users[1].name"
+    data = _people(kit)
+    data["groups"][0]["name"] = "docker"
+    assert kit.error(data, "'docker' is a system group's name").path == "groups[0].name"
