@@ -163,6 +163,8 @@ class User(Strict):
     comment: str = Field(default="", description="full name (GECOS)")
     state: Literal["present", "locked"] = Field(
         default="present", description="locked: no login, files kept (also what a user removed from users: gets)")
+    account: str | None = Field(default=None, description="default Slurm account, one of slurm.accounts")
+    accounts: list[str] = Field(default_factory=list, description="other Slurm accounts the user may charge")
 
     @field_validator("comment")
     @classmethod
@@ -773,10 +775,50 @@ class Partition(Strict):
         return v
 
 
+SLURM_ENTITY_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")  # sacctmgr folds names to lower case
+
+
+def _slurm_entity(v: str) -> str:
+    if not SLURM_ENTITY_RE.match(v):
+        raise ValueError(f"{v!r} is not a Slurm account or QOS name (lower-case letters, digits, '_', '-')")
+    return v
+
+
+SlurmEntity = Annotated[str, AfterValidator(_slurm_entity)]
+
+
+def _slurm_time(v: str | None) -> str | None:
+    if v is not None and not SLURM_TIME_RE.match(str(v)):
+        raise ValueError(f"{v!r} is not a Slurm time (minutes, HH:MM:SS, D-HH:MM:SS or INFINITE)")
+    return v
+
+
+class SlurmQos(Strict):
+    name: SlurmEntity
+    priority: int = Field(default=0, ge=0, le=1_000_000)
+    max_gpus_per_user: int | None = Field(default=None, ge=0, description="MaxTRESPerUser gres/gpu")
+    max_cpus_per_user: int | None = Field(default=None, ge=0, description="MaxTRESPerUser cpu")
+    max_jobs_per_user: int | None = Field(default=None, ge=0, description="MaxJobsPerUser (running)")
+    max_wall: Annotated[str | None, AfterValidator(_slurm_time)] = Field(default=None, description="MaxWall")
+    preempt: list[SlurmEntity] = Field(default_factory=list, description="QOS this one may preempt")
+
+
+class SlurmAccount(Strict):
+    name: SlurmEntity
+    parent: SlurmEntity = Field(default="root", description="another account of slurm.accounts, or root")
+    fairshare: int = Field(default=1, ge=1, le=1_000_000, description="shares among its siblings")
+    description: str = Field(default="", pattern=r"^[^'\"\n]*$")
+    qos: list[SlurmEntity] = Field(default_factory=list, description="QOS its users may ask for; empty: normal")
+    default_qos: SlurmEntity | None = None
+
+
 class Slurm(Strict):
     enabled: bool = True
     cluster_name: str | None = None
     accounting: bool = False
+    accounts: list[SlurmAccount] = Field(
+        default_factory=list, description="the account tree in slurmdbd (needs accounting); empty: not managed")
+    qos: list[SlurmQos] = Field(default_factory=list, description="QOS in slurmdbd besides normal")
     partitions: list[Partition] = Field(default_factory=list)
     constrain_cores: bool = True
     constrain_memory: bool = True
