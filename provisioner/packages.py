@@ -44,6 +44,7 @@ from provisioner.manifest.model import Manifest, Node
 # comes from it): what a failed proof names. A test holds it complete for site.yml's roles.
 ROLE_FIELDS: dict[str, str] = {
     "common": "nodes (the common role runs on every node)",
+    "users": "users, groups (every node)",
     "ofed": "software.ofed (nodes with an infiniband interface)",
     "nvidia_driver": "software.nvidia_driver (nodes with hardware.gpu)",
     "cuda": "software.cuda (nodes with hardware.gpu)",

@@ -75,6 +75,9 @@ def node_sections(m: Manifest, node: Node, heavy_cluster: dict[str, str] | None 
     return sections
 
 
+# An area with nothing for a node (no heavy cluster variables, no node variables): a state
+# recorded before the area existed lacks its section, which is no change.
+_EMPTY_AREA = fingerprint({"cluster": fingerprint({}), "node": {}})
 # Sections whose change does not need node-local plays (the BMC matters only to installs).
 PASSIVE_SECTIONS = frozenset({"bmc"})
 # Sections present only when the manifest has something for them: gone counts as changed.
@@ -217,7 +220,7 @@ def compute(
             plan = NodePlan(node.name, "new", sorted(current), states.get(node.name, "new"))
         else:
             keys = set(current) | (set(recorded.fingerprints) & OPTIONAL_SECTIONS)
-            changed = sorted(k for k in keys if recorded.fingerprints.get(k) != current.get(k))
+            changed = sorted(k for k in keys if recorded.fingerprints.get(k, _EMPTY_AREA) != current.get(k))
             status: Status = "changed" if changed else "unchanged"
             plan = NodePlan(node.name, status, changed, recorded.lifecycle)
         needs_heavy = plan.status == "new" or any(s not in PASSIVE_SECTIONS for s in plan.sections)

@@ -190,6 +190,18 @@ def test_section_missing_from_an_old_state_counts_as_changed(m: Manifest) -> Non
     assert (node01.status, node01.sections) == ("changed", ["common"])
 
 
+def test_an_area_newer_than_the_state_is_no_change_until_it_has_something_for_the_node(kit: Any) -> None:
+    data = kit.base()
+    m = kit.load(data).manifest
+    state = settled(m)
+    for fingerprints in (n.fingerprints for n in state.nodes.values()):
+        del fingerprints["people"]  # recorded before the people area existed
+    assert {n.status for n in compute(m, state, PLAYS).nodes} == {"unchanged"}
+    data["users"] = [{"name": "alice", "uid": 2001}]
+    node01 = by_name(compute(kit.load(data).manifest, state, PLAYS))["node01"]
+    assert (node01.status, node01.sections) == ("changed", ["people"])
+
+
 # --------------------------------------------------------------------------- --limit, --full
 def test_limit_restricts_targets_and_plays(m: Manifest) -> None:
     plan = compute(m, State(), PLAYS, limit=["node01"])

@@ -3,8 +3,9 @@
 Usage: inventory_from_manifest.py MANIFEST STATE_DIR OUT_FILE
 
 Loads the test manifest, creates the munge key in STATE_DIR (as apply does) and writes a
-YAML inventory with the Slurm groups and exactly what provisioner.areas.slurm.rolevars emits:
-cluster_vars under all.vars (plus provision_state_dir), node_vars per host. Prints
+YAML inventory with the Slurm groups and exactly what provisioner.areas.slurm.rolevars and
+provisioner.areas.people.rolevars emit: cluster_vars under all.vars (plus
+provision_state_dir), node_vars per host. Prints
 "changed" when OUT_FILE was (re)written, "unchanged" otherwise.
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from provisioner.areas.people import rolevars as people_vars
 from provisioner.areas.slurm import rolevars as slurm_vars
 from provisioner.areas.slurm.decide import controller, ensure_munge_key, slurm_nodes
 from provisioner.validate import load_manifest
@@ -23,10 +25,12 @@ from provisioner.validate import load_manifest
 
 def inventory(manifest_file: str, state_dir: Path) -> dict[str, Any]:
     m = load_manifest(manifest_file).manifest
-    slurm_node = {n.name: slurm_vars.node_vars(m, n) for n in m.nodes if slurm_vars.is_slurm_node(m, n)}
+    slurm_node = {n.name: slurm_vars.node_vars(m, n) | people_vars.node_vars(m, n)
+                  for n in m.nodes if slurm_vars.is_slurm_node(m, n)}
     return {
         "all": {
-            "vars": {"provision_state_dir": str(state_dir), **slurm_vars.cluster_vars(m)},
+            "vars": {"provision_state_dir": str(state_dir), **slurm_vars.cluster_vars(m),
+                     **people_vars.cluster_vars(m)},
             "children": {
                 "slurm_controller": {"hosts": {controller(m).name: None}},
                 "slurm_compute": {"hosts": {n.name: None for n in slurm_nodes(m)}},

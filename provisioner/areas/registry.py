@@ -49,6 +49,9 @@ from provisioner.areas.monitoring import decide as monitoring_decide
 from provisioner.areas.monitoring import rolevars as monitoring
 from provisioner.areas.monitoring import usage as monitoring_usage
 from provisioner.areas.monitoring import usage_render as monitoring_usage_render
+from provisioner.areas.people import checks as people_checks
+from provisioner.areas.people import rolevars as people
+from provisioner.areas.people import verify as people_verify
 from provisioner.areas.slurm import checks as slurm_checks
 from provisioner.areas.slurm import decide as slurm_decide
 from provisioner.areas.slurm import rolevars as slurm
@@ -200,6 +203,8 @@ AREAS: tuple[Area, ...] = (
          checks=common_checks.CHECKS, verify=common_verify.checks, image_packages=common_decide.image_packages),
     Area("storage", storage.cluster_vars, storage.node_vars, groups=storage.groups, checks=storage_checks.CHECKS,
          verify=storage_verify.checks, destructive=storage_scratch.format_summary),
+    Area("people", people.cluster_vars, people.node_vars, people.LIGHT_KEYS, checks=people_checks.CHECKS,
+         verify=people_verify.checks),
     Area("gpu", gpu.cluster_vars, gpu.node_vars, groups=gpu.groups, checks=gpu_checks.CHECKS,
          verify=gpu_verify.checks),
     Area("slurm", slurm.cluster_vars, slurm.node_vars, slurm.LIGHT_KEYS, groups=slurm.groups,

@@ -85,6 +85,22 @@ OsName = Literal["ubuntu-22.04", "ubuntu-24.04", "debian-12"]
 NetworkName = Literal["management", "bmc", "data", "infiniband"]
 
 
+def ssh_public_key(key: str) -> str:
+    if not SSH_KEY_RE.match(key):
+        shown = key[:30] + ("..." if len(key) > 30 else "")
+        raise ValueError(f"{shown!r} is not an OpenSSH public key (ssh-ed25519 AAAA... comment)")
+    return key
+
+
+def ssh_public_keys(v: list[str]) -> list[str]:
+    for key in v:
+        ssh_public_key(key)
+    return v
+
+
+SshPublicKey = Annotated[str, AfterValidator(ssh_public_key)]
+
+
 # --------------------------------------------------------------------------- cluster
 class AdminUser(Strict):
     name: str = Field(description="login name")
@@ -105,11 +121,64 @@ class AdminUser(Strict):
     @field_validator("ssh_keys")
     @classmethod
     def _keys(cls, v: list[str]) -> list[str]:
-        for key in v:
-            if not SSH_KEY_RE.match(key):
-                shown = key[:30] + ("..." if len(key) > 30 else "")
-                raise ValueError(f"{shown!r} is not an OpenSSH public key (ssh-ed25519 AAAA... comment)")
+        return ssh_public_keys(v)
+
+
+# --------------------------------------------------------------------------- people
+FIRST_ID = 1000  # ids below are the OS's system accounts
+LAST_ID = 60000  # Debian's and Ubuntu's UID_MAX/GID_MAX: above are nobody and the dynamic ranges
+
+
+def _person_id(v: int | None) -> int | None:
+    if v is not None and not FIRST_ID <= v <= LAST_ID:
+        raise ValueError(f"{v} is outside {FIRST_ID}..{LAST_ID} (below {FIRST_ID} are the OS's system accounts)")
+    return v
+
+
+PersonId = Annotated[int, AfterValidator(_person_id)]
+
+
+def _person_name(v: str) -> str:
+    if not USER_RE.match(v):
+        raise ValueError(f"{v!r} is not a valid user or group name (lower-case letters, digits, '_', '-')")
+    return v
+
+
+PersonName = Annotated[str, AfterValidator(_person_name)]
+
+
+class Group(Strict):
+    name: PersonName
+    gid: PersonId
+
+
+class User(Strict):
+    name: PersonName
+    uid: PersonId
+    group: PersonName | None = Field(
+        default=None, description="primary group, one of groups:; default: the user's own group, gid = uid")
+    groups: list[PersonName] = Field(default_factory=list, description="extra groups, each one of groups:")
+    ssh_keys: list[SshPublicKey] = Field(default_factory=list)
+    shell: AbsPath = "/bin/bash"
+    comment: str = Field(default="", description="full name (GECOS)")
+    state: Literal["present", "locked"] = Field(
+        default="present", description="locked: no login, files kept (also what a user removed from users: gets)")
+    account: str | None = Field(default=None, description="default Slurm account, one of slurm.accounts")
+    accounts: list[str] = Field(default_factory=list, description="other Slurm accounts the user may charge")
+
+    @field_validator("comment")
+    @classmethod
+    def _comment(cls, v: str) -> str:
+        if any(c in ":,\n" or not c.isprintable() for c in v):
+            raise ValueError(f"{v!r}: a comment holds no ':', ',' or control characters (passwd's separators)")
         return v
+
+
+class Homes(Strict):
+    path: AbsPath = Field(default="/home", description="where homes are on every node: <path>/<user>")
+    export: str | None = Field(
+        default=None, description="an nfs.exports entry: homes are made on its server; absent: local homes")
+    mode: str = Field(default="0700", pattern=r"^0?[0-7]{3}$", description="a new home's mode")
 
 
 class Mirrors(Strict):
@@ -706,10 +775,50 @@ class Partition(Strict):
         return v
 
 
+SLURM_ENTITY_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")  # sacctmgr folds names to lower case
+
+
+def _slurm_entity(v: str) -> str:
+    if not SLURM_ENTITY_RE.match(v):
+        raise ValueError(f"{v!r} is not a Slurm account or QOS name (lower-case letters, digits, '_', '-')")
+    return v
+
+
+SlurmEntity = Annotated[str, AfterValidator(_slurm_entity)]
+
+
+def _slurm_time(v: str | None) -> str | None:
+    if v is not None and not SLURM_TIME_RE.match(str(v)):
+        raise ValueError(f"{v!r} is not a Slurm time (minutes, HH:MM:SS, D-HH:MM:SS or INFINITE)")
+    return v
+
+
+class SlurmQos(Strict):
+    name: SlurmEntity
+    priority: int = Field(default=0, ge=0, le=1_000_000)
+    max_gpus_per_user: int | None = Field(default=None, ge=0, description="MaxTRESPerUser gres/gpu")
+    max_cpus_per_user: int | None = Field(default=None, ge=0, description="MaxTRESPerUser cpu")
+    max_jobs_per_user: int | None = Field(default=None, ge=0, description="MaxJobsPerUser (running)")
+    max_wall: Annotated[str | None, AfterValidator(_slurm_time)] = Field(default=None, description="MaxWall")
+    preempt: list[SlurmEntity] = Field(default_factory=list, description="QOS this one may preempt")
+
+
+class SlurmAccount(Strict):
+    name: SlurmEntity
+    parent: SlurmEntity = Field(default="root", description="another account of slurm.accounts, or root")
+    fairshare: int = Field(default=1, ge=1, le=1_000_000, description="shares among its siblings")
+    description: str = Field(default="", pattern=r"^[^'\"\n]*$")
+    qos: list[SlurmEntity] = Field(default_factory=list, description="QOS its users may ask for; empty: normal")
+    default_qos: SlurmEntity | None = None
+
+
 class Slurm(Strict):
     enabled: bool = True
     cluster_name: str | None = None
     accounting: bool = False
+    accounts: list[SlurmAccount] = Field(
+        default_factory=list, description="the account tree in slurmdbd (needs accounting); empty: not managed")
+    qos: list[SlurmQos] = Field(default_factory=list, description="QOS in slurmdbd besides normal")
     partitions: list[Partition] = Field(default_factory=list)
     constrain_cores: bool = True
     constrain_memory: bool = True
@@ -1059,6 +1168,9 @@ class Manifest(Strict):
     monitoring: Monitoring | None = Field(default=None, description="absent: no monitoring")
     cost: Cost | None = Field(default=None, description="prices per GPU model for `provision report usage`")
     verify: Verify = Field(default_factory=Verify)
+    groups: list[Group] = Field(default_factory=list, description="the people's groups, the same gid everywhere")
+    users: list[User] = Field(default_factory=list, description="the people who use the cluster (not admins)")
+    homes: Homes = Field(default_factory=Homes)
     role_vars: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
         description="role variables the manifest does not generate, per cluster ('all'), role ('@compute') "

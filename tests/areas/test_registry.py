@@ -53,11 +53,12 @@ def test_secret_envs_come_from_the_areas(kit: Any) -> None:
 
 
 def test_each_area_with_verify_checks_adds_its_own(kit: Any) -> None:
-    assert [a.name for a in registry.AREAS if a.verify is not None] == ["common", "storage", "gpu", "slurm"]
+    assert [a.name for a in registry.AREAS if a.verify is not None] == ["common", "storage", "people", "gpu", "slurm"]
     m = kit.load(kit.base(storage=True)).manifest
-    common, storage, gpu, slurm_checks = ([c.name for c in checks(m.node("node01"), "")]
-                                          for checks in registry.verify_checks(m))
+    common, storage, people, gpu, slurm_checks = ([c.name for c in checks(m.node("node01"), "")]
+                                                  for checks in registry.verify_checks(m))
     assert common[:2] == ["hosts", "clock"]
+    assert people == []  # no users: no check
     assert "mount:/data" in storage and "gpu.count" in gpu and "docker.runtime" in gpu
     assert slurm_checks[0] == "slurm.node"
     bare = kit.load(kit.base()).manifest  # no storage sections: the storage area checks nothing there

@@ -4,6 +4,7 @@ cgroup v2 fencing). Run by ``provisioner.validate`` on a structurally clean mani
 
 from __future__ import annotations
 
+from provisioner.areas.slurm import accounts
 from provisioner.areas.slurm.decide import problems, version_conflicts
 from provisioner.errors import Diagnostic
 from provisioner.manifest.checks import Check, node_path
@@ -20,4 +21,9 @@ def check_slurm_versions(m: Manifest, src: Source) -> list[Diagnostic]:
     return [src.diag(node_path(node, "os"), message) for node, message in version_conflicts(m)]
 
 
-CHECKS: tuple[Check, ...] = (check_slurm_problems, check_slurm_versions)
+def check_slurm_accounts(m: Manifest, src: Source) -> list[Diagnostic]:
+    """Accounts, QOS and users' accounts that do not fit: errors at the value."""
+    return [src.diag(path, message) for path, message in accounts.problems(m)]
+
+
+CHECKS: tuple[Check, ...] = (check_slurm_problems, check_slurm_versions, check_slurm_accounts)

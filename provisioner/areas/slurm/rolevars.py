@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from provisioner.areas.slurm import accounts
 from provisioner.areas.slurm import decide as slurm
 from provisioner.manifest.model import Manifest, Node
 
@@ -25,7 +26,7 @@ MUNGE_KEY_RELATIVE = "secrets/" + slurm.MUNGE_KEY_NAME
 LIGHT_KEYS = frozenset({
     "slurm_nodes", "slurm_partitions", "slurm_def_mem_per_cpu", "slurm_proctrack_type",
     "slurm_task_plugin", "slurm_jobacct_gather_type", "slurm_constrain_cores",
-    "slurm_constrain_memory", "slurm_constrain_devices",
+    "slurm_constrain_memory", "slurm_constrain_devices", "slurm_fairshare",
 })
 
 
@@ -47,6 +48,8 @@ def cluster_vars(m: Manifest) -> dict[str, Any]:
         "slurm_constrain_cores": plan.constrain_cores,
         "slurm_constrain_memory": plan.constrain_memory,
         "slurm_constrain_devices": plan.constrain_devices,
+        # accounts, users' associations and QOS for slurmdbd; None: not managed
+        "slurm_fairshare": accounts.to_vars(accounts.wanted(m)) if accounts.managed(m) else None,
     }
 
 

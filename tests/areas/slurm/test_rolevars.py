@@ -308,3 +308,23 @@ def test_light_keys_are_cluster_vars(kit: Any) -> None:
     v = rolevars.cluster_vars(example(kit, "music-lab.yaml"))
     assert set(v) >= rolevars.LIGHT_KEYS
     assert not {"slurm_accounting", "munge_key_file", "slurm_controller_host"} & rolevars.LIGHT_KEYS
+
+
+def test_fair_share_priority_with_accounting_and_enforcement_with_declared_accounts(kit: Any) -> None:
+    data = kit.base()
+    m = kit.load(data).manifest
+    assert rolevars.cluster_vars(m)["slurm_fairshare"] is None
+    assert "PriorityType" not in keys(config_lines(render("slurm.conf.j2", role_vars(m, "head01"))))
+    data["slurm"]["accounting"] = True
+    conf = keys(config_lines(render("slurm.conf.j2", role_vars(kit.load(data).manifest, "head01"))))
+    assert (conf["PriorityType"], conf["PriorityWeightFairshare"]) == ("priority/multifactor", "10000")
+    assert "AccountingStorageEnforce" not in conf  # accounts not declared: jobs need no association
+    data["slurm"]["qos"] = [{"name": "low"}, {"name": "high", "priority": 10, "preempt": ["low"]}]
+    data["slurm"]["accounts"] = [{"name": "lab", "qos": ["normal", "low", "high"]}]
+    data["users"] = [{"name": "alice", "uid": 2001, "account": "lab"}]
+    m = kit.load(data).manifest
+    fairshare = rolevars.cluster_vars(m)["slurm_fairshare"]
+    assert fairshare["assocs"] == [["alice", "lab"]] and fairshare["default_account"] == {"alice": "lab"}
+    conf = keys(config_lines(render("slurm.conf.j2", role_vars(m, "head01"))))
+    assert conf["AccountingStorageEnforce"] == "associations,limits,qos"
+    assert (conf["PreemptType"], conf["PreemptMode"]) == ("preempt/qos", "REQUEUE")

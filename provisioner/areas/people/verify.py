@@ -1,0 +1,77 @@
+"""The people area's verify check: the manifest's users and groups on a node, with their ids."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from provisioner.areas.people.decide import home_of, primary_gid
+from provisioner.manifest.model import Manifest, Node
+from provisioner.verify.check import Check, CheckList, NodeChecks, Outcome, judged
+from provisioner.verify.parsers import ParseError
+
+
+@dataclass(frozen=True)
+class Accounts:
+    users: dict[str, tuple[int, int, str]] = field(default_factory=dict)  # name -> (uid, gid, home)
+    groups: dict[str, int] = field(default_factory=dict)  # name -> gid
+
+
+def parse_getent(text: str) -> Accounts:
+    """``getent passwd NAMES; getent group NAMES``: passwd lines have 7 fields, group lines 4."""
+    users: dict[str, tuple[int, int, str]] = {}
+    groups: dict[str, int] = {}
+    for line in text.splitlines():
+        cells = line.split(":")
+        if len(cells) not in (4, 7):
+            if line.strip():
+                raise ParseError(f"not a passwd or group line: {line!r}")
+            continue
+        if not all(c.isdigit() for c in cells[2:4 if len(cells) == 7 else 3]):
+            raise ParseError(f"an id that is not a number: {line!r}")
+        if len(cells) == 7:
+            users[cells[0]] = (int(cells[2]), int(cells[3]), cells[5])
+        else:
+            groups[cells[0]] = int(cells[2])
+    return Accounts(users, groups)
+
+
+def command(m: Manifest) -> str:
+    users = " ".join(shlex.quote(u.name) for u in m.users)
+    groups = " ".join(shlex.quote(g.name) for g in m.groups)
+    # getent exits 2 when a name is missing: the verdict names it, so the status is not the test
+    return "; ".join(part for part in (f"getent passwd {users}" if users else "",
+                                       f"getent group {groups}" if groups else "") if part) + "; true"
+
+
+def ids_verdict(m: Manifest) -> Callable[[Accounts], Outcome]:
+    def verdict(found: Accounts) -> Outcome:
+        wrong: list[str] = []
+        for u in m.users:
+            want = (u.uid, primary_gid(m, u), home_of(m, u))
+            got = found.users.get(u.name)
+            if got is None:
+                wrong.append(f"no user {u.name}")
+            elif got != want:
+                wrong.append(f"{u.name} is uid {got[0]} gid {got[1]} home {got[2]}, not {want[0]} {want[1]} {want[2]}")
+        for g in m.groups:
+            gid = found.groups.get(g.name)
+            if gid != g.gid:
+                wrong.append(f"no group {g.name}" if gid is None else f"group {g.name} is gid {gid}, not {g.gid}")
+        if wrong:
+            return Outcome("FAIL", "; ".join(wrong[:4]) + (f" (+{len(wrong) - 4} more)" if len(wrong) > 4 else ""))
+        return Outcome("PASS", f"{len(m.users)} users, {len(m.groups)} groups with the manifest's ids")
+    return verdict
+
+
+def checks(m: Manifest) -> NodeChecks:
+    """Every node, when the manifest has users or groups: ``users``."""
+
+    def node_checks(node: Node, drained_by: str) -> list[Check]:
+        out = CheckList(node.name, m.verify.command_timeout)
+        if m.users or m.groups:
+            out.add("users", command(m), judged(parse_getent, ids_verdict(m)))
+        return out.checks
+
+    return node_checks
