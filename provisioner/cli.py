@@ -142,6 +142,8 @@ def _parser() -> argparse.ArgumentParser:
     ver.add_argument("--junit", type=Path, metavar="FILE", help="also write the results as JUnit XML to FILE")
     ver.add_argument("--burn-in", type=_positive_int, metavar="SECONDS",
                      help="also stress every GPU for SECONDS (check gpu.burn; overrides verify.burn_in_s)")
+    ver.add_argument("--level", type=int, choices=[1, 2, 3, 4],
+                     help="level of dcgmi diag (check gpu.dcgm; overrides verify.dcgm_level, default 1)")
 
     st = add("status", "one table of nodes: lifecycle, last apply, reachability, Slurm state, GPUs seen")
     st.add_argument("--state-dir", type=Path, help="state directory (default: .provision/ beside the manifest)")
