@@ -173,6 +173,8 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("nodes", metavar="NODES", help="names, ranges like gpu[01-04], @role; comma-separated")
     rs.add_argument("--state-dir", type=Path, help="state directory (default: .provision/ beside the manifest)")
     rs.add_argument("--json", action="store_true", help="print one result per node as JSON")
+    rs.add_argument("--force", action="store_true",
+                    help="also resume nodes the acceptance gate holds (reason 'provision gate: ...')")
     image = sub.add_parser("image", help="node OS images for image deploys",
                            description="node OS images for image deploys")
     image_sub = image.add_subparsers(dest="image_action", required=True, metavar="ACTION")
