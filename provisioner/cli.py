@@ -143,6 +143,8 @@ def _parser() -> argparse.ArgumentParser:
     ver.add_argument("--junit", type=Path, metavar="FILE", help="also write the results as JUnit XML to FILE")
     ver.add_argument("--burn-in", type=_positive_int, metavar="SECONDS",
                      help="also stress every GPU for SECONDS (check gpu.burn; overrides verify.burn_in_s)")
+    ver.add_argument("--level", type=int, choices=[1, 2, 3, 4],
+                     help="level of dcgmi diag (check gpu.dcgm; overrides verify.dcgm_level, default 1)")
 
     st = add("status", "one table of nodes: lifecycle, last apply, reachability, Slurm state, GPUs seen")
     st.add_argument("--state-dir", type=Path, help="state directory (default: .provision/ beside the manifest)")
@@ -172,6 +174,8 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("nodes", metavar="NODES", help="names, ranges like gpu[01-04], @role; comma-separated")
     rs.add_argument("--state-dir", type=Path, help="state directory (default: .provision/ beside the manifest)")
     rs.add_argument("--json", action="store_true", help="print one result per node as JSON")
+    rs.add_argument("--force", action="store_true",
+                    help="also resume nodes the acceptance gate holds (reason 'provision gate: ...')")
     image = sub.add_parser("image", help="node OS images for image deploys",
                            description="node OS images for image deploys")
     image_sub = image.add_subparsers(dest="image_action", required=True, metavar="ACTION")

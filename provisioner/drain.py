@@ -7,6 +7,7 @@ Jobs are never killed: a drain waits for them, at most its timeout.
 
 from __future__ import annotations
 
+import re
 import shlex
 import time
 from collections.abc import Callable
@@ -77,6 +78,21 @@ def drain_node(head: str, node: str, execute: Execute, timeout_s: float, reason:
             return Drained(node, False, f"still running jobs {', '.join(running)} after {timeout_s:g} s; the node "
                                         "stays drained (no job was killed)")
         sleep(POLL)
+
+
+def parse_reason(text: str) -> str:
+    """The Reason of ``scontrol show node NAME --oneliner`` ("" when none), without the
+    ``[user@time]`` Slurm appends."""
+    found = re.search(r"\bReason=(.*?)(?= [A-Za-z]+=|$)", text.strip())
+    return re.sub(r"\s*\[[^\]]*@[^\]]*\]$", "", found.group(1)) if found else ""
+
+
+def node_reason(head: str, node: str, execute: Execute) -> tuple[str, str]:
+    """(the node's drain reason, "") or ("", why it could not be read)."""
+    shown = execute(head, show_command(node), COMMAND_TIMEOUT)
+    if shown.error or shown.rc != 0:
+        return "", f"scontrol on {head}: {why_failed(shown)}"
+    return parse_reason(shown.stdout), ""
 
 
 def resume_command(node: str) -> str:

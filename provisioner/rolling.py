@@ -7,12 +7,13 @@ The roll (pure; its side effects are the injected :class:`Steps`, faked in the t
    driver themselves when cluster.allow_reboot says so);
 3. a node that still wants a reboot (/var/run/reboot-required) is rebooted when
    cluster.allow_reboot is true and waited for, else that is noted and it goes on;
-4. each node passes ``verify`` for itself;
+4. each node passes ``verify`` for itself (with the acceptance gate's checks, provisioner/gate.py);
 5. each node is resumed.
 
 A failure stops the roll (an apply that raises ProvisionError is one too): the failing node
-stays drained with the reason in Slurm, and the nodes of later batches are not touched; a
-node that could not be drained (the controller unreachable) is reported as such.
+stays drained with the reason in Slurm (a failed gate check: the gate's reason, which
+``provision resume`` will not lift without --force), and the nodes of later batches are not
+touched; a node that could not be drained (the controller unreachable) is reported as such.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 
 from provisioner.drain import Drained
 from provisioner.errors import ProvisionError
+from provisioner.gate import Finding, failed_reason
 
 REASON_PREFIX = "provision apply --rolling"
 
@@ -32,7 +34,7 @@ class Steps:
     apply: Callable[[list[str]], int]  # node-local plays with --limit these nodes: apply's exit code
     needs_reboot: Callable[[str], bool]
     reboot: Callable[[str], str]  # reboot and wait for SSH: "" when back, else why not
-    verify: Callable[[str], list[str]]  # the node's failed checks, in words (empty: it passed)
+    verify: Callable[[str], list[Finding]]  # the node's failed checks (empty: it passed)
     resume: Callable[[str], Drained]
     leave_drained: Callable[[str, str], str]  # keep the node drained with this reason in Slurm: "" or why not
 
@@ -68,16 +70,18 @@ def batches(nodes: list[str], size: int) -> list[list[str]]:
 def roll(groups: list[list[str]], steps: Steps, allow_reboot: bool) -> Roll:
     result = Roll()
 
-    def stop(index: int, node: str, stage: str, detail: str, drained: list[str]) -> Roll:
+    def stop(index: int, node: str, stage: str, detail: str, drained: list[str], reason: str = "") -> Roll:
         """End the roll: every drained node of this batch not yet resumed stays drained,
-        with the reason in Slurm; later batches are not touched."""
+        with the reason in Slurm (``reason``: the failed node's own, else the roll's); later
+        batches are not touched."""
         result.events.append(Event(node, stage, False, detail))
         result.failed = node or ", ".join(drained)
         for n in drained:
             if n in result.done:
                 continue
             where = "" if n == node or not node else f" on {node}"
-            why = steps.leave_drained(n, f"{REASON_PREFIX}: {stage} failed{where}: {detail}"[:200])
+            own = reason if reason and n == node else f"{REASON_PREFIX}: {stage} failed{where}: {detail}"[:200]
+            why = steps.leave_drained(n, own)
             if why:  # e.g. the controller is unreachable: nobody may say this node is drained
                 result.not_drained[n] = why
             else:
@@ -111,8 +115,11 @@ def roll(groups: list[list[str]], steps: Steps, allow_reboot: bool) -> Roll:
                         return stop(i, node, "reboot", why, drained)
                     result.events.append(Event(node, "reboot", True, "rebooted"))
             failures = steps.verify(node)
+            gated = [f for f in failures if f.gate]
+            if gated:  # the gate's own reason on the node (the rest of the batch: the roll's)
+                return stop(i, node, "gate", "; ".join(map(str, failures)), drained, failed_reason(gated))
             if failures:
-                return stop(i, node, "verify", "; ".join(failures), drained)
+                return stop(i, node, "verify", "; ".join(map(str, failures)), drained)
             result.events.append(Event(node, "verify", True, "passed"))
             r = steps.resume(node)
             if not r.ok:

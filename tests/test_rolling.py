@@ -6,6 +6,7 @@ import pytest
 
 from provisioner.drain import Drained
 from provisioner.errors import ProvisionError
+from provisioner.gate import Finding
 from provisioner.rolling import Steps, batches, roll
 
 
@@ -42,9 +43,13 @@ class Cluster:
             self.pending_reboot.discard(n)
             return "no SSH after 900 s" if self._bad("reboot", n) else ""
 
-        def verify(n: str) -> list[str]:
+        def verify(n: str) -> list[Finding]:
             self.log.append(f"verify {n}")
-            return ["gpu.count: 1 GPUs seen, manifest says 2"] if self._bad("verify", n) else []
+            if self._bad("gate", n):  # a check of the acceptance gate failed, and one that is not
+                return [Finding("clock", "offset 900 ms"),
+                        Finding("gpu.dcgm", "level 1: software on GPU 0: Persistence mode for GPU 0 is disabled.",
+                                gate=True)]
+            return [Finding("gpu.count", "1 GPUs seen, manifest says 2")] if self._bad("verify", n) else []
 
         def resume(n: str) -> Drained:
             self.log.append(f"resume {n}")
@@ -132,3 +137,15 @@ def test_an_apply_that_raises_stops_the_roll_like_a_failed_one() -> None:
     assert c.reasons == {"a": "provision apply --rolling: apply failed: ansible-playbook failed (rc 4): YAML parsing "
                               "failed"}
     assert [(e.stage, e.ok) for e in r.events] == [("drain", True), ("apply", False)]
+
+
+def test_a_failed_gate_check_leaves_the_node_drained_with_the_gates_reason() -> None:
+    """The node whose gate check failed gets the gate's reason (provision resume will not lift
+    it without --force); the rest of its batch keeps the roll's reason."""
+    c = Cluster(fail=("gate", "b"))
+    r = roll([["a"], ["b", "c"], ["d"]], c.steps(), allow_reboot=True)
+    assert not r.ok and r.failed == "b" and r.done == ["a"] and r.untouched == ["d"]
+    assert c.reasons["b"] == ("provision gate: gpu.dcgm failed: level 1: software on GPU 0: Persistence mode for "
+                              "GPU 0 is disabled.")
+    assert c.reasons["c"].startswith("provision apply --rolling: gate failed on b: clock: offset 900 ms; gpu.dcgm")
+    assert [(e.node, e.stage, e.ok) for e in r.events][-1] == ("b", "gate", False)

@@ -15,13 +15,14 @@ from provisioner.commands.common import guarded, limit, load
 from provisioner.content import project_root
 from provisioner.drain import COMMAND_TIMEOUT, drain_command, drain_node, resume_node, why_failed
 from provisioner.errors import ProvisionError
+from provisioner.gate import GATE_PREFIX, Admission, AdmitSteps, Finding, admit, findings
 from provisioner.manifest.load import Loaded
 from provisioner.plan import compute, load_plays
 from provisioner.rolling import REASON_PREFIX, Roll, Steps, batches, roll
 from provisioner.runner import SshTarget
 from provisioner.state import StateDir
 from provisioner.verify import catalog
-from provisioner.verify.remote import ssh_executor
+from provisioner.verify.remote import children_end_with_the_command, ssh_executor
 from provisioner.verify.run import Execute, verify
 
 REBOOT_TIMEOUT = 900  # seconds for a rebooted node to answer again
@@ -44,6 +45,27 @@ def rolling_nodes(loaded: Loaded, state: StateDir, nodes: list[str] | None, full
     return [n for n in plan.targets if m.node(n).has_role("compute")]
 
 
+def gated_new_nodes(loaded: Loaded, state: StateDir, nodes: list[str] | None) -> list[str]:
+    """New Slurm compute nodes of this apply, when the manifest has an acceptance gate."""
+    m = loaded.manifest
+    if not (m.slurm.enabled and m.verify.gate):
+        return []
+    plan = compute(m, state.load_for(m.cluster.name), load_plays(project_root() / "playbooks" / "site.yml"),
+                   limit=nodes)
+    return [n.name for n in plan.nodes if n.status == "new" and m.node(n.name).has_role("compute")]
+
+
+def node_findings(loaded: Loaded, execute: Execute, node: str, drained_by: str, only_gate: bool) -> list[Finding]:
+    """Verify ``node`` (only the gate's checks with ``only_gate``): what keeps it from jobs."""
+    m = loaded.manifest
+    checks = catalog.plan(m, [node], drained_by=drained_by)
+    gate = m.verify.gate if m.slurm.enabled else []
+    if only_gate:
+        checks = [c for c in checks if c.name in gate]
+    results = verify(checks, [node], execute, m.verify.command_timeout)
+    return findings(results, gate, m.node(node).hardware.gpu is not None)
+
+
 def reboot_and_wait(execute: Execute, node: str, sleep: float = REBOOT_POLL, timeout: float = REBOOT_TIMEOUT) -> str:
     before = execute(node, BOOT_ID, COMMAND_TIMEOUT)
     if before.error or before.rc != 0:
@@ -62,16 +84,6 @@ def steps(loaded: Loaded, state: StateDir, args: argparse.Namespace, out: Consol
     m = loaded.manifest
     head = m.head.name
 
-    def node_verify(node: str) -> list[str]:
-        # drained by this roll: that drain is expected (its reason), any other bad state fails
-        checks = catalog.plan(m, [node], drained_by=REASON_PREFIX)
-        results = verify(checks, [node], execute, m.verify.command_timeout)
-        return [f"{r.check}: {r.detail}" for r in results if r.status == "FAIL"]
-
-    def leave(node: str, reason: str) -> str:
-        done = execute(head, drain_command(node, reason), COMMAND_TIMEOUT)
-        return "" if not done.error and done.rc == 0 else f"scontrol on {head}: {why_failed(done)}"
-
     def needs_reboot(node: str) -> bool:
         return execute(node, "test -e /var/run/reboot-required", COMMAND_TIMEOUT).rc == 0
 
@@ -80,10 +92,52 @@ def steps(loaded: Loaded, state: StateDir, args: argparse.Namespace, out: Consol
         apply=lambda nodes: apply(loaded, state, options(loaded, args, nodes), out),
         needs_reboot=needs_reboot,
         reboot=lambda n: reboot_and_wait(execute, n),
-        verify=node_verify,
+        # drained by this roll: that drain is expected (its reason), any other bad state fails
+        verify=lambda n: node_findings(loaded, execute, n, REASON_PREFIX, only_gate=False),
         resume=lambda n: resume_node(head, n, execute),
-        leave_drained=leave,
+        leave_drained=lambda n, reason: set_reason(execute, head, n, reason),
     )
+
+
+def set_reason(execute: Execute, head: str, node: str, reason: str) -> str:
+    """Drain ``node`` with ``reason`` (a drained node gets the new reason): "" or why not."""
+    done = execute(head, drain_command(node, reason), COMMAND_TIMEOUT)
+    return "" if not done.error and done.rc == 0 else f"scontrol on {head}: {why_failed(done)}"
+
+
+def admit_steps(loaded: Loaded, execute: Execute) -> AdmitSteps:
+    head = loaded.manifest.head.name
+    return AdmitSteps(
+        hold=lambda n, reason: drain_node(head, n, execute, 0, reason),
+        check=lambda n: node_findings(loaded, execute, n, GATE_PREFIX, only_gate=True),
+        resume=lambda n: resume_node(head, n, execute),
+        leave_drained=lambda n, reason: set_reason(execute, head, n, reason),
+    )
+
+
+def run_gate(loaded: Loaded, state: StateDir, nodes: list[str], out: Console) -> int:
+    """The acceptance gate on the new compute nodes that this apply configured (ended ok)."""
+    m = loaded.manifest
+    last = state.load_for(m.cluster.name).runs[-1:]
+    configured = [n for n in nodes if last and last[0].results.get(n) == "ok"]
+    if not configured:
+        return 0
+    out.print(f"acceptance gate ({', '.join(m.verify.gate)}) on {', '.join(configured)}", highlight=False,
+              markup=False)
+    ssh = m.cluster.ssh
+    targets = {n.name: SshTarget(n.name, str(n.ip), ssh.port, ssh.user, ssh.private_key) for n in m.nodes}
+    admitted = admit(configured, m.verify.gate, admit_steps(loaded, ssh_executor(targets, state.known_hosts)))
+    out.print(gate_table(admitted))
+    return 0 if all(a.verdict == "resumed" for a in admitted) else 1
+
+
+def gate_table(admitted: list[Admission]) -> Table:
+    t = Table(title="acceptance gate", title_justify="left")
+    for col in ("node", "result", "detail"):
+        t.add_column(col, overflow="fold")
+    for a in admitted:
+        t.add_row(a.node, "[green]resumed[/]" if a.verdict == "resumed" else f"[bold red]{a.verdict}[/]", a.detail)
+    return t
 
 
 def roll_table(r: Roll) -> Table:
@@ -156,7 +210,13 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     state = StateDir.beside(args.manifest, args.state_dir)
     if args.rolling:
         return run_rolling(loaded, state, args, out)
-    return apply(loaded, state, options(loaded, args, limit(loaded, args.limit)), out)
+    chosen = limit(loaded, args.limit)
+    gated = [] if args.check else gated_new_nodes(loaded, state, chosen)
+    rc = apply(loaded, state, options(loaded, args, chosen), out)
+    if gated:
+        with children_end_with_the_command():  # a signal ends every ssh first
+            return max(rc, run_gate(loaded, state, gated, out))
+    return rc
 
 
 def main(args: argparse.Namespace) -> int:

@@ -8,11 +8,13 @@ import json
 from rich.console import Console
 
 from provisioner.commands.common import guarded, limit, load
-from provisioner.drain import drain_node, resume_node
+from provisioner.drain import Drained, drain_node, node_reason, resume_node
 from provisioner.errors import ProvisionError
+from provisioner.gate import resume_refusal
 from provisioner.runner import SshTarget
 from provisioner.state import StateDir
 from provisioner.verify.remote import children_end_with_the_command, ssh_executor
+from provisioner.verify.run import Execute
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -38,7 +40,7 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
         if args.command == "drain":
             done = drain_node(head.name, node, execute, args.wait, args.reason)
         else:
-            done = resume_node(head.name, node, execute)
+            done = resume(head.name, node, execute, args.force)
         results.append({"node": node, "ok": done.ok, "detail": done.detail})
         if not args.json:
             out.print(f"{node}: {done.detail}", highlight=False, markup=False, style=None if done.ok else "red")
@@ -50,6 +52,18 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
         err.print(f"{args.command} failed on {', '.join(failed)}", style="red", highlight=False, markup=False)
         return 1
     return 0
+
+
+def resume(head: str, node: str, execute: Execute, force: bool) -> Drained:
+    """Resume ``node``; without ``force``, not one the acceptance gate holds (its reason says so)."""
+    if not force:
+        reason, unread = node_reason(head, node, execute)
+        if unread and "not found" not in unread:
+            return Drained(node, False, f"cannot read its reason, so not resumed: {unread}")
+        refusal = resume_refusal(node, reason)
+        if refusal:
+            return Drained(node, False, refusal)
+    return resume_node(head, node, execute)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -39,11 +39,17 @@ def check_junit_target(path: Path) -> None:
                                  "refusing to overwrite it (remove it, or name another file)")
 
 
-def with_burn_in(m: Manifest, seconds: int | None) -> Manifest:
-    """``m`` with ``--burn-in SECONDS`` in place of its verify.burn_in_s (unchanged without)."""
-    if not seconds:
+def with_options(m: Manifest, seconds: int | None, level: int | None = None) -> Manifest:
+    """``m`` with ``--burn-in SECONDS`` in place of its verify.burn_in_s and ``--level N`` in
+    place of its verify.dcgm_level (unchanged without)."""
+    update: dict[str, int] = {}
+    if seconds:
+        update["burn_in_s"] = seconds
+    if level:
+        update["dcgm_level"] = level
+    if not update:
         return m
-    return m.model_copy(update={"verify": m.verify.model_copy(update={"burn_in_s": seconds})})
+    return m.model_copy(update={"verify": m.verify.model_copy(update=update)})
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -60,7 +66,7 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     state.load_for(m.cluster.name)  # refused when it is another cluster's
     state.ensure()  # known_hosts: first contact is recorded as apply records it
     names = limit(loaded, args.limit) or m.node_names()
-    checks = catalog.plan(with_burn_in(m, getattr(args, "burn_in", None)), names)
+    checks = catalog.plan(with_options(m, getattr(args, "burn_in", None), getattr(args, "level", None)), names)
     hosts = sorted(set(names) | {c.command.host for c in checks if c.command} |
                    {c.command.setup[0] for c in checks if c.command and c.command.setup})
     ssh = m.cluster.ssh

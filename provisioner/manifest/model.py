@@ -1120,6 +1120,14 @@ class Verify(Strict):
                            "(check gpu.burn; `provision verify --burn-in` for one run); 0: none")
     burn_in_max_temp_c: int = Field(default=87, ge=40, le=110, description="gpu.burn fails a GPU that reaches "
                                     "this temperature (C)")
+    dcgm_level: int = Field(default=1, ge=1, le=4, description="level of `dcgmi diag` (check gpu.dcgm): 1 "
+                            "seconds, 2 minutes, 3 and 4 half an hour to two hours; `provision verify --level` "
+                            "for one run")
+    prolog_diag: bool = Field(default=False, description="a Slurm job prolog runs `dcgmi diag -r 1` on the job's "
+                              "GPUs; a failure drains the node and requeues the job")
+    gate: list[Literal["gpu.dcgm", "gpu.burn"]] = Field(
+        default_factory=list, description="the acceptance gate: checks a new or rolled compute node must pass "
+        "before Slurm may give it jobs (it stays drained until then); empty: no gate")
 
 
 # --------------------------------------------------------------------------- top level

@@ -14,13 +14,16 @@ from provisioner.commands import apply as apply_cmd
 from provisioner.manifest.load import Loaded
 from provisioner.plan import cluster_fingerprint, node_sections
 from provisioner.runner import SshTarget
-from provisioner.state import NodeState, State, StateDir
+from provisioner.state import NodeState, RunRecord, State, StateDir
 from provisioner.validate import load_manifest
 from provisioner.verify import parsers
 from provisioner.verify.check import Output
 from provisioner.verify.run import Execute
 
 Capsys = pytest.CaptureFixture[str]
+RECORDED = Path(__file__).parents[1] / "areas" / "gpu" / "recorded"
+DCGM_PASS = (RECORDED / "dcgmi-diag-r1-pass.json").read_text()
+DCGM_FAIL = (RECORDED / "dcgmi-diag-r1-dcgm3-persistence.json").read_text()
 TRACKING = "System time     : 0.000100000 seconds slow of NTP time\nLeap status     : Normal\n"
 HOSTS = ("10.0.0.10 head01.test.internal head01\n10.0.0.21 node01.test.internal node01\n"
          "10.0.0.22 node02.test.internal node02\n")
@@ -54,13 +57,21 @@ def test_only_compute_nodes_with_node_local_changes_roll(changed: Path) -> None:
     assert apply_cmd.rolling_nodes(loaded, StateDir.beside(changed), None, full=True) == ["node01", "node02"]
 
 
-def fakes(monkeypatch: pytest.MonkeyPatch, broken: str = "") -> list[str]:
-    """Fake apply and nodes; ``broken``: a node whose clock fails verify."""
+def fakes(monkeypatch: pytest.MonkeyPatch, broken: str = "", dcgm: dict[str, str] | None = None,
+          record: bool = False) -> list[str]:
+    """Fake apply and nodes; ``broken``: a node whose clock fails verify; ``dcgm``: per node
+    what dcgmi diag prints (else a pass); ``record``: apply records its run, every node ok."""
     log: list[str] = []
     drained: dict[str, str] = {}  # node -> reason, as the controller has it
 
     def fake_apply(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Any) -> int:
         log.append(f"apply {','.join(opts.limit or ['all'])}")
+        if record:
+            st = state.load()
+            names = opts.limit or loaded.manifest.node_names()
+            st.runs.append(RunRecord(id=f"run{len(st.runs)}", started="now", result="ok",
+                                     results=dict.fromkeys(names, "ok")))
+            state.save(st)
         return 0
 
     def executor(targets: dict[str, SshTarget], known_hosts: Path, grace: float = 0) -> Execute:
@@ -85,6 +96,9 @@ def fakes(monkeypatch: pytest.MonkeyPatch, broken: str = "") -> list[str]:
                 if node in drained:
                     return Output(stdout=f"NodeName={node} State=IDLE+DRAIN Reason={drained[node]} [root@2026-11-23]")
                 return Output(stdout=f"NodeName={node} State=IDLE")
+            if "dcgmi diag" in text:
+                log.append(f"dcgmi {host}")
+                return Output(rc=226 if host in (dcgm or {}) else 0, stdout=(dcgm or {}).get(host, DCGM_PASS))
             if text.startswith("ping"):
                 return Output(stdout="3 packets transmitted, 3 received, 0% packet loss")
             return Output()
@@ -191,3 +205,54 @@ def test_a_whole_roll_records_nodes_the_manifest_no_longer_lists_as_removed(chan
     assert main(["apply", str(changed), "--rolling", "--yes"]) == 0
     gone = state.load().nodes["node09"]
     assert gone.lifecycle == "removed" and gone.fingerprints == {} and gone.removed_at
+
+
+def gated(path: Path) -> None:
+    """The manifest at ``path`` with an acceptance gate of gpu.dcgm (it has no verify section)."""
+    assert "\nverify:" not in path.read_text()
+    path.write_text(path.read_text() + "verify:\n  gate: [gpu.dcgm]\n")
+
+
+def test_a_roll_holds_a_node_whose_gate_check_fails_with_the_gates_reason(
+        changed: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capsys) -> None:
+    gated(changed)
+    log = fakes(monkeypatch, dcgm={"node02": DCGM_FAIL})
+    assert main(["apply", str(changed), "--rolling", "--yes"]) == 1
+    assert "dcgmi node01" in log and "scontrol node01 State=RESUME" in log
+    assert "scontrol node02 State=RESUME" not in log
+    assert log[-1] == ("scontrol node02 State=DRAIN Reason='provision gate: gpu.dcgm failed: level 1: Persistence "
+                       "Mode: Persistence mode for GPU 0 is disabled. Enable persistence mode by running \"nvidia-smi "
+                       "-i <gpuId> -pm 1 \" as root.'")
+    assert "rolling stopped at node02; left drained with the reason in Slurm: node02" in capsys.readouterr().out
+
+
+def test_a_plain_apply_gates_its_new_compute_nodes(write_manifest: Any, kit: Any, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: Capsys) -> None:
+    """node02 is new: held with our reason, diagnosed, held with the failure; a second new node
+    that passes is resumed; settled nodes are not touched; the exit code says one is held."""
+    data = kit.base()
+    data["docker"] = {"enabled": False}
+    del data["nodes"][1]["hardware"]["gpu"]
+    data["verify"] = {"gate": ["gpu.dcgm"]}
+    path: Path = write_manifest(data)
+    state = StateDir.beside(path)
+    m = load_manifest(path).manifest
+    state.save(State(cluster=m.cluster.name, nodes={"head01": NodeState(
+        lifecycle="configured", fingerprints=node_sections(m, m.node("head01")))}))
+    log = fakes(monkeypatch, dcgm={"node02": DCGM_FAIL}, record=True)
+    assert main(["apply", str(path), "--yes"]) == 1
+    assert log[0] == "apply all"
+    gate = [line for line in log[1:] if not line.startswith("dcgmi")]
+    assert gate == ["scontrol node01 State=DRAIN Reason='provision gate: awaiting gpu.dcgm'",
+                    "scontrol node01 State=RESUME",
+                    "scontrol node02 State=DRAIN Reason='provision gate: awaiting gpu.dcgm'",
+                    "scontrol node02 State=DRAIN Reason='provision gate: gpu.dcgm failed: level 1: Persistence Mode: "
+                    "Persistence mode for GPU 0 is disabled. Enable persistence mode by running \"nvidia-smi -i "
+                    "<gpuId> -pm 1 \" as root.'"]
+    assert [line for line in log if line.startswith("dcgmi")] == ["dcgmi node01", "dcgmi node02"]
+    out = capsys.readouterr().out
+    assert "acceptance gate (gpu.dcgm) on node01, node02" in out
+    # nothing new: no gate
+    log.clear()
+    settle(path)
+    assert main(["apply", str(path), "--yes"]) == 0 and log == ["apply all"]

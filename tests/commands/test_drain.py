@@ -43,7 +43,7 @@ def test_drain_and_resume(write_manifest: Any, kit: Any, monkeypatch: pytest.Mon
     assert "node01: drained, no jobs" in capsys.readouterr().out
     sent.clear()
     assert main(["resume", str(path), "node02"]) == 0
-    assert sent == ["scontrol update NodeName=node02 State=RESUME"]
+    assert sent == ["scontrol show node node02 --oneliner", "scontrol update NodeName=node02 State=RESUME"]
 
 
 def test_a_refusal_fails_the_command(write_manifest: Any, kit: Any, monkeypatch: pytest.MonkeyPatch,
@@ -78,3 +78,32 @@ def test_drain_and_resume_json(write_manifest: Any, kit: Any, monkeypatch: pytes
     assert second["node"] == "node02" and second["ok"] is False and second["detail"].startswith("drain on head01: ")
     assert main(["resume", str(path), "node01", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == [{"node": "node01", "ok": True, "detail": "resumed"}]
+
+
+def test_resume_refuses_a_node_the_gate_holds_unless_forced(write_manifest: Any, kit: Any,
+                                                           monkeypatch: pytest.MonkeyPatch, capsys: Capsys) -> None:
+    path = write_manifest(kit.base())
+    held = ("NodeName=node01 Arch=x86_64 CoresPerSocket=8 State=IDLE+DRAIN ThreadsPerCore=1 "
+            "Reason=provision gate: gpu.dcgm failed: level 1: software on GPU 0: Persistence mode for GPU 0 is "
+            "disabled. [root@2026-11-26T20:10:04]")
+    sent: list[str] = []
+
+    def executor(targets: dict[str, SshTarget], known_hosts: Path, grace: float = 0) -> Execute:
+        def execute(host: str, text: str, timeout: int) -> Output:
+            sent.append(text)
+            if text.startswith("scontrol show node node01"):
+                return Output(stdout=held)
+            return Output(stdout="NodeName=node02 State=IDLE+DRAIN Reason=provision drain [root@2026-11-26T20:00:00]"
+                          if text.startswith("scontrol show") else "")
+        return execute
+
+    monkeypatch.setattr(drain_cmd, "ssh_executor", executor)
+    assert main(["resume", str(path), "node01,node02"]) == 1
+    out, err = capsys.readouterr()
+    assert ("node01: node01 is held by the acceptance gate (provision gate: gpu.dcgm failed: level 1: software on "
+            "GPU 0: Persistence mode for GPU 0 is disabled.)") in out.replace("\n", " ")
+    assert "node02: resumed" in out and "resume failed on node01" in err
+    assert "scontrol update NodeName=node01 State=RESUME" not in sent
+    sent.clear()
+    assert main(["resume", str(path), "node01", "--force"]) == 0
+    assert sent == ["scontrol update NodeName=node01 State=RESUME"]

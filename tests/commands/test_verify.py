@@ -160,3 +160,27 @@ def test_burn_in_takes_whole_positive_seconds(manifest: Path, capsys: Capsys, va
     with pytest.raises(SystemExit) as exc:
         main(["verify", str(manifest), "--burn-in", value])
     assert exc.value.code == 2 and "--burn-in" in capsys.readouterr().err
+
+
+def test_level_flag_runs_dcgmi_at_that_level_with_its_bound(manifest: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: Capsys) -> None:
+    sent: list[tuple[str, int]] = []
+
+    def executor(targets: dict[str, SshTarget], known_hosts: Path) -> Execute:
+        def execute(host: str, text: str, timeout: int) -> Output:
+            if text == parsers.CONTEXT_COMMAND:
+                return Output(stdout="container=\ngpu_devices=2\n")
+            if "dcgmi diag" in text:
+                sent.append((text[text.index("dcgmi diag"):].split(";")[0], timeout))
+                return Output(stdout="provision-skip: DCGM is not installed (no dcgmi)\n")
+            return Output(rc=127, stderr="not found")
+        return execute
+
+    monkeypatch.setattr(verify_cmd, "ssh_executor", executor)
+    main(["verify", str(manifest), "--limit", "node01", "--level", "3", "--json"])
+    (row,) = [r for r in json.loads(capsys.readouterr().out)["results"] if r["check"] == "gpu.dcgm"]
+    assert (row["status"], row["detail"]) == ("SKIP", "DCGM is not installed (no dcgmi)")
+    assert sent == [("dcgmi diag -r 3 -j", 2700)]
+    with pytest.raises(SystemExit) as exc:
+        main(["verify", str(manifest), "--level", "5"])
+    assert exc.value.code == 2 and "--level" in capsys.readouterr().err

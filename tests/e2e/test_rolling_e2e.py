@@ -8,6 +8,13 @@ their node-local plays) and `provision apply --rolling --batch 1` rolls them: on
 applied, verified and resumed before the other is drained (the roll's table, Slurm's own
 log and the runs recorded in the state say so), the job on rollnode3 keeps running and then
 completes, both end idle, and the roll changed nothing on rollnode3 or the head.
+
+The acceptance gate (``verify.gate: [gpu.dcgm]``) on the same run: rollnode1 gets a device
+file /dev/nvidia0 and a stand-in ``dcgmi`` whose first diagnostic fails (DCGM 4's JSON: the
+software test on GPU 0, persistence mode off) and whose later ones pass. The first apply
+leaves rollnode1 drained with the failing check as the reason while the nodes without a GPU
+device (gpu.dcgm says SKIP there) are resumed; ``provision resume`` refuses rollnode1; the
+roll then runs it through the gate again (its diagnostic passes) and resumes it.
 Needs podman and the test bed image (tests/testbed/setup.sh); skipped with a reason otherwise.
 """
 
@@ -39,6 +46,24 @@ BUSY = "rollnode3"
 LIMITS = "/etc/security/limits.d/90-provision.conf"
 RELEASE = "/tmp/roll-e2e-release"  # the job on rollnode3 ends once this file exists
 SLURMCTLD_LOG = "/var/log/slurm/slurmctld.log"
+GATED = "rollnode1"  # the node with a stand-in dcgmi: fails its first diagnostic, passes after
+DCGMI_CALLS = "/var/tmp/dcgmi-stand-in.calls"
+DCGMI_FAIL = ('{"DCGM Diagnostic": {"test_categories": [{"category": "Deployment", "tests": [{"name": "software", '
+              '"results": [{"entity_group": "GPU", "entity_group_id": 1, "entity_id": 0, "status": "Fail", '
+              '"warnings": [{"warning": "Persistence mode for GPU 0 is disabled.", "error_id": 29, '
+              '"error_category": 6, "error_severity": 1}]}], "test_summary": {"status": "Fail"}}]}]}, '
+              '"metadata": {"version": "4.2.3"}}')
+DCGMI_PASS = ('{"DCGM Diagnostic": {"test_categories": [{"category": "Deployment", "tests": [{"name": "software", '
+              '"results": [{"entity_group": "GPU", "entity_group_id": 1, "entity_id": 0, "status": "Pass"}], '
+              '"test_summary": {"status": "Pass"}}]}]}, "metadata": {"version": "4.2.3"}}')
+DCGMI_STAND_IN = f"""#!/bin/sh
+# stand-in for NVIDIA's dcgmi (tests/e2e/test_rolling_e2e.py): the first diag fails, later ones pass
+echo "$*" >> {DCGMI_CALLS}
+[ "$1" = diag ] || {{ echo "stand-in dcgmi: diag only" >&2; exit 2; }}
+if [ "$(wc -l < {DCGMI_CALLS})" -eq 1 ]; then echo '{DCGMI_FAIL}'; exit 226; fi
+echo '{DCGMI_PASS}'
+"""
+GATE_REASON = "provision gate: gpu.dcgm failed: level 1: software on GPU 0: Persistence mode for GPU 0 is disabled."
 
 
 def _exec(name: str, *cmd: str) -> str:
@@ -84,6 +109,7 @@ def _manifest(key: Path, extra_limit: bool) -> dict[str, object]:
         "docker": {"enabled": False},
         "role_vars": {"all": {"common_packages": []}},  # no convenience packages: a shorter converge
         "slurm": {"accounting": False, "partitions": [{"name": "batch", "nodes": ["@compute"], "default": True}]},
+        "verify": {"gate": ["gpu.dcgm"]},
     }
     if extra_limit:  # node-local for rollnode1 and rollnode2 only: their common role re-runs
         data["role_vars"] = {"all": {"common_packages": []}, "rollnode[1-2]": {"common_limits": [
@@ -164,18 +190,42 @@ def _assert_no_secret_leaked(work: Path, outputs: list[str]) -> None:
     assert scanned > 10 and found == [], found  # artifacts, job events, run logs, inventory were read
 
 
+def _stand_in_dcgmi(work: Path, node: str) -> None:
+    """A GPU device file (a privileged container may mknod) and the stand-in dcgmi on ``node``."""
+    script = work / "dcgmi"
+    script.write_text(DCGMI_STAND_IN)
+    podman("cp", str(script), f"{node}:/usr/local/bin/dcgmi")
+    _exec(node, "sh", "-c", f"chmod 755 /usr/local/bin/dcgmi && rm -f {DCGMI_CALLS} && "
+                            "mknod -m 666 /dev/nvidia0 c 195 0")
+
+
+def _reason(node: str) -> str:
+    """The node's drain reason as slurmctld holds it, without the [user@time] it appends."""
+    found = re.search(r"\bReason=(.*?) \[[^\]]*\]", _exec(HEAD, "scontrol", "show", "node", node, "--oneliner"))
+    return found.group(1) if found else ""
+
+
 def test_a_roll_drains_one_node_at_a_time_while_a_job_runs_on_another(cluster: Path) -> None:
     timings: dict[str, float] = {}
+    _stand_in_dcgmi(cluster, GATED)
     start = time.monotonic()
     manifest = _write(cluster, extra_limit=False)
     # Ansible's most verbose output (module arguments and results): scanned for secrets below
     r = _provision("apply", str(manifest), "--yes", "-vvv", cwd=cluster)
-    assert r.returncode == 0, r.stdout + r.stderr
     converge_output = r.stdout + r.stderr
+    # the acceptance gate on the new compute nodes: rollnode1's diagnostic failed, the others said SKIP
+    assert r.returncode == 1, converge_output
+    gate = dict(re.findall(r"(rollnode\d)\s*│\s*(resumed|held|not gated)\s*│", converge_output))
+    assert gate == {GATED: "held", "rollnode2": "resumed", BUSY: "resumed"}, converge_output[-3000:]
     timings["converge"] = time.monotonic() - start
     compute = [*ROLLED, BUSY]
-    _wait("every compute node idle in Slurm",
-          lambda: "yes" if set(_slurm_states(compute).values()) == {"idle"} else "", timeout=90)
+    _wait("rollnode2, rollnode3 idle and rollnode1 drained in Slurm",
+          lambda: "yes" if _slurm_states(compute) == {GATED: "drained", "rollnode2": "idle", BUSY: "idle"} else "",
+          timeout=90)
+    assert _reason(GATED) == GATE_REASON
+    r = _provision("resume", str(manifest), GATED, cwd=cluster)
+    assert r.returncode == 1 and "held by the acceptance gate" in r.stdout, r.stdout + r.stderr
+    assert _slurm_states([GATED]) == {GATED: "drained"} and _reason(GATED) == GATE_REASON
     # verify (the roll's last step before a resume) reads chrony: compute nodes follow the head
     _wait("chrony synchronised on the compute nodes",
           lambda: "yes" if all("Leap status     : Normal" in podman("exec", n, "chronyc", "-n", "tracking",
@@ -250,6 +300,8 @@ def test_a_roll_drains_one_node_at_a_time_while_a_job_runs_on_another(cluster: P
     assert _slurm_states(ROLLED) == dict.fromkeys(ROLLED, "idle")
     reasons = _exec(HEAD, "sinfo", "-h", "-R", "-n", ",".join(compute), "-o", "%N %E")
     assert reasons.strip() == "", reasons  # no node left drained
+    # rollnode1 went through the gate again in the roll: its second diagnostic passed
+    assert _exec(GATED, "cat", DCGMI_CALLS).splitlines() == ["diag -r 1 -j", "diag -r 1 -j"]
     podman("exec", BUSY, "touch", RELEASE)
     _wait(f"job {job} completed", lambda: "yes" if _job_state(job) == "COMPLETED" else "", timeout=60)
     assert _exec(BUSY, "cat", f"/tmp/roll-e2e-{job}.out").strip() == "released"

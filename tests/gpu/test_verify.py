@@ -109,3 +109,18 @@ def test_nccl_checks_pass_on_this_node(gpus: list[Gpu], cuda_home: Path, nccl_pr
     assert got["nccl.version"].status == "PASS", got["nccl.version"]
     if len(gpus) >= 2:
         assert got["nccl.all_reduce"].status == "PASS", got["nccl.all_reduce"]
+
+
+def test_dcgm_diag_level_1_on_this_node(gpus: list[Gpu], cuda_home: Path) -> None:
+    """gpu.dcgm (``dcgmi diag -r 1 -j``) where DCGM is installed and its host engine runs: the
+    JSON of a real DCGM is read per test and judged (a GPU DCGM finds at fault is a FAIL)."""
+    if subprocess.run(["bash", "-c", "command -v dcgmi"], capture_output=True, timeout=10).returncode != 0:
+        pytest.skip("DCGM is not installed here (no dcgmi)")
+    engine = subprocess.run(["dcgmi", "discovery", "-l"], capture_output=True, text=True, timeout=60, check=False)
+    if engine.returncode != 0:
+        pytest.skip(f"DCGM's host engine does not answer: {(engine.stdout + engine.stderr).strip()[:200]}")
+    (check,) = [c for c in planned(gpus, nvcc_release(cuda_home), any_nccl(cuda_home)) if c.name == "gpu.dcgm"]
+    got = results([check], dict(os.environ))
+    print(got["gpu.dcgm"])
+    assert got["gpu.dcgm"].status in ("PASS", "FAIL"), got["gpu.dcgm"]  # it ran and DCGM's JSON was read
+    assert not got["gpu.dcgm"].detail.startswith(("not dcgmi's JSON", "no 'DCGM")), got["gpu.dcgm"]

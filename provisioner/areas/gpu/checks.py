@@ -23,4 +23,19 @@ def check_software(m: Manifest, src: Source) -> list[Diagnostic]:
     return out
 
 
-CHECKS: tuple[Check, ...] = (check_software,)
+def check_gate(m: Manifest, src: Source) -> list[Diagnostic]:
+    """The acceptance gate holds compute nodes in Slurm, and gpu.burn needs its seconds."""
+    out: list[Diagnostic] = []
+    gate = m.verify.gate
+    for i, name in enumerate(gate):
+        if name in gate[:i]:
+            out.append(src.diag(("verify", "gate", i), f"{name} is named twice"))
+    if gate and not m.slurm.enabled:
+        out.append(src.diag(("verify", "gate"), "the gate holds compute nodes drained in Slurm, and "
+                            "slurm.enabled is false"))
+    if "gpu.burn" in gate and not m.verify.burn_in_s:
+        out.append(src.diag(("verify", "gate"), "gpu.burn runs only with verify.burn_in_s > 0 (its seconds)"))
+    return out
+
+
+CHECKS: tuple[Check, ...] = (check_software, check_gate)

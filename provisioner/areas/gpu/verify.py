@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from provisioner.areas.gpu import burn
+from provisioner.areas.gpu import burn, dcgm
 from provisioner.areas.gpu import decide as gpu
 from provisioner.areas.gpu.rolevars import docker_nodes
 from provisioner.manifest.model import Manifest, Node
@@ -273,6 +273,7 @@ def gpu_checks(m: Manifest, node: Node, out: CheckList) -> None:
     version = gpu.nccl_base_version(m.software.nccl.version)
     out.add("nccl.version", run_first(NCCL_SMOKE_GLOB), judged(parse_nccl_version, nccl_verdict(version)),
             "gpu")
+    dcgm_check(m, out)
     if m.verify.burn_in_s:
         out.add("gpu.burn", burn.burn_command(m.verify.burn_in_s),
                 judged(burn.parse_burn, burn.burn_verdict(hw.count, m.verify.burn_in_s, m.verify.burn_in_max_temp_c)),
@@ -281,6 +282,19 @@ def gpu_checks(m: Manifest, node: Node, out: CheckList) -> None:
         kind, floor = busbw_floor(m, node)
         out.add("nccl.all_reduce", run_first(ALL_REDUCE_GLOB, f"-b 8 -e 256M -f 2 -g {hw.count}"),
                 judged(parsers.parse_all_reduce, allreduce_verdict(kind, floor)), "gpu", timeout=max(t, 300))
+
+
+def dcgm_check(m: Manifest, out: CheckList) -> None:
+    """``dcgmi diag`` at the manifest's level (SKIP where DCGM or a GPU device is missing)."""
+    level = m.verify.dcgm_level
+    out.add("gpu.dcgm", dcgm.diag_command(level), dcgm.diag_judge(level), "gpu",
+            timeout=dcgm.bound(level, m.verify.command_timeout))
+
+
+def gated_compute(m: Manifest, node: Node) -> bool:
+    """A compute node the acceptance gate diagnoses though the manifest gives it no GPUs:
+    the gate names gpu.dcgm, so every node it gates runs it (one without a GPU says SKIP)."""
+    return m.slurm.enabled and "gpu.dcgm" in m.verify.gate and node.has_role("compute")
 
 
 def docker_checks(m: Manifest, node: Node, out: CheckList) -> None:
@@ -305,6 +319,8 @@ def checks(m: Manifest) -> NodeChecks:
     def node_checks(node: Node, drained_by: str) -> list[Check]:
         out = CheckList(node.name, m.verify.command_timeout)
         gpu_checks(m, node, out)
+        if node.hardware.gpu is None and gated_compute(m, node):
+            dcgm_check(m, out)
         if node.name in docker:
             docker_checks(m, node, out)
         return out.checks

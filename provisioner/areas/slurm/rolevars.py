@@ -26,7 +26,7 @@ MUNGE_KEY_RELATIVE = "secrets/" + slurm.MUNGE_KEY_NAME
 LIGHT_KEYS = frozenset({
     "slurm_nodes", "slurm_partitions", "slurm_def_mem_per_cpu", "slurm_proctrack_type",
     "slurm_task_plugin", "slurm_jobacct_gather_type", "slurm_constrain_cores",
-    "slurm_constrain_memory", "slurm_constrain_devices", "slurm_fairshare",
+    "slurm_constrain_memory", "slurm_constrain_devices", "slurm_fairshare", "slurm_prolog_dcgm",
 })
 
 
@@ -50,6 +50,7 @@ def cluster_vars(m: Manifest) -> dict[str, Any]:
         "slurm_constrain_devices": plan.constrain_devices,
         # accounts, users' associations and QOS for slurmdbd; None: not managed
         "slurm_fairshare": accounts.to_vars(accounts.wanted(m)) if accounts.managed(m) else None,
+        "slurm_prolog_dcgm": m.verify.prolog_diag,
     }
 
 
