@@ -14,6 +14,7 @@ from rich.console import Console
 
 from provisioner.errors import Diagnostic, ManifestError, ProvisionError
 from provisioner.interrupts import Interrupted
+from provisioner.manifest import ranges
 from provisioner.manifest.load import Loaded
 from provisioner.manifest.select import SelectorError, select_nodes
 from provisioner.validate import load_manifest
@@ -103,14 +104,4 @@ def limit(loaded: Loaded, text: str | None, what: str = "--limit") -> list[str] 
 
 def split_selectors(text: str) -> list[str]:
     """Split on commas outside brackets: 'gpu[01-04],head' -> ['gpu[01-04]', 'head']."""
-    out, depth, cur = [], 0, ""
-    for ch in text:
-        depth += ch == "["
-        depth -= ch == "]"
-        if ch == "," and depth == 0:
-            out.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    out.append(cur)
-    return out
+    return ranges.split_outside_brackets(text)

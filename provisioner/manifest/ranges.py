@@ -40,6 +40,21 @@ def expand(text: str) -> list[str]:
     return [f"{prefix}{i:0{width}d}{suffix}" for i in range(lo, hi + 1)]
 
 
+def split_outside_brackets(text: str) -> list[str]:
+    """Split on the commas outside brackets: ``gpu[01-04,07],head`` -> ``gpu[01-04,07]``,
+    ``head`` (selectors, disk ids, Slurm's host lists); empty pieces are kept."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    out.append(cur)
+    return out
+
+
 def expand_all(items: list[str]) -> list[str]:
     out: list[str] = []
     for item in items:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from provisioner.areas.monitoring.decide import PROMETHEUS_PORT, server_names
+from provisioner.areas.slurm import decide as slurm_decide
 from provisioner.errors import ProvisionError
 from provisioner.manifest.model import GpuCost, Manifest
 
@@ -141,46 +142,12 @@ def sacct_command(win: Window, now: float) -> str:
             f"--format={','.join(SACCT_FIELDS)} --starttime=now-{start_ago} --endtime={end}")
 
 
-def split_top(text: str) -> list[str]:
-    """Split a Slurm host list on the commas outside brackets."""
-    out, depth, cur = [], 0, ""
-    for ch in text:
-        depth += (ch == "[") - (ch == "]")
-        if ch == "," and depth == 0:
-            out.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    out.append(cur)
-    return [item for item in out if item]
-
-
-_BRACKET_RE = re.compile(r"^(?P<prefix>[^\[]*)\[(?P<inner>[^\]]+)\](?P<rest>.*)$")
-
-
-def _expand_host(item: str) -> list[str]:
-    m = _BRACKET_RE.match(item)
-    if not m:
-        return [item]
-    names: list[str] = []
-    for part in m.group("inner").split(","):
-        lo, _, hi = part.partition("-")
-        if not lo.isdigit() or (hi and not hi.isdigit()):
-            raise ValueError(f"bad host list {item!r}")
-        if hi:
-            names += [f"{m.group('prefix')}{i:0{len(lo)}d}" for i in range(int(lo), int(hi) + 1)]
-        else:
-            names.append(m.group("prefix") + lo)
-    rest = _expand_host(m.group("rest")) if m.group("rest") else [""]
-    return [name + tail for name in names for tail in rest]
-
-
 def hostlist(text: str) -> tuple[str, ...]:
     """Slurm's node list (``gpu[01-03,07],head``) -> the names; () for none."""
     text = text.strip()
     if text in ("", "None assigned", "(null)", "None"):
         return ()
-    return tuple(name for item in split_top(text) for name in _expand_host(item))
+    return tuple(slurm_decide.expand_hostlist(text))
 
 
 def tres_gpus(text: str) -> int:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from provisioner.manifest import ranges
 from provisioner.manifest.load import Loaded
 from provisioner.manifest.model import Manifest, Node
 from provisioner.manifest.select import SelectorError, select_nodes, selects
@@ -44,7 +45,7 @@ SLURM_RELEASES = ["21.08", "22.05", "23.02", "23.11"]
 
 # --------------------------------------------------------------------------- hostlists
 _NUM_TAIL = re.compile(r"^(?P<prefix>.*?)(?P<num>\d+)$")
-_HOSTLIST_RE = re.compile(r"^(?P<prefix>[^\[\]]*)\[(?P<body>[0-9,\-]+)\](?P<suffix>[^\[\]]*)$")
+_HOSTLIST_RE = re.compile(r"^(?P<prefix>[^\[\]]*)\[(?P<body>[0-9,\-]+)\](?P<suffix>.*)$")
 
 
 def _ranges(values: list[int]) -> list[tuple[int, int]]:
@@ -106,39 +107,27 @@ def hostlist(names: Iterable[str]) -> str:
     return ",".join(parts)
 
 
-def _split_top(text: str) -> list[str]:
-    parts, depth, cur = [], 0, ""
-    for ch in text:
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    parts.append(cur)
-    return [p for p in parts if p]
-
-
 def expand_hostlist(expr: str) -> list[str]:
-    """Expand a Slurm hostlist expression (one bracket per item): a[1-3,7],b -> a1 a2 a3 a7 b."""
-    out: list[str] = []
-    for item in _split_top(expr):
-        m = _HOSTLIST_RE.match(item)
-        if not m:
-            if "[" in item or "]" in item:
-                raise ValueError(f"bad hostlist item {item!r}")
-            out.append(item)
-            continue
-        for span in m.group("body").split(","):
-            lo_s, _, hi_s = span.partition("-")
-            hi_s = hi_s or lo_s
-            width = len(lo_s) if lo_s.startswith("0") and len(lo_s) > 1 else 0
-            for i in range(int(lo_s), int(hi_s) + 1):
-                out.append(f"{m.group('prefix')}{i:0{width}d}{m.group('suffix')}")
-    return out
+    """Expand a Slurm hostlist expression: a[1-3,7],b -> a1 a2 a3 a7 b; rack[1-2]-n[1-2] ->
+    rack1-n1 rack1-n2 rack2-n1 rack2-n2. Raises ValueError on a malformed item."""
+    return [name for item in ranges.split_outside_brackets(expr) if item for name in _expand_item(item)]
+
+
+def _expand_item(item: str) -> list[str]:
+    m = _HOSTLIST_RE.match(item)
+    if not m:
+        if "[" in item or "]" in item:
+            raise ValueError(f"bad hostlist item {item!r}")
+        return [item]
+    heads: list[str] = []
+    for span in m.group("body").split(","):
+        lo_s, _, hi_s = span.partition("-")
+        if not lo_s.isdigit() or not (hi_s or lo_s).isdigit():
+            raise ValueError(f"bad hostlist item {item!r}")
+        width = len(lo_s) if lo_s.startswith("0") and len(lo_s) > 1 else 0
+        heads += [f"{m.group('prefix')}{i:0{width}d}" for i in range(int(lo_s), int(hi_s or lo_s) + 1)]
+    tails = _expand_item(m.group("suffix")) if m.group("suffix") else [""]
+    return [head + tail for head in heads for tail in tails]
 
 
 # --------------------------------------------------------------------------- cluster shape

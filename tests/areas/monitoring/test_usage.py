@@ -134,7 +134,7 @@ def test_sacct_lines_it_cannot_read_are_named_with_their_line() -> None:
     assert [j.job_id for j in jobs] == ["101"]
     assert problems[0].startswith("sacct line 2: 1 fields, not 10")
     assert problems[1] == "sacct line 4: time '2026-11-01T08:00:00' is not epoch seconds (SLURM_TIME_FORMAT=%s)"
-    assert problems[2] == "sacct line 5: bad host list 'gpu[0x-2]'"
+    assert problems[2] == "sacct line 5: bad hostlist item 'gpu[0x-2]'"
 
 
 @pytest.mark.parametrize(("text", "names"), [

@@ -57,8 +57,13 @@ def test_hostlist_round_trip(items: list[tuple[str, int, bool]]) -> None:
 
 
 def test_expand_hostlist_rejects_garbage() -> None:
-    with pytest.raises(ValueError, match="bad hostlist"):
-        slurm.expand_hostlist("gpu[01-02")
+    for bad in ("gpu[01-02", "gpu[0x-2]", "gpu01]"):
+        with pytest.raises(ValueError, match="bad hostlist"):
+            slurm.expand_hostlist(bad)
+
+
+def test_expand_hostlist_takes_several_brackets_per_item() -> None:
+    assert slurm.expand_hostlist("rack[1-2]-n[1-2],head") == ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2", "head"]
 
 
 def test_gpu_files() -> None:
