@@ -186,10 +186,7 @@ if ((!failed)); then
     QUIET=1 run_lane "${lab_stages[@]}" &
     LAB_PID=$!
     trap 'stop_lab_lane' EXIT
-    # The lab's guests are emulated, so the lab lane is CPU-bound and the longer one: the
-    # main lane yields the cores to it (nice MAIN_LANE_NICE, default 5) and uses what the
-    # lab leaves (waits for SSH, boots of a single guest); it still runs beside the lab.
-    (renice -n "${MAIN_LANE_NICE:-5}" -p "$BASHPID" >/dev/null; run_lane "${main_stages[@]}") || failed=1
+    run_lane "${main_stages[@]}" || failed=1
     if ((failed)); then
       stop_lab_lane  # the run fails at once
     else
