@@ -42,6 +42,7 @@ from provisioner.errors import ProvisionError
 from provisioner.interrupts import Interrupted, Signals
 from provisioner.manifest.load import Loaded
 from provisioner.manifest.model import Manifest
+from provisioner.manifest.ranges import listed
 from provisioner.plan import (
     PASSIVE_SECTIONS,
     ClusterVars,
@@ -89,6 +90,20 @@ class ApplyOptions:
     stall_timeout: int | None = None
     strategy: str = "linear"  # Ansible's execution strategy: linear, or mitogen
     verbosity: int = 0  # -v count: Ansible's own output at that verbosity instead of the live table
+
+
+@dataclass(frozen=True)
+class Ran:
+    """One run of site.yml as it ended, for ``--json`` (apply's, a roll's batches, remove's)."""
+
+    id: str
+    check: bool
+    result: str  # ok, failed, interrupted (a dry run: ok or failed)
+    log: str | None  # the run's Ansible log; None when Ansible did not run (no node reachable)
+    nodes: dict[str, str]  # per node: ok, failed, unreachable, not run, interrupted, install failed
+
+    def to_json(self) -> dict[str, object]:
+        return {"id": self.id, "check": self.check, "result": self.result, "log": self.log, "nodes": self.nodes}
 
 
 @dataclass
@@ -359,21 +374,25 @@ def scratch_state(state: StateDir, cluster: str) -> Iterator[StateDir]:
             prune_checks(scratch.root.parent, cluster)
 
 
-def apply(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Console) -> int:
+def apply(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Console,
+          ran: list[Ran] | None = None) -> int:
+    """``ran``: each run of site.yml this makes is appended to it (for ``--json``)."""
+    runs: list[Ran] = [] if ran is None else ran
     if opts.check:
-        return dry_run(loaded, state, opts, console)
+        return dry_run(loaded, state, opts, console, runs)
     plays = load_plays(project_root() / "playbooks" / "site.yml")
     fresh = not state.root.exists()
     state.ensure()
     try:
-        return _apply(loaded, state, opts, console, plays)
+        return _apply(loaded, state, opts, console, plays, runs)
     except ProvisionError:
         if fresh and not state.state_file.exists():  # refused or aborted before any change: leave no trace
             state.remove_if_untouched()
         raise
 
 
-def _apply(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Console, plays: list[PlaySpec]) -> int:
+def _apply(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Console, plays: list[PlaySpec],
+           ran: list[Ran]) -> int:
     m = loaded.manifest
     with state.lock("apply"), Signals() as signals:
         st = state.load_for(m.cluster.name)
@@ -411,11 +430,13 @@ def _apply(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Console
                     record.finished, record.result = now(), "failed"
                     record.results = dict.fromkeys(install_failed, "install failed")
                     state.save(st)
+                    ran.append(Ran(record.id, False, record.result, None, dict(record.results)))
                     console.print(f"no node left to configure; failed installs: {', '.join(install_failed)}",
                                   style="red", highlight=False)
                     return 1
                 plan = compute(m, st, plays, limit=run_hosts, full=opts.full)
-            return configure(loaded, state, st, plan, record, run_hosts, opts, console, signals, install_failed)
+            return configure(loaded, state, st, plan, record, run_hosts, opts, console, signals, install_failed,
+                             ran)
         except BaseException as exc:  # whatever ended the run, it is recorded, never left "running"
             if record.result == "running":
                 record.finished = now()
@@ -426,7 +447,8 @@ def _apply(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Console
 
 
 def configure(loaded: Loaded, state: StateDir, st: State, plan: Plan, record: RunRecord, run_hosts: list[str],
-              opts: ApplyOptions, console: Console, signals: Signals, install_failed: list[str]) -> int:
+              opts: ApplyOptions, console: Console, signals: Signals, install_failed: list[str],
+              ran: list[Ran]) -> int:
     """Run site.yml on ``run_hosts`` (after the installs) and record what ran where."""
     m = loaded.manifest
     result = run_site(loaded, state, plan, record.id, run_hosts, opts, console, signals)
@@ -439,6 +461,7 @@ def configure(loaded: Loaded, state: StateDir, st: State, plan: Plan, record: Ru
         record.result = "ok" if ok else "failed"
     record_result(st, loaded, plan, result, run_hosts, opts)
     state.save(st)  # before any output: after SIGHUP the terminal may be gone
+    ran.append(Ran(record.id, False, record.result, log_of(result), dict(record.results)))
     if result.interrupted is not None:
         with contextlib.suppress(OSError):
             console.print(recap_table(result, f"recap (run {record.id}, interrupted)"))
@@ -468,7 +491,7 @@ def summarize(console: Console, what: str, result: RunResult, run_hosts: list[st
     )
     bad = [h for h, o in zip(run_hosts, outcomes, strict=True) if o != "ok"]
     if bad:
-        console.print(f"failed nodes: {', '.join(bad)}; re-run apply to continue them", style="red",
+        console.print(f"failed nodes: {listed(bad)}; re-run apply to continue them", style="red",
                       highlight=False, markup=False)
 
 
@@ -498,7 +521,11 @@ def run_site(loaded: Loaded, state: StateDir, plan: Plan, run_id: str, run_hosts
         )
 
 
-def dry_run(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Console) -> int:
+def log_of(result: RunResult) -> str | None:
+    return None if result.status == "skipped" else str(result.log)
+
+
+def dry_run(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Console, ran: list[Ran]) -> int:
     """``apply --check``: Ansible's check mode with --diff against a scratch copy of the
     state; nothing under the state directory changes, nothing is installed or powered."""
     m = loaded.manifest
@@ -541,6 +568,8 @@ def dry_run(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Consol
         if leaks:
             raise ProvisionError(f"a secret appeared in {len(leaks)} run artifact file(s); they were deleted")
         ok = result.rc == 0 and all(result.result_of(h) == "ok" for h in run_hosts)
+        ran.append(Ran(run_id, True, "ok" if ok else "failed", log_of(result),
+                       {h: result.result_of(h) for h in run_hosts}))
         return 0 if ok else 1
 
 

@@ -86,6 +86,7 @@ def _parser() -> argparse.ArgumentParser:
 
     inv = add("inventory", "write the Ansible inventory generated from the manifest")
     inv.add_argument("--out", type=Path, help="output folder (default: inventory/<cluster>/ beside the manifest)")
+    inv.add_argument("--json", action="store_true", help="print the folder and the files written as JSON")
 
     plan = add("plan", "show what apply would change, per node")
     plan.add_argument("--state-dir", type=Path, help="state directory (default: .provision/ beside the manifest)")
@@ -124,6 +125,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="with --rolling: nodes per batch (default 1)")
     ap.add_argument("--drain-timeout", type=_positive_int, metavar="SECONDS", default=None,
                     help="with --rolling: wait this long for a drained node's jobs (default 3600); never killed")
+    ap.add_argument("--json", action="store_true",
+                    help="print what the apply did as JSON on stdout (the live display goes to stderr)")
     ap.add_argument("-v", "--verbose", action="count", default=0,
                     help="show Ansible's own output (-vv, -vvv: more) instead of the live table; it is also in "
                          "the run's log")
@@ -135,6 +138,7 @@ def _parser() -> argparse.ArgumentParser:
     bmc.add_argument("--no-wait", action="store_true", help="do not wait for the power state to settle")
     bmc.add_argument("--yes", "-y", action="store_true",
                      help="do not ask for confirmation of a power or boot change")
+    bmc.add_argument("--json", action="store_true", help="print one row per node as JSON")
 
     ver = add("verify", "check the running cluster against the manifest: pass/fail/skip per node and check")
     ver.add_argument("--state-dir", type=Path, help="state directory (default: .provision/ beside the manifest)")
@@ -161,6 +165,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="wait this long for a drained node's Slurm jobs to end (default 600); they are never killed")
     rm.add_argument("--strategy", choices=STRATEGIES, default=os.environ.get("PROVISION_STRATEGY", "linear"),
                     help="Ansible execution strategy of the apply (as apply --strategy)")
+    rm.add_argument("--json", action="store_true",
+                    help="print what remove did as JSON on stdout (the messages go to stderr)")
 
     dr = add("drain", "drain nodes in Slurm (scontrol on the controller) and wait for their jobs, bounded")
     dr.add_argument("nodes", metavar="NODES", help="names, ranges like gpu[01-04], @role; comma-separated")

@@ -154,7 +154,8 @@ class Plan:
             "targets": self.targets,
             "installs": self.installs,
             "formats": self.formats,
-            "nodes": [asdict(n) for n in self.nodes],
+            # no install or no format on a node: null, as every --json says "none" (docs/operations.md)
+            "nodes": [{**asdict(n), "install": n.install or None, "formats": n.formats or None} for n in self.nodes],
         }
 
 

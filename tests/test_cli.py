@@ -231,6 +231,19 @@ def test_inventory_default_folder_is_beside_the_manifest(
     assert list(elsewhere.iterdir()) == []
 
 
+def test_inventory_in_json_names_the_folder_and_its_files(
+    capsys: Capsys, example: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """inventory had no --json (issue 27 item 13); --out, as every path argument, is the
+    current folder's: the JSON says where that is."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "inventory", str(example), "--out", "inv", "--json")
+    assert code == 0 and all(": warning: " in line for line in err.splitlines())  # the manifest's, on stderr
+    doc = json.loads(out)
+    written = sorted(p.relative_to(tmp_path / "inv").as_posix() for p in (tmp_path / "inv").rglob("*.yml"))
+    assert doc == {"ok": True, "cluster": "llm200k", "out": str(tmp_path / "inv"), "files": written}
+
+
 def test_inventory_of_a_bad_manifest_writes_nothing(capsys: Capsys, tmp_path: Path) -> None:
     bad = tmp_path / "m.yaml"
     bad.write_text("version: 1\n")

@@ -246,7 +246,7 @@ def test_plan_to_json(m: Manifest) -> None:
         "lifecycle": "new",
         "heavy": True,
         "plays": ["common", "common (files)", "slurm", "slurm (files)"],
-        "install": "",
+        "install": None,  # was "": --json says null for none (issue 27 item 13)
         "formats": ("scratch: formats nvme-SCRATCH where blank (1 disk, xfs at /scratch); "
                     "disks holding data are refused"),
     }

@@ -5,12 +5,15 @@ with ``--rolling``, Slurm compute nodes with node-local changes roll a batch at 
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from dataclasses import dataclass, field
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from provisioner.apply import ApplyOptions, apply, settle_cluster_files
+from provisioner.apply import ApplyOptions, Ran, apply, settle_cluster_files
 from provisioner.commands.common import guarded, limit, load
 from provisioner.content import project_root
 from provisioner.drain import COMMAND_TIMEOUT, drain_command, drain_node, resume_node, why_failed
@@ -24,6 +27,34 @@ from provisioner.state import StateDir
 from provisioner.verify import catalog
 from provisioner.verify.remote import children_end_with_the_command, ssh_executor
 from provisioner.verify.run import Execute, verify
+
+
+@dataclass
+class Report:
+    """What an apply did, for ``--json`` (docs/operations.md, "Output")."""
+
+    ran: list[Ran] = field(default_factory=list)  # each run of site.yml, in order
+    roll: Roll | None = None
+    gate: list[Admission] | None = None
+
+    def to_json(self, rc: int, cluster: str, check: bool, nodes: list[str]) -> dict[str, Any]:
+        last: dict[str, str] = {}
+        for r in self.ran:
+            last.update(r.nodes)
+        return {
+            "ok": rc == 0, "cluster": cluster, "check": check,
+            "nodes": [{"node": n, "result": last.get(n)} for n in nodes],
+            "runs": [r.to_json() for r in self.ran],
+            "rolling": None if self.roll is None else {
+                "ok": self.roll.ok, "stopped_at": self.roll.failed or None, "done": self.roll.done,
+                "left_drained": self.roll.left_drained, "not_drained": self.roll.not_drained,
+                "untouched": self.roll.untouched,
+                "steps": [{"node": e.node or None, "step": e.stage, "ok": e.ok, "detail": e.detail}
+                          for e in self.roll.events]},
+            "gate": None if self.gate is None else [{"node": a.node, "result": a.verdict, "detail": a.detail}
+                                                    for a in self.gate],
+        }
+
 
 REBOOT_TIMEOUT = 900  # seconds for a rebooted node to answer again
 REBOOT_POLL = 10.0
@@ -80,7 +111,8 @@ def reboot_and_wait(execute: Execute, node: str, sleep: float = REBOOT_POLL, tim
     return f"not back within {timeout:g} s after the reboot"
 
 
-def steps(loaded: Loaded, state: StateDir, args: argparse.Namespace, out: Console, execute: Execute) -> Steps:
+def steps(loaded: Loaded, state: StateDir, args: argparse.Namespace, out: Console, execute: Execute,
+          ran: list[Ran]) -> Steps:
     m = loaded.manifest
     head = m.head.name
 
@@ -89,7 +121,7 @@ def steps(loaded: Loaded, state: StateDir, args: argparse.Namespace, out: Consol
 
     return Steps(
         drain=lambda n: drain_node(head, n, execute, args.drain_timeout, REASON_PREFIX),
-        apply=lambda nodes: apply(loaded, state, options(loaded, args, nodes), out),
+        apply=lambda nodes: apply(loaded, state, options(loaded, args, nodes), out, ran),
         needs_reboot=needs_reboot,
         reboot=lambda n: reboot_and_wait(execute, n),
         # drained by this roll: that drain is expected (its reason), any other bad state fails
@@ -115,7 +147,7 @@ def admit_steps(loaded: Loaded, execute: Execute) -> AdmitSteps:
     )
 
 
-def run_gate(loaded: Loaded, state: StateDir, nodes: list[str], out: Console) -> int:
+def run_gate(loaded: Loaded, state: StateDir, nodes: list[str], out: Console, report: Report) -> int:
     """The acceptance gate on the new compute nodes that this apply configured (ended ok)."""
     m = loaded.manifest
     last = state.load_for(m.cluster.name).runs[-1:]
@@ -127,6 +159,7 @@ def run_gate(loaded: Loaded, state: StateDir, nodes: list[str], out: Console) ->
     ssh = m.cluster.ssh
     targets = {n.name: SshTarget(n.name, str(n.ip), ssh.port, ssh.user, ssh.private_key) for n in m.nodes}
     admitted = admit(configured, m.verify.gate, admit_steps(loaded, ssh_executor(targets, state.known_hosts)))
+    report.gate = admitted
     out.print(gate_table(admitted))
     return 0 if all(a.verdict == "resumed" for a in admitted) else 1
 
@@ -162,7 +195,7 @@ def stopped_message(r: Roll) -> str:
     return "; ".join(parts)
 
 
-def run_rolling(loaded: Loaded, state: StateDir, args: argparse.Namespace, out: Console) -> int:
+def run_rolling(loaded: Loaded, state: StateDir, args: argparse.Namespace, out: Console, report: Report) -> int:
     m = loaded.manifest
     if not m.slurm.enabled:
         raise ProvisionError("--rolling drains nodes in Slurm, and slurm.enabled is false in the manifest")
@@ -172,7 +205,7 @@ def run_rolling(loaded: Loaded, state: StateDir, args: argparse.Namespace, out: 
     rolling = rolling_nodes(loaded, state, chosen, args.full)
     rest = [n for n in (chosen or m.node_names()) if n not in rolling]
     if rest:  # everything else (and the cluster-wide files) first, as a plain apply
-        rc = apply(loaded, state, options(loaded, args, rest if chosen or rolling else None), out)
+        rc = apply(loaded, state, options(loaded, args, rest if chosen or rolling else None), out, report.ran)
         if rc != 0 or not rolling:
             return rc
     if not rolling:
@@ -183,7 +216,9 @@ def run_rolling(loaded: Loaded, state: StateDir, args: argparse.Namespace, out: 
     ssh = m.cluster.ssh
     targets = {n.name: SshTarget(n.name, str(n.ip), ssh.port, ssh.user, ssh.private_key) for n in m.nodes}
     execute = ssh_executor(targets, state.known_hosts)
-    result = roll(batches(rolling, args.batch), steps(loaded, state, args, out, execute), m.cluster.allow_reboot)
+    result = roll(batches(rolling, args.batch), steps(loaded, state, args, out, execute, report.ran),
+                  m.cluster.allow_reboot)
+    report.roll = result
     out.print(roll_table(result))
     if not result.ok:
         out.print(stopped_message(result), style="red", highlight=False, markup=False)
@@ -198,6 +233,11 @@ DEFAULT_DRAIN_TIMEOUT = 3600  # seconds
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """With ``--json`` the live display and the tables go to stderr, and stdout carries one
+    JSON object (Report) once the apply ended."""
+    if args.json and args.verbose:
+        raise ProvisionError("--json and -v cannot be combined: Ansible's own output would mix with the JSON on "
+                             "stdout (it is in the run's log)")
     if not args.rolling:  # an option of the roll without one would be silently ignored
         given = [flag for flag, value in (("--batch", args.batch), ("--drain-timeout", args.drain_timeout))
                  if value is not None]
@@ -208,14 +248,25 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     args.drain_timeout = args.drain_timeout or DEFAULT_DRAIN_TIMEOUT
     loaded = load(err, args.manifest)
     state = StateDir.beside(args.manifest, args.state_dir)
+    report = Report()
+    shown = err if args.json else out
+    rc = _run(loaded, state, args, shown, report)
+    if args.json:
+        m = loaded.manifest
+        print(json.dumps(report.to_json(rc, m.cluster.name, args.check, limit(loaded, args.limit) or m.node_names()),
+                         indent=2))
+    return rc
+
+
+def _run(loaded: Loaded, state: StateDir, args: argparse.Namespace, out: Console, report: Report) -> int:
     if args.rolling:
-        return run_rolling(loaded, state, args, out)
+        return run_rolling(loaded, state, args, out, report)
     chosen = limit(loaded, args.limit)
     gated = [] if args.check else gated_new_nodes(loaded, state, chosen)
-    rc = apply(loaded, state, options(loaded, args, chosen), out)
+    rc = apply(loaded, state, options(loaded, args, chosen), out, report.ran)
     if gated:
         with children_end_with_the_command():  # a signal ends every ssh first
-            return max(rc, run_gate(loaded, state, gated, out))
+            return max(rc, run_gate(loaded, state, gated, out, report))
     return rc
 
 

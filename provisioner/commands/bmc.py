@@ -8,11 +8,14 @@ question, and without a terminal it is refused.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from typing import Any
 
 from rich.console import Console
 
 from provisioner.bmc import bmc_power, bmc_pxe, bmc_status
+from provisioner.bmc.ops import BmcRow
 from provisioner.commands.common import guarded, limit, load
 from provisioner.display import bmc_table
 from provisioner.errors import ProvisionError
@@ -43,7 +46,18 @@ def confirm_change(out: Console, action: str, nodes: list[Node], yes: bool) -> N
         raise ProvisionError("aborted: no BMC was touched")
 
 
+def row_json(row: BmcRow) -> dict[str, Any]:
+    """A node's row with null for what is unknown or missing (the table's "-")."""
+    return {"node": row.node, "bmc": None if row.type == "-" else row.type,
+            "address": None if row.address == "-" else row.address, "ok": row.ok,
+            "power": None if row.power in (None, "unknown") else row.power, "next_boot": row.boot,
+            "error": None if row.ok else row.message, "warnings": list(row.warnings)}
+
+
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """``--json``: the rows as a list on stdout (the confirmation on stderr)."""
+    if args.json:
+        out = err
     loaded = load(err, args.manifest)
     names = limit(loaded, args.limit)
     nodes = [n for n in loaded.manifest.nodes if names is None or n.name in names]
@@ -55,7 +69,10 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             rows = bmc_power(nodes, args.action, wait=not args.no_wait)
         else:
             rows = bmc_pxe(nodes, target=args.action)
-    out.print(bmc_table(rows, f"bmc {args.action}"))
+    if args.json:
+        print(json.dumps([row_json(r) for r in rows], indent=2))
+    else:
+        out.print(bmc_table(rows, f"bmc {args.action}"))
     return 0 if all(r.ok for r in rows) else 1
 
 

@@ -11,6 +11,7 @@ from provisioner.commands.common import guarded, limit, load
 from provisioner.drain import Drained, drain_node, node_reason, resume_node
 from provisioner.errors import ProvisionError
 from provisioner.gate import resume_refusal
+from provisioner.manifest.ranges import listed
 from provisioner.runner import SshTarget
 from provisioner.state import StateDir
 from provisioner.verify.remote import children_end_with_the_command, ssh_executor
@@ -49,7 +50,7 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.json:
         print(json.dumps(results, indent=2))
     if failed:
-        err.print(f"{args.command} failed on {', '.join(failed)}", style="red", highlight=False, markup=False)
+        err.print(f"{args.command} failed on {listed(failed)}", style="red", highlight=False, markup=False)
         return 1
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from rich.console import Console
@@ -22,7 +23,11 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     target = args.out or default_inventory_dir(args.manifest, loaded.manifest.cluster.name)
     files = inventory.build(loaded.manifest, source=str(args.manifest))
     written = inventory.write(files, target)
-    out.print(f"wrote {len(written)} files to {target}", highlight=False)
+    if args.json:  # {"ok", "cluster", "out": the folder, "files": paths relative to it}
+        print(json.dumps({"ok": True, "cluster": loaded.manifest.cluster.name, "out": str(target.resolve()),
+                          "files": sorted(files)}, indent=2))
+    else:
+        out.print(f"wrote {len(written)} files to {target}", highlight=False)
     return 0
 
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from typing import Any
 
 from rich.console import Console
 
-from provisioner.apply import ApplyOptions, apply, mark_removed
+from provisioner.apply import ApplyOptions, Ran, apply, mark_removed
 from provisioner.commands.common import guarded, load, split_selectors
-from provisioner.drain import drain_node
+from provisioner.drain import Drained, drain_node
 from provisioner.errors import ProvisionError
 from provisioner.manifest.ranges import RangeError, expand_all
 from provisioner.remove import DRAIN_REASON, removal_problems
@@ -44,9 +46,21 @@ def removal_names(text: str) -> list[str]:
         raise ProvisionError(f"NODES: {exc}") from None
 
 
+def report(cluster: str, nodes: list[str], drained: dict[str, Drained] | None, ran: list[Ran],
+           removed: bool) -> dict[str, Any]:
+    """``--json``: what remove did (docs/operations.md, "Output"); ``drained`` None: no Slurm."""
+    return {"ok": removed, "cluster": cluster,
+            "nodes": [{"node": n, "removed": removed,
+                       "drain": None if drained is None or n not in drained else
+                       {"ok": drained[n].ok, "detail": drained[n].detail}} for n in nodes],
+            "run": ran[-1].to_json() if ran else None}
+
+
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """With ``--json`` the messages go to stderr and stdout carries one JSON object, once
+    the apply ran (a refusal or a failed drain stops before: no JSON, the error on stderr)."""
     with children_end_with_the_command():  # a signal ends the drain's ssh first
-        return _run(args, out, err)
+        return _run(args, err if args.json else out, err)
 
 
 def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -62,21 +76,26 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
               f"{'them' if len(nodes) > 1 else 'it'} on the remaining nodes (apply); the removed nodes are not "
               "contacted and nothing on their disks changes", highlight=False, markup=False)
     confirm(out, nodes, args.yes)
+    drains: dict[str, Drained] | None = None
     if m.slurm.enabled:
+        drains = {}
         state.ensure()  # known_hosts
         ssh = m.cluster.ssh
         head = m.head
         execute = ssh_executor({head.name: SshTarget(head.name, str(head.ip), ssh.port, ssh.user, ssh.private_key)},
                                state.known_hosts, grace=5)
         for node in nodes:
-            drained = drain_node(head.name, node, execute, args.drain_timeout, DRAIN_REASON)
+            drained = drains[node] = drain_node(head.name, node, execute, args.drain_timeout, DRAIN_REASON)
             out.print(f"{node}: {drained.detail}", highlight=False, markup=False, style=None if drained.ok else "red")
             if not drained.ok:
                 raise ProvisionError(f"{node} could not be drained; the cluster's files were not changed")
-    rc = apply(loaded, state, ApplyOptions(yes=True, strategy=args.strategy), out)
+    ran: list[Ran] = []
+    rc = apply(loaded, state, ApplyOptions(yes=True, strategy=args.strategy), out, ran)
     if rc != 0:
         err.print(f"apply failed: {', '.join(nodes)} stay listed until it succeeds; fix the cause and run remove "
                   "again", style="red", highlight=False, markup=False)
+        if args.json:
+            print(json.dumps(report(m.cluster.name, nodes, drains, ran, removed=False), indent=2))
         return rc
     with state.lock("remove"):
         st = state.load_for(m.cluster.name)
@@ -84,6 +103,8 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
             mark_removed(st, node)
         state.save(st)
     out.print(f"removed: {', '.join(nodes)}", highlight=False, markup=False)
+    if args.json:
+        print(json.dumps(report(m.cluster.name, nodes, drains, ran, removed=True), indent=2))
     return 0
 
 

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from provisioner.commands.common import guarded, limit, load
 from provisioner.manifest.model import Manifest
+from provisioner.manifest.ranges import listed
 from provisioner.runner import SshTarget
 from provisioner.state import StateDir
 from provisioner.status import (
@@ -39,10 +40,10 @@ def table(found: list[Row], m: Manifest, slurm_asked: bool) -> Table:
     t = Table(title=f"status {m.cluster.name}", title_justify="left")
     for col in ("node", "lifecycle", "last apply", "result", "reach", "slurm", "GPUs"):
         t.add_column(col, overflow="fold")
-    listed = set(m.node_names())
+    in_manifest = set(m.node_names())
     for r in found:
         reach = reach_text(r)
-        slurm_node = r.node in listed and m.slurm.enabled and m.node(r.node).has_role("compute")
+        slurm_node = r.node in in_manifest and m.slurm.enabled and m.node(r.node).has_role("compute")
         t.add_row(r.node, r.lifecycle, r.applied_at or "-", r.last_result or "-",
                   f"[red]{escape(reach)}[/]" if r.probe_failed else escape(reach),
                   escape(slurm_text(r, slurm_asked, slurm_node)), gpus_text(r))
@@ -99,7 +100,7 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
         out.print(table(found, m, m.slurm.enabled and not args.no_probe))
     down = [r.node for r in found if r.probe_failed]
     problems = ([slurm_problem] if slurm_problem else []) + (
-        [f"{len(down)} of {len(names)} nodes could not be probed: {', '.join(down)}"] if down else [])
+        [f"{len(down)} of {len(names)} nodes could not be probed: {listed(down)}"] if down else [])
     for problem in problems:
         err.print(f"status: {problem}", style="red", highlight=False, markup=False)
     return 1 if problems else 0

@@ -90,6 +90,19 @@ def contract(names: Sequence[str]) -> list[str]:
     return out
 
 
+MAX_LISTED = 20  # items of a list of node names in a one-line message
+
+
+def listed(names: Sequence[str], most: int = MAX_LISTED) -> str:
+    """Node names for a one-line message: runs contracted (:func:`contract`), at most ``most``
+    items, then how many nodes are left out: 2,000 unreachable nodes are not a 20 kB line."""
+    items = contract(names)
+    if len(items) <= most:
+        return ", ".join(items)
+    rest = sum(len(expand(item)) for item in items[most:])
+    return f"{', '.join(items[:most])} and {rest:,} more"
+
+
 def range_size(text: str) -> int:
     return len(expand(text))
 

@@ -3,12 +3,13 @@ and verify (apply and the nodes replaced by fakes)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from provisioner.apply import ApplyOptions
+from provisioner.apply import ApplyOptions, Ran
 from provisioner.cli import main
 from provisioner.commands import apply as apply_cmd
 from provisioner.manifest.load import Loaded
@@ -64,8 +65,12 @@ def fakes(monkeypatch: pytest.MonkeyPatch, broken: str = "", dcgm: dict[str, str
     log: list[str] = []
     drained: dict[str, str] = {}  # node -> reason, as the controller has it
 
-    def fake_apply(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Any) -> int:
+    def fake_apply(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Any,
+                   ran: list[Ran] | None = None) -> int:
         log.append(f"apply {','.join(opts.limit or ['all'])}")
+        if ran is not None:
+            names = opts.limit or loaded.manifest.node_names()
+            ran.append(Ran(f"run{len(ran)}", False, "ok", f"/runs/run{len(ran)}/stdout", dict.fromkeys(names, "ok")))
         if record:
             st = state.load()
             names = opts.limit or loaded.manifest.node_names()
@@ -152,6 +157,30 @@ def test_a_roll_with_the_controller_unreachable_does_not_claim_a_drain(changed: 
     assert "left drained" not in out
     assert ("rolling stopped at node01; node01 could not be drained (scontrol on head01: ssh: connect to host "
             "10.0.0.10 port 22: Connection refused): check its state in Slurm; not rolled: node02") in out
+
+
+def test_a_stopped_roll_in_json(changed: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capsys) -> None:
+    """apply had no --json (issue 27 item 13): one object on stdout, the tables on stderr, the
+    exit code as without it, null for what did not happen."""
+    fakes(monkeypatch, broken="node01")
+    assert main(["apply", str(changed), "--rolling", "--yes", "--json"]) == 1
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert "rolling stopped at node01" in captured.err and "rolling" in captured.err
+    assert (doc["ok"], doc["cluster"], doc["check"], doc["gate"]) == (False, "testc", False, None)
+    assert doc["nodes"] == [{"node": "head01", "result": "ok"}, {"node": "node01", "result": "ok"},
+                            {"node": "node02", "result": None}]
+    assert [r["nodes"] for r in doc["runs"]] == [{"head01": "ok"}, {"node01": "ok"}]
+    roll = doc["rolling"]
+    assert (roll["ok"], roll["stopped_at"], roll["done"], roll["untouched"]) == (False, "node01", [], ["node02"])
+    assert roll["steps"][0] == {"node": "node01", "step": "drain", "ok": True, "detail": "drained, no jobs"}
+    assert any(s["step"] == "verify" and not s["ok"] for s in roll["steps"])
+
+
+def test_json_and_verbose_are_refused_together(changed: Path, capsys: Capsys) -> None:
+    assert main(["apply", str(changed), "--json", "-v"]) == 1
+    assert capsys.readouterr() == ("", "error: --json and -v cannot be combined: Ansible's own output would mix "
+                                       "with the JSON on stdout (it is in the run's log)\n")
 
 
 def test_rolling_needs_slurm(write_manifest: Any, kit: Any, capsys: Capsys) -> None:

@@ -3,12 +3,13 @@ the controller replaced by fakes)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from provisioner.apply import ApplyOptions
+from provisioner.apply import ApplyOptions, Ran
 from provisioner.cli import main
 from provisioner.commands import remove as remove_cmd
 from provisioner.drain import Drained
@@ -44,9 +45,13 @@ def fakes(monkeypatch: pytest.MonkeyPatch, apply_rc: int = 0, drain_ok: bool = T
             return Output(stdout="NodeName=node03 State=IDLE" if text.startswith("scontrol show") else "")
         return execute
 
-    def fake_apply(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Any) -> int:
+    def fake_apply(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Any,
+                   ran: list[Ran] | None = None) -> int:
         assert opts.yes and opts.limit is None and "node03" not in loaded.manifest.node_names()
         events.append("apply")
+        if ran is not None:
+            ran.append(Ran("run1", False, "ok" if apply_rc == 0 else "failed", "/runs/run1/stdout",
+                           dict.fromkeys(loaded.manifest.node_names(), "ok" if apply_rc == 0 else "failed")))
         return apply_rc
 
     monkeypatch.setattr(remove_cmd, "ssh_executor", executor)
@@ -120,3 +125,21 @@ def test_nodes_take_ranges_as_every_verb_does(write_manifest: Any, kit: Any, mon
     assert main(["remove", str(path), "@compute", "--yes"]) == 1
     assert capsys.readouterr().err == ("error: NODES: @compute selects nodes by their role in the manifest, and the "
                                        "nodes to remove are no longer in it: name them (names, ranges)\n")
+
+
+def test_remove_in_json(manifest: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capsys) -> None:
+    """remove had no --json (issue 27 item 13): the drain and the apply per node; exit 1 and
+    ok false when the apply failed (the node stays listed)."""
+    fakes(monkeypatch)
+    assert main(["remove", str(manifest), "node03", "--yes", "--json"]) == 0
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert "removed: node03" in captured.err
+    assert doc["ok"] is True and doc["cluster"] == "testc"
+    assert doc["nodes"] == [{"node": "node03", "removed": True, "drain": {"ok": True, "detail": "drained, no jobs"}}]
+    assert doc["run"]["id"] == "run1" and doc["run"]["nodes"]["head01"] == "ok"
+    StateDir.beside(manifest).save(State(cluster="testc", nodes={"node03": NodeState(lifecycle="configured")}))
+    fakes(monkeypatch, apply_rc=1)
+    assert main(["remove", str(manifest), "node03", "--yes", "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] is False and doc["nodes"][0]["removed"] is False and doc["run"]["result"] == "failed"

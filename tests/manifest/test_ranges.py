@@ -17,6 +17,7 @@ from provisioner.manifest.ranges import (
     expand,
     expand_all,
     is_range,
+    listed,
     normalize_mac,
     range_size,
 )
@@ -141,6 +142,15 @@ def test_contract_merges_runs_of_consecutive_names() -> None:
     assert contract(["n1", "n02", "n3"]) == ["n1", "n02", "n3"]  # padding differs: no range expands to both
     assert contract(["a1", "b2", "b3", "b3"]) == ["a1", "b[2-3]", "b3"]
     assert contract([]) == []
+
+
+def test_listed_names_are_contracted_and_capped() -> None:
+    """A message naming 2,000 nodes was one line of every name (issue 27 item 13)."""
+    assert listed(["gpu01", "gpu02", "head"]) == "gpu[01-02], head"
+    names = [f"n{i}" for i in range(0, 4000, 2)]  # no two consecutive: no range
+    assert listed(names, most=3) == "n0, n2, n4 and 1,997 more"
+    assert listed(["a1", "a2", "b", "c1", "c2", "c3"], most=2) == "a[1-2], b and 3 more"
+    assert listed([]) == ""
 
 
 @settings(max_examples=300, deadline=None)
