@@ -60,6 +60,7 @@ from provisioner.runner import (
     SshTarget,
     Tracker,
     first_contact,
+    probe_reach,
     probe_ssh,
     run_playbook,
     scan_for_secrets,
@@ -221,16 +222,19 @@ def confirm(console: Console, plan: Plan, installs: Installs, opts: ApplyOptions
 
 
 def unreachable_now(loaded: Loaded, names: list[str],
-                    probe: Callable[[str, int], Reach] = probe_ssh) -> dict[str, str]:
-    """Nodes that cannot be reached over SSH right now, with the reason: refused, no route
-    or no SSH answer within SSH's own connect timeout. Ansible would spend its connect
-    timeout and retries on each (about 90 s) and then report a broken pipe; this fails them
-    at once, in words."""
+                    probe: Callable[[str, int], Reach] | None = None) -> dict[str, str]:
+    """Nodes that cannot be reached over SSH right now, with the reason: refused, no route,
+    no SSH banner, or a server that stalls at any step up to authentication, each step
+    bounded (probe_reach; docs/operations.md). Ansible would spend its connect timeout
+    and retries on each (up to 185 s) and then report a broken pipe; this fails them at
+    once, in words."""
     m = loaded.manifest
     if not names:
         return {}
+    user = m.cluster.ssh.user
+    check = probe or (lambda address, port: probe_reach(address, port, user))
     with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
-        reaches = list(pool.map(lambda n: probe(str(m.node(n).ip), m.cluster.ssh.port), names))
+        reaches = list(pool.map(lambda n: check(str(m.node(n).ip), m.cluster.ssh.port), names))
     return {name: reach.reason for name, reach in zip(names, reaches, strict=True) if not reach.ok}
 
 

@@ -11,13 +11,11 @@ stopped, and have released the lock. Each case takes a few seconds.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import os
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -29,11 +27,16 @@ from typing import Any
 import pytest
 import yaml
 
-from provisioner.interrupts import Interrupted, Signals
+TESTS = Path(__file__).resolve().parent
+if str(TESTS) not in sys.path:  # tests/emulators is imported as "emulators"
+    sys.path.insert(0, str(TESTS))
+
+from emulators.ssh import new_host_key, serve_handshake  # noqa: E402
+
+from provisioner.interrupts import Interrupted, Signals  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ADDRESSES = ("127.0.0.2", "127.0.0.3")
-KEXINIT = struct.pack(">IBB", 12, 10, 20) + bytes(10)  # packet length, padding length, SSH_MSG_KEXINIT
 
 
 # --------------------------------------------------------------------------- Signals
@@ -86,13 +89,15 @@ def test_a_signal_ignored_at_start_stays_ignored() -> None:
 
 # --------------------------------------------------------------------------- the real CLI
 class BannerServer:
-    """Answers every connection with an SSH identification line, then closes."""
+    """Answers every connection as an SSH server does up to authentication (apply's probe
+    goes that far), then closes."""
 
     def __init__(self, addresses: tuple[str, ...]) -> None:
         first = socket.create_server((addresses[0], 0))
         self.port = first.getsockname()[1]
         self.socks = [first, *(socket.create_server((a, self.port)) for a in addresses[1:])]
         self.stop = threading.Event()
+        self.key = new_host_key()
         self.threads = [threading.Thread(target=self.serve, args=(s,), daemon=True) for s in self.socks]
         for t in self.threads:
             t.start()
@@ -106,12 +111,7 @@ class BannerServer:
                 continue
             except OSError:
                 return
-            with conn:  # apply's probe wants the banner and, after its own, the first key exchange packet
-                conn.settimeout(5)
-                conn.sendall(b"SSH-2.0-BannerOnly\r\n")
-                with contextlib.suppress(OSError):
-                    conn.recv(256)
-                    conn.sendall(KEXINIT)
+            threading.Thread(target=serve_handshake, args=(conn, self.key), daemon=True).start()
 
     def close(self) -> None:
         self.stop.set()

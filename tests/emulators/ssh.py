@@ -25,6 +25,21 @@ def public_line(key: paramiko.PKey) -> str:
     return f"{key.get_name()} {key.get_base64()}"
 
 
+def serve_handshake(conn: socket.socket, host_key: paramiko.PKey) -> None:
+    """Be an SSH server on ``conn`` through key exchange and authentication (which refuses
+    every credential) for 2 s, then close."""
+    transport = paramiko.Transport(conn)
+    transport.set_log_channel("tests.fake_sshd")  # scans fail handshakes on purpose
+    try:
+        transport.add_server_key(host_key)
+        transport.start_server(server=paramiko.ServerInterface())
+        transport.accept(timeout=2)
+    except (paramiko.SSHException, EOFError, OSError):
+        pass
+    finally:
+        transport.close()
+
+
 class FakeSshServer:
     def __init__(self, host_key: paramiko.PKey, port: int | None = None) -> None:
         self.host_key = host_key
@@ -57,16 +72,7 @@ class FakeSshServer:
             threading.Thread(target=self._handshake, args=(conn,), daemon=True).start()
 
     def _handshake(self, conn: socket.socket) -> None:
-        transport = paramiko.Transport(conn)
-        transport.set_log_channel("tests.fake_sshd")  # scans fail handshakes on purpose
-        try:
-            transport.add_server_key(self.host_key)
-            transport.start_server(server=paramiko.ServerInterface())
-            transport.accept(timeout=2)
-        except (paramiko.SSHException, EOFError, OSError):
-            pass
-        finally:
-            transport.close()
+        serve_handshake(conn, self.host_key)
 
     def stop(self) -> None:
         self._stop.set()
@@ -83,3 +89,75 @@ class FakeSshServer:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
+
+
+class StallingProxy:
+    """Relays ``address:port`` to an SSH server on 127.0.0.1:``upstream`` and stalls each connection
+    at one step of the protocol: ``kex`` (the server's KEXINIT arrives, nothing after it) or
+    ``auth`` (the key exchange completes, the client's first encrypted packet, its request
+    for the userauth service, is swallowed). Each connection stays open, silent."""
+
+    SSH_MSG_KEXINIT = 20
+    SSH_MSG_NEWKEYS = 21
+
+    def __init__(self, upstream: int, step: str, hold: float = 30, address: str = "127.0.0.1", port: int = 0) -> None:
+        if step not in ("kex", "auth"):
+            raise ValueError(step)
+        self.upstream, self.step, self.hold = upstream, step, hold
+        self.sock = socket.create_server((address, port))
+        self.port = self.sock.getsockname()[1]
+        self._done = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self._done.is_set():
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._relay, args=(client,), daemon=True).start()
+
+    def _relay(self, client: socket.socket) -> None:
+        server = socket.create_connection(("127.0.0.1", self.upstream))
+        newkeys = threading.Event()  # the client sent its NEWKEYS: it encrypts from here on
+        threading.Thread(target=self._pump, args=(server, client, "server", newkeys), daemon=True).start()
+        threading.Thread(target=self._pump, args=(client, server, "client", newkeys), daemon=True).start()
+        self._done.wait(self.hold)
+        for s in (client, server):
+            s.close()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, side: str, newkeys: threading.Event) -> None:
+        """Relay whole plaintext packets (after the identification line) until the stall."""
+        buf = b""
+        banner = False
+        try:
+            while not self._done.is_set():
+                chunk = src.recv(65536)
+                if not chunk:
+                    return
+                buf += chunk
+                if not banner:
+                    if b"\n" not in buf:
+                        continue
+                    line, _, buf = buf.partition(b"\n")
+                    dst.sendall(line + b"\n")
+                    banner = True
+                while len(buf) >= 6 and not (side == "client" and newkeys.is_set()):
+                    length = int.from_bytes(buf[:4], "big")
+                    if len(buf) < 4 + length:
+                        break
+                    packet, buf = buf[:4 + length], buf[4 + length:]
+                    kind = packet[5]
+                    dst.sendall(packet)
+                    if side == "server" and kind == self.SSH_MSG_KEXINIT and self.step == "kex":
+                        return  # nothing more from the server: the key exchange stalls
+                    if side == "client" and kind == self.SSH_MSG_NEWKEYS and self.step == "auth":
+                        newkeys.set()  # the encrypted service request is never relayed
+                if side == "client" and newkeys.is_set():
+                    buf = b""  # swallowed
+        except OSError:
+            return
+
+    def close(self) -> None:
+        self._done.set()
+        self.sock.close()
