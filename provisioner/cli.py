@@ -194,6 +194,8 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--skip-proof", action="store_true",
                        help="do not prove in the image that every package the roles install resolves (apply "
                             "then refuses to deploy the image)")
+    build.add_argument("--json", action="store_true",
+                       help="print the images and the ramdisk as JSON on stdout (the progress goes to stderr)")
     prune = image_sub.add_parser(
         "prune", help="remove old images from the cache (each OS's current image and --keep older ones stay)",
         description="remove old images and deploy ramdisks from the cache: each OS's current image and the "
@@ -204,6 +206,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="older images to keep per OS, and older ramdisks (default 1: one to go back to)")
     prune.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     prune.add_argument("--cache-dir", type=Path, help="image cache (default: .provision/images/ beside the manifest)")
+    prune.add_argument("--json", action="store_true", help="print what was (or would be) removed as JSON")
 
     report = sub.add_parser("report", help="reports from the running cluster",
                             description="reports from the running cluster")

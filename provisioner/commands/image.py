@@ -19,10 +19,12 @@ publishes), and the ``--keep`` newest older ones of each (default 1: one to go b
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -77,9 +79,25 @@ def prove(m: Manifest, os_name: str, image: Image,
     return made, True
 
 
+def image_json(image: Image, record: proof.Record | None, made: bool) -> dict[str, Any]:
+    """An OS's image for ``--json``: ``seconds`` null when it came from the cache, ``proof``
+    null when skipped (--skip-proof)."""
+    return {"os": image.os, "source": image.source, "path": str(image.path), "sha256": image.sha256,
+            "seconds": None if image.source == "cached" else round(image.seconds, 1),
+            "proof": None if record is None else {
+                "made": made, "packages": len(record.packages), "sources": len(record.sources),
+                "kernel": record.kernel, "record": str(proof.record_path(image.path))}}
+
+
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """``--json``: {ok, images: [image_json], ramdisk: {source, path, seconds} or null} on
+    stdout once every image is there; the progress lines go to stderr."""
+    if args.json:
+        out = err
     loaded = load(err, args.manifest)
     cache = image_dir(args.manifest, args.cache_dir)
+    images: list[dict[str, Any]] = []
+    made_ramdisk: dict[str, Any] | None = None
     for os_name in os_names(loaded.manifest, args.os):
         what = "fetching" if os_name in loaded.manifest.cluster.images else "building"
         out.print(f"{os_name}: {what} unless cached ...", markup=False)
@@ -88,6 +106,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         out.print(f"{os_name}: {image.source}{took}: {image.path} sha256 {image.sha256}", markup=False)
         if args.skip_proof:
             out.print(f"{os_name}: proof skipped (--skip-proof): apply will not deploy this image", markup=False)
+            images.append(image_json(image, None, False))
             continue
         out.print(f"{os_name}: proving in the image that every package the roles install resolves ...",
                   markup=False)
@@ -95,6 +114,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         how = f"proven in {record.seconds:.0f} s" if made else "proof cached"
         out.print(f"{os_name}: {how}: {len(record.packages)} packages resolve from {len(record.sources)} sources "
                   f"(kernel {record.kernel}): {proof.record_path(image.path)}", markup=False)
+        images.append(image_json(image, record, made))
     if args.os is None and needs_ramdisk(loaded.manifest):
         m = loaded.manifest
         debian = any(n.os == "debian-12" for n in m.nodes)  # the cluster's mirror serves Debian
@@ -104,6 +124,10 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         ramdisk = build_ramdisk(r, cache)
         took = f" in {ramdisk.seconds:.0f} s" if ramdisk.source != "cached" else ""
         out.print(f"deploy ramdisk: {ramdisk.source}{took}: {ramdisk.directory}", markup=False)
+        made_ramdisk = {"source": ramdisk.source, "path": str(ramdisk.directory),
+                        "seconds": None if ramdisk.source == "cached" else round(ramdisk.seconds, 1)}
+    if args.json:
+        print(json.dumps({"ok": True, "images": images, "ramdisk": made_ramdisk}, indent=2))
     return 0
 
 
@@ -122,6 +146,13 @@ def run_prune(args: argparse.Namespace, out: Console, err: Console) -> int:
     manifest only locates the cache, so a manifest that no longer validates can still prune."""
     cache = image_dir(args.manifest, args.cache_dir)
     gone = cache_prune.stale(cache_prune.scan(cache), args.keep, time.time())
+    if args.json:  # {ok, cache, dry_run, removed: [{names, bytes, why}], bytes}
+        if not args.dry_run:
+            cache_prune.remove(cache, gone)
+        print(json.dumps({"ok": True, "cache": str(cache), "dry_run": args.dry_run,
+                          "removed": [{"names": list(s.names), "bytes": s.size, "why": s.why} for s in gone],
+                          "bytes": sum(s.size for s in gone)}, indent=2))
+        return 0
     if not gone:
         out.print(f"{cache}: nothing to prune", markup=False)
         return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,27 @@ def test_a_named_image_is_fetched_verified_and_published(kit: Any, tmp_path: Pat
     err = capsys.readouterr().err
     assert f"SHA-256 mismatch: expected {'f' * 64}, got {digest}" in err
     assert ib.current(tmp_path / "other", "debian-12") is None
+
+
+def test_a_named_image_in_json(kit: Any, tmp_path: Path, capsys: Capsys) -> None:
+    """image build had no --json (issue 27 item 13): the progress on stderr, one object on
+    stdout, null for what did not happen (a skipped proof, no ramdisk, no time when cached)."""
+    tarball = tmp_path / "site-debian.tar.gz"
+    tarball.write_bytes(b"a root file system")
+    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
+    data = kit.on_os(kit.base(), "debian-12")
+    data["cluster"]["images"] = {"debian-12": {"url": tarball.as_uri(), "sha256": digest}}
+    manifest = write(kit, tmp_path, data)
+    for source in ("fetched", "cached"):
+        assert main(["image", "build", str(manifest), "--skip-proof", "--json"]) == 0
+        captured = capsys.readouterr()
+        doc = json.loads(captured.out)
+        assert "proof skipped" in captured.err
+        image = doc["images"][0]
+        assert (doc["ok"], doc["ramdisk"], image["os"], image["source"], image["sha256"], image["proof"]) == (
+            True, None, "debian-12", source, digest, None)
+        assert image["path"] == f"{tmp_path}/.provision/images/debian-12-named-{digest[:16]}.tar.gz"
+        assert (image["seconds"] is None) == (source == "cached")
 
 
 def test_an_os_no_node_runs_is_refused(kit: Any, tmp_path: Path, capsys: Capsys) -> None:

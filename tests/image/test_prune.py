@@ -3,6 +3,7 @@ with the --keep newest older ones; dead builds' leftovers go; nothing else is to
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -151,6 +152,26 @@ def test_prune_command_lists_then_removes(kit: Any, tmp_path: Path, capsys: Caps
     capsys.readouterr()
     assert main(["image", "prune", str(manifest)]) == 0
     assert f"{cache}: nothing to prune" in capsys.readouterr().out
+
+
+def test_prune_in_json(kit: Any, tmp_path: Path, capsys: Capsys) -> None:
+    """image prune had no --json (issue 27 item 13)."""
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(kit.dump(kit.base()))
+    cache = _cache(tmp_path)
+    assert main(["image", "prune", str(manifest), "--dry-run", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "ok": True, "cache": str(cache), "dry_run": True,
+        "removed": [{"names": ["debian-12-bbbb.tar.gz", "debian-12-bbbb.tar.gz.sha256"],
+                     "bytes": (1 << 20) + len(f"{'0' * 64}  debian-12-bbbb.tar.gz\n"),
+                     "why": "an older debian-12 image, not the current one"}],
+        "bytes": (1 << 20) + len(f"{'0' * 64}  debian-12-bbbb.tar.gz\n")}
+    assert (cache / "debian-12-bbbb.tar.gz").exists()
+    assert main(["image", "prune", str(manifest), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["dry_run"] is False
+    assert not (cache / "debian-12-bbbb.tar.gz").exists()
+    assert main(["image", "prune", str(manifest), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["removed"] == []
 
 
 def test_prune_refuses_a_negative_keep(tmp_path: Path, capsys: Capsys) -> None:
