@@ -136,8 +136,8 @@ def _handshake(sock: socket.socket, where: str, deadline: float, bound: float) -
         other = next((line.strip() for line in data.split(b"\n") if line.strip()), b"")
         said = f" (it said {other[:60].decode('ascii', 'replace')!r})" if other else ""
         if chunk is None and not other:
-            return Reach(False, f"{where} accepts connections but sent no SSH banner within {bound:g} s: not an "
-                                "SSH server (a firewall, NAT or another service?)")
+            return Reach(False, f"{where} accepts connections but sent no SSH banner within {bound:g} s: a stalled "
+                                "SSH server, or not one (a firewall, NAT or another service?)")
         if chunk is None:
             return Reach(False, f"{where} sent no SSH banner within {bound:g} s{said}: not an SSH server")
         return Reach(False, f"{where} closed the connection without an SSH banner{said}: not an SSH server")

@@ -644,8 +644,8 @@ def _stalled_listener() -> tuple[socket.socket, list[socket.socket]]:
 
 @pytest.mark.parametrize(("step", "said"), [
     ("accept", "no answer from 127.0.0.1:{port} within 0.5 s"),
-    ("banner", "127.0.0.1:{port} accepts connections but sent no SSH banner within 0.5 s: not an SSH server "
-               "(a firewall, NAT or another service?)"),
+    ("banner", "127.0.0.1:{port} accepts connections but sent no SSH banner within 0.5 s: a stalled SSH server, "
+               "or not one (a firewall, NAT or another service?)"),
     ("after banner", "127.0.0.1:{port} sent its SSH banner (SSH-2.0-OpenSSH_9.2p1) and then no key exchange "
                      "within 0.5 s: its SSH server is stalled"),
     ("mid packet", "127.0.0.1:{port} sent its SSH banner (SSH-2.0-OpenSSH_9.2p1) and then no key exchange "
