@@ -62,6 +62,7 @@ from provisioner.runner import (
     first_contact,
     probe_reach,
     probe_ssh,
+    probes_end_with_a_signal,
     run_playbook,
     scan_for_secrets,
 )
@@ -233,7 +234,8 @@ def unreachable_now(loaded: Loaded, names: list[str],
         return {}
     user = m.cluster.ssh.user
     check = probe or (lambda address, port: probe_reach(address, port, user))
-    with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
+    # a signal meanwhile ends the probes' ssh clients, and the pool's threads with them, at once
+    with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool, probes_end_with_a_signal():
         reaches = list(pool.map(lambda n: check(str(m.node(n).ip), m.cluster.ssh.port), names))
     return {name: reach.reason for name, reach in zip(names, reaches, strict=True) if not reach.ok}
 

@@ -19,6 +19,7 @@ import shlex
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -177,13 +178,45 @@ def probe_login(address: str, port: int, user: str, timeout: float = LOGIN_PROBE
             "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
             "-o", "GlobalKnownHostsFile=/dev/null", "-o", "ControlMaster=no", "-o", "ControlPath=none",
             "-o", f"ConnectTimeout={max(1, round(timeout))}", "-p", str(port), f"{user}@{address}", "true"]
+    with _PROBES_LOCK:
+        if _PROBES_STOPPED.is_set():
+            return Reach(False, f"{where}: not probed: the command was interrupted")
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                text=True, errors="replace")
+        _PROBES.add(proc)
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout,
-                              stdin=subprocess.DEVNULL, check=False)
-    except subprocess.TimeoutExpired as exc:
-        said = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-        return Reach(False, login_stall(where, said, timeout))
-    return login_verdict(where, done.returncode, done.stderr)
+        try:
+            _, said = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, said = proc.communicate()
+            return Reach(False, login_stall(where, said, timeout))
+    finally:
+        with _PROBES_LOCK:
+            _PROBES.discard(proc)
+    return login_verdict(where, proc.returncode, said)
+
+
+_PROBES: set[subprocess.Popen[str]] = set()  # probe_login's ssh clients running now
+_PROBES_LOCK = threading.Lock()
+_PROBES_STOPPED = threading.Event()
+
+
+@contextlib.contextmanager
+def probes_end_with_a_signal() -> Iterator[None]:
+    """While open, an exception (a signal's Interrupted) kills every running probe_login ssh
+    at once and starts no new one, so the command ends without waiting out their bounds."""
+    _PROBES_STOPPED.clear()
+    try:
+        yield
+    except BaseException:
+        with _PROBES_LOCK:
+            _PROBES_STOPPED.set()
+            live = list(_PROBES)
+        for proc in live:
+            with contextlib.suppress(OSError):
+                proc.kill()
+        raise
 
 
 def login_stall(where: str, said: str, timeout: float) -> str:

@@ -107,6 +107,7 @@ class StallingProxy:
         self.sock = socket.create_server((address, port))
         self.port = self.sock.getsockname()[1]
         self._done = threading.Event()
+        self.accepted = 0  # connections so far
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
@@ -115,6 +116,7 @@ class StallingProxy:
                 client, _ = self.sock.accept()
             except OSError:
                 return
+            self.accepted += 1
             threading.Thread(target=self._relay, args=(client,), daemon=True).start()
 
     def _relay(self, client: socket.socket) -> None:

@@ -23,7 +23,13 @@ from typing import Any
 
 import pytest
 
-from provisioner.cli import interrupted
+TESTS = Path(__file__).resolve().parents[1]
+if str(TESTS) not in sys.path:  # tests/emulators is imported as "emulators"
+    sys.path.insert(0, str(TESTS))
+
+from emulators.ssh import FakeSshServer, StallingProxy, new_host_key  # noqa: E402
+
+from provisioner.cli import interrupted  # noqa: E402
 
 DELAYS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.45, 0.6, 0.8, 1.0, 1.3)  # seconds after the start: imports take ~0.3-1 s
 
@@ -173,3 +179,38 @@ def test_a_signal_while_apply_probes_its_nodes_records_the_run_and_frees_the_loc
     assert last["result"] == "interrupted" and last["finished"]
     with (state / "lock").open("r+") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released
+
+
+def test_a_signal_while_apply_waits_for_a_key_exchange_ends_the_probe_at_once(
+        write_cluster: Any, processes_with: Callable[[str], list[int]]) -> None:
+    """apply's probe now waits up to 30 s for a key exchange (issue 27 item 9); a SIGTERM
+    meanwhile ends its ssh client at once instead of waiting that out: one line, 143, no
+    ssh left, the run recorded as interrupted."""
+    sshd = FakeSshServer(new_host_key()).start()
+    proxy = StallingProxy(sshd.port, "kex")
+    manifest: Path = write_cluster(port=proxy.port)
+    proc = subprocess.Popen([sys.executable, "-m", "provisioner.cli", "apply", str(manifest), "--yes"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while proxy.accepted < 2:  # the raw probe's connection, then the ssh client's
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        time.sleep(0.5)  # the key exchange is under way
+        proc.send_signal(signal.SIGTERM)
+        start = time.monotonic()
+        out, err = proc.communicate(timeout=40)
+        took = time.monotonic() - start
+    finally:
+        proxy.close()
+        sshd.stop()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, (out, err)
+    assert err.startswith("interrupted by SIGTERM") and err.count("\n") == 1, err
+    assert took < 5, took  # not the probe's 30 s
+    assert processes_with(f"-p {proxy.port} ") == []
+    last = json.loads((manifest.parent / ".provision" / "state.json").read_text())["runs"][-1]
+    assert last["result"] == "interrupted"
