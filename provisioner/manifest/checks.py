@@ -11,7 +11,7 @@ import ipaddress
 from collections.abc import Callable
 
 from provisioner.errors import Diagnostic
-from provisioner.manifest.model import Manifest, Network, Node
+from provisioner.manifest.model import NETWORK_NAMES, RDMA_NETWORKS, Manifest, Network, Node
 from provisioner.manifest.ranges import RangeError, expand
 from provisioner.manifest.select import SelectorError, select_nodes
 from provisioner.manifest.source import PathKey, Source
@@ -26,7 +26,7 @@ def node_path(node: Node, *rest: str | int) -> PathKey:
 # Names the inventory uses for groups; a host with the same name confuses Ansible.
 RESERVED_NAMES = frozenset({
     "all", "ungrouped", "localhost", "head", "compute", "storage", "services", "login", "gpu",
-    "infiniband", "scratch", "zfs", "nfs_server", "nfs_client", "mergerfs", "docker", "slurm_controller",
+    "infiniband", "roce", "scratch", "zfs", "nfs_server", "nfs_client", "mergerfs", "docker", "slurm_controller",
     "slurm_compute", "slurm_node",
 })
 
@@ -103,11 +103,31 @@ def check_addresses(m: Manifest, src: Source) -> list[Diagnostic]:
             if problem:
                 out.append(src.diag(node_path(node, "bmc", "address"), f"{node.name}: BMC {problem}"))
     # networks must not overlap each other
-    defined = [(k, getattr(nets, k)) for k in ("management", "bmc", "data", "infiniband") if getattr(nets, k)]
+    defined = nets.defined()
     for i, (a, na) in enumerate(defined):
         for b, nb in defined[i + 1 :]:
             if na.cidr.overlaps(nb.cidr):
                 out.append(src.diag(("networks", b, "cidr"), f"{nb.cidr} overlaps the {a} network {na.cidr}"))
+    return out
+
+
+def check_rdma_devices(m: Manifest, src: Source) -> list[Diagnostic]:
+    """``rdma_device`` names an RDMA NIC: it belongs on an infiniband or roce interface only,
+    and one device serves one network."""
+    out: list[Diagnostic] = []
+    for node in m.nodes:
+        seen: dict[str, str] = {}
+        for net, iface in node.interfaces.items():
+            if iface.rdma_device is None:
+                continue
+            if net not in RDMA_NETWORKS:
+                out.append(src.diag(node_path(node, "interfaces", net, "rdma_device"),
+                                    f"{node.name}: rdma_device is for the infiniband and roce networks, not {net}"))
+            elif iface.rdma_device in seen:
+                out.append(src.diag(node_path(node, "interfaces", net, "rdma_device"),
+                                    f"{node.name}: RDMA device {iface.rdma_device} is already on the "
+                                    f"{seen[iface.rdma_device]} network"))
+            seen.setdefault(iface.rdma_device, net)
     return out
 
 
@@ -120,7 +140,7 @@ def check_roles(m: Manifest, src: Source) -> list[Diagnostic]:
         out.append(src.diag(node_path(heads[1], "roles"),
                             f"{heads[1].name}: only one head node is supported (already {heads[0].name})"))
     for node in m.nodes:
-        if "infiniband" in node.interfaces and m.networks.infiniband is None:
+        if any(m.networks.named(net) is None for net in node.interfaces):
             continue  # reported by check_addresses
         if len(node.install_disks) == 2 and node.install_disks[0] == node.install_disks[1]:
             out.append(src.diag(node_path(node, "install_disks"), f"{node.name}: the two install disks are the same"))
@@ -218,7 +238,7 @@ def check_nfs(m: Manifest, src: Source) -> list[Diagnostic]:
             if not any(p.name == pool and p.node == exp.node for p in m.zfs.pools):
                 out.append(src.diag((*base, "dataset"), f"export {exp.name!r}: no pool {pool!r} on {exp.node}"))
         for c, client in enumerate(exp.clients):
-            if client in ("management", "data", "infiniband", "bmc"):
+            if client in NETWORK_NAMES:
                 if getattr(m.networks, client) is None:
                     out.append(src.diag((*base, "clients", c), f"network {client!r} is not defined"))
                 continue
@@ -240,8 +260,8 @@ def check_nfs(m: Manifest, src: Source) -> list[Diagnostic]:
             if (n, mnt.path) in mount_paths:
                 out.append(src.diag((*base, "path"), f"{n} mounts two things at {mnt.path}"))
             mount_paths[(n, mnt.path)] = i
-        if mnt.proto == "rdma" and (m.networks.infiniband is None or not m.networks.infiniband.rdma):
-            out.append(src.diag((*base, "proto"), "proto rdma needs an infiniband network with rdma: true"))
+        if mnt.proto == "rdma" and not m.networks.rdma():
+            out.append(src.diag((*base, "proto"), "proto rdma needs an infiniband or roce network with rdma: true"))
     return out
 
 
@@ -268,7 +288,7 @@ def check_docker(m: Manifest, src: Source) -> list[Diagnostic]:
         select_nodes(m, m.docker.nodes)
     except SelectorError as exc:
         out.append(src.diag(("docker", "nodes"), str(exc)))
-    nets = [(k, getattr(m.networks, k)) for k in ("management", "bmc", "data", "infiniband")]
+    nets = m.networks.defined()
     for i, pool in enumerate(m.docker.address_pools):
         if pool.size < pool.base.prefixlen:
             out.append(src.diag(("docker", "address_pools", i, "size"),
@@ -314,6 +334,7 @@ def check_slurm(m: Manifest, src: Source) -> list[Diagnostic]:
 CHECKS: list[Check] = [
     check_unique_nodes,
     check_addresses,
+    check_rdma_devices,
     check_roles,
     check_nfs,
     check_mergerfs,

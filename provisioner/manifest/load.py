@@ -182,8 +182,9 @@ def expand_nodes(nodes: list[Node]) -> list[Node]:
                     mac = add_mac(iface.mac, offset) if iface.mac else None
                 except RangeError as exc:
                     raise NodeRangeError((*where, "mac"), f"{node.name}: {exc}") from None
-                # the values are validated already (the entry's, incremented): no second validation
-                interfaces[net] = Interface.model_construct(ip=ip, mac=mac, interface=iface.interface)
+                # the values are validated already (the entry's, incremented): no second validation;
+                # every other field (interface, rdma_device) is the entry's own
+                interfaces[net] = iface.model_copy(update={"ip": ip, "mac": mac})
             bmc: Bmc | None = node.bmc
             if bmc is not None and offset:
                 where = ("nodes", index, "bmc", "address")

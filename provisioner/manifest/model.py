@@ -82,7 +82,11 @@ Mac = Annotated[str, AfterValidator(_mac)]
 PropertyValue = Annotated[str | int, BeforeValidator(_onoff)]
 Role = Literal["head", "compute", "storage", "services", "login"]
 OsName = Literal["ubuntu-22.04", "ubuntu-24.04", "debian-12"]
-NetworkName = Literal["management", "bmc", "data", "infiniband"]
+NetworkName = Literal["management", "bmc", "data", "infiniband", "roce"]
+# every network kind, in the order the manifest and the checks list them
+NETWORK_NAMES: tuple[NetworkName, ...] = ("management", "bmc", "data", "infiniband", "roce")
+# the fabrics RDMA runs on: InfiniBand, and RDMA over Converged Ethernet (RoCE v2)
+RDMA_NETWORKS: tuple[NetworkName, ...] = ("infiniband", "roce")
 
 
 def ssh_public_key(key: str) -> str:
@@ -379,6 +383,11 @@ class InfinibandNetwork(Network):
     )
     rdma: bool = Field(default=True, description="NFS over RDMA and GPUDirect on this fabric")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_roce_keys(cls, data: Any) -> Any:
+        return _refuse_keys(data, _ROCE_ONLY, "infiniband")
+
     @model_validator(mode="after")
     def _ipoib_mode(self) -> InfinibandNetwork:
         if self.mode == "connected" and not self.hca_supports_connected:
@@ -391,9 +400,56 @@ class InfinibandNetwork(Network):
             raise ValueError(
                 f"IPoIB datagram mode carries at most {IPOIB_DATAGRAM_MAX_MTU} bytes (a 4096-byte InfiniBand "
                 f"MTU less the IPoIB header); mtu {self.mtu} needs connected mode, which only ConnectX-3 and "
-                "older HCAs run"
+                "older HCAs run; Ethernet NICs running RDMA (RoCE) at MTU 9000 go under networks.roce"
             )
         return self
+
+
+# keys of one fabric kind put on the other, and what to say instead of "extra field"
+_IB_ONLY = {
+    "mode": "IPoIB mode is InfiniBand's; RoCE NICs are Ethernet and carry IP as they are",
+    "hca_supports_connected": "IPoIB connected mode is InfiniBand's; RoCE NICs are Ethernet",
+    "subnet_manager": "a subnet manager runs on InfiniBand only; RoCE is Ethernet (the switches learn "
+                      "addresses; PFC/ECN are set in the switch, not here)",
+    "pkey": "partition keys are InfiniBand's; separate RoCE traffic with VLANs in the switch",
+}
+_ROCE_ONLY = {
+    "gid_index": "the GID index is RoCE's (InfiniBand addresses by LID); put Ethernet RDMA NICs under "
+                 "networks.roce",
+    "traffic_class": "the traffic class is RoCE's (its PFC/ECN priority); put Ethernet RDMA NICs under "
+                     "networks.roce",
+}
+
+
+def _refuse_keys(data: Any, refused: dict[str, str], kind: str) -> Any:
+    if isinstance(data, dict):
+        wrong = [k for k in refused if k in data]
+        if wrong:
+            raise ValueError("; ".join(f"{k} on a {kind} network: {refused[k]}" for k in wrong))
+    return data
+
+
+class RoceNetwork(Network):
+    """RDMA over Converged Ethernet v2: Ethernet NICs (ConnectX, BlueField, soft-RoCE) with
+    IP addresses, RDMA in UDP; no IPoIB and no subnet manager. Lossless transport (PFC, ECN)
+    is the switches' configuration, not the manifest's."""
+
+    mtu: int = Field(default=1500, ge=576, le=9000, description="Ethernet MTU, at most 9000")
+    rdma: bool = Field(default=True, description="NFS over RDMA and GPUDirect on this fabric")
+    gid_index: int = Field(
+        default=3, ge=0, le=255,
+        description="the GID table entry that is RoCE v2 over the NIC's IPv4 address (NCCL_IB_GID_INDEX, "
+                    "ib_write_bw -x): 3 on ConnectX with an IPv4 address, 1 on soft-RoCE (rxe); "
+                    "show_gids lists them")
+    traffic_class: int | None = Field(
+        default=None, ge=0, le=255,
+        description="NCCL_IB_TC: the IP traffic class (DSCP x 4) of RDMA traffic, the one the switches' "
+                    "PFC/ECN treat as lossless (106 for DSCP 26); unset: the NIC's default")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_infiniband_keys(cls, data: Any) -> Any:
+        return _refuse_keys(data, _IB_ONLY, "roce")
 
 
 class Networks(Strict):
@@ -401,6 +457,19 @@ class Networks(Strict):
     bmc: Network | None = None
     data: Network | None = None
     infiniband: InfinibandNetwork | None = None
+    roce: RoceNetwork | None = None
+
+    def named(self, name: NetworkName) -> Network | None:
+        net: Network | None = getattr(self, name)
+        return net
+
+    def defined(self) -> list[tuple[NetworkName, Network]]:
+        """The networks the manifest declares, in NETWORK_NAMES order."""
+        return [(k, n) for k in NETWORK_NAMES if (n := self.named(k)) is not None]
+
+    def rdma(self) -> list[NetworkName]:
+        """The fabrics with rdma: true, InfiniBand first, then RoCE."""
+        return [k for k in RDMA_NETWORKS if getattr(self.named(k), "rdma", False)]
 
 
 # --------------------------------------------------------------------------- nodes
@@ -408,12 +477,22 @@ class Interface(Strict):
     ip: ipaddress.IPv4Address
     mac: Mac | None = None
     interface: str | None = Field(default=None, description="NIC name, e.g. eno1, ib0")
+    rdma_device: str | None = Field(
+        default=None, description="on infiniband and roce: the NIC's RDMA device (mlx5_0, rxe0) for "
+                                  "NCCL_IB_HCA and ib_write_bw -d; unset: the first device")
 
     @field_validator("interface")
     @classmethod
     def _ifname(cls, v: str | None) -> str | None:
         if v is not None and not re.match(r"^[A-Za-z0-9_.:-]{1,15}$", v):
             raise ValueError(f"{v!r} is not a network interface name")
+        return v
+
+    @field_validator("rdma_device")
+    @classmethod
+    def _rdma_device(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^[A-Za-z0-9_.-]{1,63}$", v):
+            raise ValueError(f"{v!r} is not an RDMA device name (mlx5_0, rxe0)")
         return v
 
 
@@ -1111,9 +1190,21 @@ class Verify(Strict):
         "unset kinds keep the defaults in docs/verify.md")
     ib_write_bw_fraction: float = Field(default=0.75, gt=0, le=1, description="ib_write_bw floor: this share "
                                         "of the port's link rate")
-    multi_node_busbw_floor_gbps: dict[Literal["rdma", "ethernet"], float] = Field(
+    write_bw_fraction: dict[Literal["infiniband", "roce"], float] = Field(
+        default_factory=dict, description="ib_write_bw floor per fabric (a share of the port's link rate); "
+        "unset fabrics keep ib_write_bw_fraction")
+    multi_node_busbw_floor_gbps: dict[Literal["rdma", "infiniband", "roce", "ethernet"], float] = Field(
         default_factory=dict, description="all_reduce_perf bus bandwidth floors (GB/s) between two GPU nodes "
-        "through Slurm, per fabric; unset kinds keep the defaults in docs/verify.md")
+        "through Slurm, per fabric (rdma: both RDMA fabrics, unless infiniband or roce is given); unset "
+        "kinds keep the defaults in docs/verify.md")
+
+    @field_validator("write_bw_fraction")
+    @classmethod
+    def _fractions(cls, v: dict[str, float]) -> dict[str, float]:
+        for fabric, share in v.items():
+            if not 0 < share <= 1:
+                raise ValueError(f"{fabric}: {share} is not a share of the link rate (0 < share <= 1)")
+        return v
     docker_image: str | None = Field(default=None, description="an image present on the nodes for the "
                                      "`docker run --runtime nvidia` check; unset: that check says SKIP")
     burn_in_s: int = Field(default=0, ge=0, le=86400, description="seconds of GPU burn-in per GPU node "

@@ -457,7 +457,7 @@ def test_rdma_mount_needs_an_rdma_fabric(kit: Any) -> None:
     data = zfs_base(kit)
     data["nfs"]["mounts"][0]["proto"] = "rdma"
     d, text = only(kit, data, "rdma")
-    assert d.message == "proto rdma needs an infiniband network with rdma: true"
+    assert d.message == "proto rdma needs an infiniband or roce network with rdma: true"
     assert_at(kit, d, text, "proto: rdma")
     data["networks"]["infiniband"] = {"cidr": "10.0.5.0/24", "rdma": False}
     d, text = only(kit, data, "rdma")

@@ -19,8 +19,10 @@ from typing import Any
 
 from provisioner.manifest.model import Manifest, NetworkName, Node
 
-# Interfaces on these networks carry bulk traffic: address and MTU from the manifest.
-DATA_NETWORKS: tuple[NetworkName, ...] = ("data",)
+# Interfaces on these networks carry bulk traffic: address and MTU from the manifest. A RoCE
+# NIC is an Ethernet NIC like a data one (RDMA rides on its IP address); the ofed role adds
+# the RDMA stack (provisioner.areas.storage.fabric).
+DATA_NETWORKS: tuple[NetworkName, ...] = ("data", "roce")
 
 # What the common role installs on every node, the same on Debian 12 and Ubuntu 22.04/24.04
 # (roles/common/vars/*.yml: __common_required_packages, and the defaults' common_packages;
@@ -92,9 +94,9 @@ def ansible_account_problem(m: Manifest) -> str | None:
 
 # --------------------------------------------------------------------------- data network
 def data_interfaces(m: Manifest, node: Node) -> list[dict[str, Any]]:
-    """The node's data-network interfaces as the OS is to configure them (issue 19 item 11:
-    /etc/hosts lists ``<node>-data`` and NFS may use that network, so its address must be
-    set): interface, address/prefix and MTU; never a gateway (the default route stays on
+    """The node's data-network and RoCE interfaces as the OS is to configure them (issue 19
+    item 11: /etc/hosts lists ``<node>-data`` and NFS may use that network, so its address
+    must be set): interface, address/prefix and MTU; never a gateway (the default route stays on
     the management network). Interfaces without a name cannot be configured and are left
     out."""
     out: list[dict[str, Any]] = []

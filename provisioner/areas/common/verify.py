@@ -10,7 +10,7 @@ from provisioner.manifest.model import Manifest, Node
 from provisioner.verify.check import Check, CheckList, NodeChecks, Outcome, Ring, judged
 from provisioner.verify.parsers import ParseError
 
-NETWORKS = ("management", "data", "infiniband")  # the networks whose MTU is checked, in this order
+NETWORKS = ("management", "data", "infiniband", "roce")  # the networks whose MTU is checked, in this order
 
 
 # --------------------------------------------------------------------------- parsers
