@@ -902,6 +902,11 @@ class Slurm(Strict):
     constrain_cores: bool = True
     constrain_memory: bool = True
     constrain_devices: bool = True
+    job_tmp: AbsPath | None = Field(
+        default=None,
+        description="each job's private /tmp and /dev/shm (job_container/tmpfs BasePath) under this path on "
+                    "every slurmd node, and TmpFS (the file system whose size slurmd reports as TmpDisk); a "
+                    "folder on the compute nodes' scratch, e.g. /scratch/slurm; unset: jobs share /tmp")
 
 
 class NvidiaDriver(Strict):
