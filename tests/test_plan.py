@@ -398,3 +398,20 @@ def test_load_plays_follows_imports(tmp_path: Path) -> None:
 def test_load_plays_on_an_empty_file(tmp_path: Path) -> None:
     (tmp_path / "site.yml").write_text("---\n")
     assert load_plays(tmp_path / "site.yml") == []
+
+
+def test_fields_added_later_leave_recorded_fingerprints_alone(kit: Any) -> None:
+    """A node without rdma_device (issue 28) or scratch fingerprints as it did before those
+    fields existed: its dump without them."""
+    data = kit.base()
+    del data["nodes"][1]["hardware"]["disks"]
+    m = kit.load(data).manifest
+    node = m.node("node01")
+    before = node.model_dump(mode="json", exclude={"bmc", "install", "install_method", "scratch"})
+    for iface in before["interfaces"].values():
+        del iface["rdma_device"]
+    assert node_sections(m, node)["node"] == fingerprint(before)
+    data["networks"]["infiniband"] = {"cidr": "10.0.3.0/24"}
+    data["nodes"][1]["interfaces"]["infiniband"] = {"ip": "10.0.3.21", "interface": "ib0", "rdma_device": "mlx5_0"}
+    m = kit.load(data).manifest
+    assert node_sections(m, m.node("node01"))["node"] != fingerprint(before)
