@@ -55,6 +55,8 @@ def _unset_since_v1(node: Node) -> dict[str, Any]:
     out: dict[str, Any] = dict.fromkeys(_NOT_CONFIGURATION, True)
     if node.scratch is None:
         out["scratch"] = True
+    if not node.bonds:
+        out["bonds"] = True
     unset = {net: {"rdma_device"} for net, iface in node.interfaces.items() if iface.rdma_device is None}
     if unset:
         out["interfaces"] = unset

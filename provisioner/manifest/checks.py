@@ -11,7 +11,15 @@ import ipaddress
 from collections.abc import Callable
 
 from provisioner.errors import Diagnostic
-from provisioner.manifest.model import NETWORK_NAMES, RDMA_NETWORKS, Manifest, Network, Node
+from provisioner.manifest.model import (
+    NETWORK_NAMES,
+    RDMA_NETWORKS,
+    Manifest,
+    Network,
+    NetworkName,
+    Node,
+    is_mac,
+)
 from provisioner.manifest.ranges import RangeError, expand
 from provisioner.manifest.select import SelectorError, select_nodes
 from provisioner.manifest.source import PathKey, Source
@@ -128,6 +136,82 @@ def check_rdma_devices(m: Manifest, src: Source) -> list[Diagnostic]:
                                     f"{node.name}: RDMA device {iface.rdma_device} is already on the "
                                     f"{seen[iface.rdma_device]} network"))
             seen.setdefault(iface.rdma_device, net)
+    return out
+
+
+BONDED_NETWORKS: tuple[NetworkName, ...] = ("data",)  # the networks whose interface may be a bond (management: not yet)
+
+
+def _bond_users(node: Node) -> dict[str, list[NetworkName]]:
+    """bond name -> the networks whose interface names it."""
+    return {name: [net for net, iface in node.interfaces.items() if iface.interface == name] for name in node.bonds}
+
+
+def check_bonds(m: Manifest, src: Source) -> list[Diagnostic]:
+    """Bonds (issue 28 item 2): each carries exactly one network, data; its MTU agrees with
+    that network's; no NIC is in two places (two bonds, or a bond and a network's own
+    interface, by name or MAC, on this node or, by MAC, on another)."""
+    out: list[Diagnostic] = []
+
+    def add(report: bool, diag: Diagnostic) -> None:
+        if report:
+            out.append(diag)
+
+    owner: dict[str, str] = {}  # MAC -> "node (what)" over the whole cluster
+    for node in m.nodes:
+        for net, iface in node.interfaces.items():
+            if iface.mac:
+                owner.setdefault(iface.mac, f"{node.name} ({net})")
+    entries: set[int] = set()  # a ranged entry's nodes share its bonds: report once per entry
+    for node in m.nodes:
+        first = node.source_index not in entries
+        entries.add(node.source_index)
+        users = _bond_users(node)
+        names = {iface.interface: net for net, iface in node.interfaces.items() if iface.interface}
+        macs = {iface.mac: net for net, iface in node.interfaces.items() if iface.mac}
+        seen: dict[str, str] = {}
+        for bond_name, bond in node.bonds.items():
+            at = node_path(node, "bonds", bond_name)
+            nets = users[bond_name]
+            if not nets:
+                add(first, src.diag(at, f"{node.name}: bond {bond_name} carries no network; name it as the "
+                                        f"interface of one ({', '.join(BONDED_NETWORKS)}: interface: {bond_name})"))
+            for net in nets:
+                if net == "management":
+                    add(first, src.diag(node_path(node, "interfaces", net, "interface"),
+                                        f"{node.name}: a bond on the management network is not built (the "
+                                        "installer's management link stays one NIC); bond the data network"))
+                elif net not in BONDED_NETWORKS:
+                    add(first, src.diag(node_path(node, "interfaces", net, "interface"),
+                                        f"{node.name}: bonds carry the data network, not {net}"))
+            if len(nets) > 1:
+                add(first, src.diag(at, f"{node.name}: bond {bond_name} is the interface of {' and '.join(nets)}; "
+                                        "a bond carries one network"))
+            network = m.networks.named(nets[0]) if nets else None
+            if bond.mtu is not None and network is not None and bond.mtu != network.mtu:
+                add(first, src.diag((*at, "mtu"), f"{node.name}: bond {bond_name} MTU {bond.mtu} disagrees with "
+                                                  f"the {nets[0]} network's MTU {network.mtu}"))
+            for i, member in enumerate(bond.members):
+                where = (*at, "members", i)
+                if member in seen:
+                    add(first, src.diag(where, f"{node.name}: {member} is a member of {seen[member]} too"))
+                elif member in names:
+                    add(first, src.diag(where, f"{node.name}: {member} is the {names[member]} network's own "
+                                               "interface; a NIC is in one place"))
+                elif member in macs:
+                    add(first, src.diag(where, f"{node.name}: {member} is the MAC of the {macs[member]} "
+                                               "network's interface; a NIC is in one place"))
+                elif member in owner and not owner[member].startswith(f"{node.name} "):
+                    add(True, src.diag(where, f"{node.name}: MAC {member} is already used by {owner[member]}"))
+                seen.setdefault(member, f"bond {bond_name}")
+                if is_mac(member):
+                    owner.setdefault(member, f"{node.name} (bond {bond_name})")
+        for net, iface in node.interfaces.items():
+            if iface.interface in users:
+                continue
+            if iface.interface and iface.interface.startswith("bond") and net in BONDED_NETWORKS:
+                add(first, src.diag(node_path(node, "interfaces", net, "interface"),
+                                    f"{node.name}: no bond {iface.interface} under the node's bonds"))
     return out
 
 
@@ -335,6 +419,7 @@ CHECKS: list[Check] = [
     check_unique_nodes,
     check_addresses,
     check_rdma_devices,
+    check_bonds,
     check_roles,
     check_nfs,
     check_mergerfs,

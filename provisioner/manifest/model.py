@@ -496,6 +496,48 @@ class Interface(Strict):
         return v
 
 
+IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
+
+
+def is_mac(value: str) -> bool:
+    """A MAC address in any case, with ':' or '-' (a NIC name never has five separators
+    between hex pairs)."""
+    try:
+        normalize_mac(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _bond_member(value: str) -> str:
+    """A bond member: a NIC name (ens1f0) or its MAC address (normalised)."""
+    if is_mac(value):
+        return normalize_mac(value)
+    if not IFNAME_RE.match(value):
+        raise ValueError(f"{value!r} is neither a network interface name nor a MAC address")
+    return value
+
+
+BondMember = Annotated[str, AfterValidator(_bond_member)]
+
+
+class Bond(Strict):
+    """Several NICs as one link (Linux bonding): ``802.3ad`` (LACP; the switch ports form a
+    LAG) or ``active-backup`` (no switch configuration; one member carries the traffic).
+    A network's interface uses it by its name (``interface: bond0``)."""
+
+    mode: Literal["802.3ad", "active-backup"] = "802.3ad"
+    members: list[BondMember] = Field(min_length=2, description="NIC names (ens1f0) or MAC addresses")
+    mtu: int | None = Field(default=None, ge=576, le=9216, description="default: the network's MTU")
+
+    @field_validator("members")
+    @classmethod
+    def _distinct(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError("a member is listed twice")
+        return v
+
+
 class Bmc(Strict):
     type: Literal["redfish", "ipmi"]
     address: str = Field(description="IPv4 address or DNS name of the BMC")
@@ -666,6 +708,9 @@ class Node(Strict):
     interfaces: dict[NetworkName, Interface]
     bmc: Bmc | None = None
     hardware: Hardware
+    bonds: dict[str, Bond] = Field(
+        default_factory=dict, description="bonds by name (bond0); an interface on management or data names one "
+        "as its interface")
     scratch: Scratch | None = Field(
         default=None, description="settings of the scratch file system on the disks with use: scratch")
     _source_index: int = PrivateAttr(default=-1)
@@ -679,6 +724,14 @@ class Node(Strict):
     def _roles(cls, v: list[Role]) -> list[Role]:
         if len(set(v)) != len(v):
             raise ValueError("a role is listed twice")
+        return v
+
+    @field_validator("bonds")
+    @classmethod
+    def _bond_names(cls, v: dict[str, Bond]) -> dict[str, Bond]:
+        for name in v:
+            if not IFNAME_RE.match(name):
+                raise ValueError(f"{name!r} is not a network interface name (bond0)")
         return v
 
     @field_validator("interfaces")
