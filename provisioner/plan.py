@@ -50,14 +50,15 @@ _NOT_CONFIGURATION = frozenset({"bmc", "install", "install_method"})
 
 def _unset_since_v1(node: Node) -> dict[str, Any]:
     """Node fields added after states were first recorded, left out while unset (so those
-    states' fingerprints stay valid): ``scratch``, an interface's ``rdma_device``. A
-    pydantic ``exclude`` mapping."""
+    states' fingerprints stay valid): ``scratch``, ``bonds``, an interface's ``rdma_device`` and
+    ``more``. A pydantic ``exclude`` mapping."""
     out: dict[str, Any] = dict.fromkeys(_NOT_CONFIGURATION, True)
     if node.scratch is None:
         out["scratch"] = True
     if not node.bonds:
         out["bonds"] = True
-    unset = {net: {"rdma_device"} for net, iface in node.interfaces.items() if iface.rdma_device is None}
+    unset = {net: keys for net, iface in node.interfaces.items()
+             if (keys := {k for k in ("rdma_device", "more") if not getattr(iface, k)})}
     if unset:
         out["interfaces"] = unset
     return out

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from provisioner.errors import Diagnostic
 from provisioner.manifest.model import (
+    MULTI_NIC_NETWORKS,
     NETWORK_NAMES,
     RDMA_NETWORKS,
     Manifest,
@@ -31,6 +32,12 @@ def node_path(node: Node, *rest: str | int) -> PathKey:
     return ("nodes", node.source_index, *rest)
 
 
+def nic_path(node: Node, net: str, index: int, *rest: str | int) -> PathKey:
+    """Where a node's NIC on ``net`` is: the network's own entry, or (``index`` > 0) the
+    list item of a further NIC (``more:`` instead of a list falls back to the network)."""
+    return node_path(node, "interfaces", net, *((index,) if index else ()), *rest)
+
+
 # Names the inventory uses for groups; a host with the same name confuses Ansible.
 RESERVED_NAMES = frozenset({
     "all", "ungrouped", "localhost", "head", "compute", "storage", "services", "login", "gpu",
@@ -45,6 +52,7 @@ def check_unique_nodes(m: Manifest, src: Source) -> list[Diagnostic]:
     ips: dict[ipaddress.IPv4Address, str] = {}
     macs: dict[str, str] = {}
     bmcs: dict[str, str] = {}
+    entries: set[int] = set()
     for node in m.nodes:
         if node.name in RESERVED_NAMES:
             out.append(src.diag(node_path(node, "name"),
@@ -52,20 +60,23 @@ def check_unique_nodes(m: Manifest, src: Source) -> list[Diagnostic]:
         if node.name in names:
             out.append(src.diag(node_path(node, "name"), f"duplicate host name {node.name!r}"))
         names[node.name] = node
-        for net, iface in node.interfaces.items():
+        for net, k, iface in node.all_nics():
             if iface.ip in ips:
                 out.append(
-                    src.diag(node_path(node, "interfaces", net, "ip"),
+                    src.diag(nic_path(node, net, k, "ip"),
                              f"{node.name}: IP {iface.ip} is already used by {ips[iface.ip]}")
                 )
             ips[iface.ip] = f"{node.name} ({net})"
             if iface.mac:
                 if iface.mac in macs:
                     out.append(
-                        src.diag(node_path(node, "interfaces", net, "mac"),
+                        src.diag(nic_path(node, net, k, "mac"),
                                  f"{node.name}: MAC {iface.mac} is already used by {macs[iface.mac]}")
                     )
                 macs[iface.mac] = f"{node.name} ({net})"
+        if node.source_index not in entries:  # a ranged entry's NICs are alike on every node: once
+            entries.add(node.source_index)
+            out += _nic_name_problems(node, src)
         if node.bmc is not None:
             addr = str(node.bmc.address)
             if addr in bmcs:
@@ -77,6 +88,24 @@ def check_unique_nodes(m: Manifest, src: Source) -> list[Diagnostic]:
         if bip is not None and bip in ips:
             out.append(src.diag(node_path(node, "bmc", "address"),
                                 f"{node.name}: BMC address {bip} is also a node IP ({ips[bip]})"))
+    return out
+
+
+def _nic_name_problems(node: Node, src: Source) -> list[Diagnostic]:
+    """A NIC named on two networks, or several NICs on a network that takes one."""
+    out: list[Diagnostic] = []
+    seen: dict[str, str] = {}
+    for net, k, iface in node.all_nics():
+        if iface.interface and iface.interface in seen:
+            out.append(src.diag(nic_path(node, net, k, "interface"),
+                                f"{node.name}: NIC {iface.interface} is already on the {seen[iface.interface]} "
+                                "network; a NIC is in one place"))
+        if iface.interface:
+            seen.setdefault(iface.interface, net)
+        if k and net not in MULTI_NIC_NETWORKS:
+            out.append(src.diag(nic_path(node, net, k),
+                                f"{node.name}: one NIC on the {net} network; several NICs go on "
+                                f"{' or '.join(MULTI_NIC_NETWORKS)} (or bond the data network)"))
     return out
 
 
@@ -94,15 +123,16 @@ def check_addresses(m: Manifest, src: Source) -> list[Diagnostic]:
     out: list[Diagnostic] = []
     nets = m.networks
     for node in m.nodes:
-        for net_name, iface in node.interfaces.items():
+        for net_name, k, iface in node.all_nics():
             net: Network | None = getattr(nets, net_name)
             if net is None:
-                out.append(src.diag(node_path(node, "interfaces", net_name),
-                                    f"{node.name}: network {net_name!r} is not defined under networks"))
+                if k == 0:
+                    out.append(src.diag(node_path(node, "interfaces", net_name),
+                                        f"{node.name}: network {net_name!r} is not defined under networks"))
                 continue
             problem = _inside(net, iface.ip)
             if problem:
-                out.append(src.diag(node_path(node, "interfaces", net_name, "ip"), f"{node.name}: {problem}"))
+                out.append(src.diag(nic_path(node, net_name, k, "ip"), f"{node.name}: {problem}"))
         if node.bmc is not None and nets.bmc is not None:
             bip = node.bmc.ipv4
             if bip is None:
@@ -125,14 +155,14 @@ def check_rdma_devices(m: Manifest, src: Source) -> list[Diagnostic]:
     out: list[Diagnostic] = []
     for node in m.nodes:
         seen: dict[str, str] = {}
-        for net, iface in node.interfaces.items():
+        for net, k, iface in node.all_nics():
             if iface.rdma_device is None:
                 continue
             if net not in RDMA_NETWORKS:
-                out.append(src.diag(node_path(node, "interfaces", net, "rdma_device"),
+                out.append(src.diag(nic_path(node, net, k, "rdma_device"),
                                     f"{node.name}: rdma_device is for the infiniband and roce networks, not {net}"))
             elif iface.rdma_device in seen:
-                out.append(src.diag(node_path(node, "interfaces", net, "rdma_device"),
+                out.append(src.diag(nic_path(node, net, k, "rdma_device"),
                                     f"{node.name}: RDMA device {iface.rdma_device} is already on the "
                                     f"{seen[iface.rdma_device]} network"))
             seen.setdefault(iface.rdma_device, net)
@@ -159,7 +189,7 @@ def check_bonds(m: Manifest, src: Source) -> list[Diagnostic]:
 
     owner: dict[str, str] = {}  # MAC -> "node (what)" over the whole cluster
     for node in m.nodes:
-        for net, iface in node.interfaces.items():
+        for net, _, iface in node.all_nics():
             if iface.mac:
                 owner.setdefault(iface.mac, f"{node.name} ({net})")
     entries: set[int] = set()  # a ranged entry's nodes share its bonds: report once per entry
@@ -167,8 +197,8 @@ def check_bonds(m: Manifest, src: Source) -> list[Diagnostic]:
         first = node.source_index not in entries
         entries.add(node.source_index)
         users = _bond_users(node)
-        names = {iface.interface: net for net, iface in node.interfaces.items() if iface.interface}
-        macs = {iface.mac: net for net, iface in node.interfaces.items() if iface.mac}
+        names = {iface.interface: net for net, _, iface in node.all_nics() if iface.interface}
+        macs = {iface.mac: net for net, _, iface in node.all_nics() if iface.mac}
         seen: dict[str, str] = {}
         for bond_name, bond in node.bonds.items():
             at = node_path(node, "bonds", bond_name)

@@ -473,7 +473,9 @@ class Networks(Strict):
 
 
 # --------------------------------------------------------------------------- nodes
-class Interface(Strict):
+class Nic(Strict):
+    """One NIC on a network: its address, MAC, name, RDMA device."""
+
     ip: ipaddress.IPv4Address
     mac: Mac | None = None
     interface: str | None = Field(default=None, description="NIC name, e.g. eno1, ib0")
@@ -494,6 +496,34 @@ class Interface(Strict):
         if v is not None and not re.match(r"^[A-Za-z0-9_.-]{1,63}$", v):
             raise ValueError(f"{v!r} is not an RDMA device name (mlx5_0, rxe0)")
         return v
+
+
+# the networks a node may have several NICs on (each its own address)
+MULTI_NIC_NETWORKS: tuple[NetworkName, ...] = ("data", "roce")
+
+
+class Interface(Nic):
+    """A node's NIC on a network, and on data and roce the node's further NICs there
+    (``more``; the manifest may instead give the network a list of NICs, the first is this)."""
+
+    more: list[Nic] = Field(default_factory=list, description="further NICs on this network (data, roce), "
+                            "each with its own address")
+
+    def nics(self) -> list[Nic]:
+        """This NIC and the further ones, in the manifest's order."""
+        return [self, *self.more]
+
+
+def _nic_lists(v: Any) -> Any:
+    """``interfaces: {roce: [nic, nic]}``: the first NIC, the others as its ``more``."""
+    if not isinstance(v, dict):
+        return v
+    out = {}
+    for net, value in v.items():
+        if isinstance(value, list) and value and isinstance(value[0], dict) and "more" not in value[0]:
+            value = {**value[0], "more": value[1:]}
+        out[net] = value
+    return out
 
 
 IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
@@ -705,7 +735,7 @@ class Node(Strict):
     install_method: InstallMethod | None = Field(
         default=None, description="image or installer; default: cluster.install_method")
     install_disks: list[str] = Field(default_factory=list, max_length=2)
-    interfaces: dict[NetworkName, Interface]
+    interfaces: Annotated[dict[NetworkName, Interface], BeforeValidator(_nic_lists)]
     bmc: Bmc | None = None
     hardware: Hardware
     bonds: dict[str, Bond] = Field(
@@ -744,6 +774,11 @@ class Node(Strict):
     @property
     def ip(self) -> ipaddress.IPv4Address:
         return self.interfaces["management"].ip
+
+    def all_nics(self) -> list[tuple[NetworkName, int, Nic]]:
+        """(network, index on it, NIC) of every NIC of the node; index 0 is the network's
+        interface, 1... its further NICs."""
+        return [(net, i, nic) for net, iface in self.interfaces.items() for i, nic in enumerate(iface.nics())]
 
     def has_role(self, role: str) -> bool:
         return role in self.roles

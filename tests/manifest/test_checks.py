@@ -677,3 +677,25 @@ def test_bond_members_by_mac_are_unique_across_the_cluster(kit: Any) -> None:
     assert kit.error(data, "listed twice").path == "nodes[1].bonds.bond0.members"
     data["nodes"][1]["bonds"]["bond0"]["members"] = ["ens1f0", "not a nic"]
     assert "neither a network interface name nor a MAC" in kit.error(data, "neither").message
+
+
+# --------------------------------------------------------------------------- several NICs on a network
+def test_several_nics_on_data_each_with_its_address(kit: Any) -> None:
+    data = kit.base()
+    data["nodes"][1]["interfaces"]["data"] = [{"ip": "10.0.2.21", "interface": "ens1"},
+                                              {"ip": "10.0.2.121", "interface": "ens2", "mac": "52:54:00:02:00:21"}]
+    m = kit.load(data).manifest
+    more = m.node("node02").interfaces["data"].more
+    assert [(n.ip.exploded, n.mac) for n in more] == [("10.0.2.122", "52:54:00:02:00:22")]  # per node, like the first
+    data["nodes"][1]["interfaces"]["data"][1]["ip"] = "10.0.2.10"  # head01's data address
+    text = kit.dump(data)
+    d = kit.error(text, "is already used by head01")
+    assert d.path == "nodes[1].interfaces.data[1].ip" and d.line == kit.line_of(text, "ip: 10.0.2.10", 2)
+    data["nodes"][1]["interfaces"]["data"][1].update(ip="10.0.2.121", interface="eno1")
+    assert kit.error(data, "in one place").message == (
+        "node01: NIC eno1 is already on the management network; a NIC is in one place")
+    data = kit.base()
+    data["nodes"][1]["interfaces"]["management"] = [data["nodes"][1]["interfaces"]["management"],
+                                                    {"ip": "10.0.0.121", "interface": "eno2"}]
+    assert kit.error(data, "several NICs").message == (
+        "node01: one NIC on the management network; several NICs go on data or roce (or bond the data network)")

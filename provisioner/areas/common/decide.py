@@ -103,14 +103,17 @@ def data_interfaces(m: Manifest, node: Node) -> list[dict[str, Any]]:
     for net_name in DATA_NETWORKS:
         iface = node.interfaces.get(net_name)
         net = getattr(m.networks, net_name)
-        if iface is None or net is None or not iface.interface:
+        if iface is None or net is None:
             continue
-        entry: dict[str, Any] = {"interface": iface.interface, "address": f"{iface.ip}/{net.cidr.prefixlen}",
-                                 "mtu": net.mtu}
-        bond = node.bonds.get(iface.interface)
-        if bond is not None:  # only then: a NIC's entry stays what it was before bonds existed
-            entry["bond"] = {"mode": bond.mode, "members": [bond_member(member) for member in bond.members]}
-        out.append(entry)
+        for nic in iface.nics():  # the network's NIC and its further ones, each its own address
+            if not nic.interface:
+                continue
+            entry: dict[str, Any] = {"interface": nic.interface, "address": f"{nic.ip}/{net.cidr.prefixlen}",
+                                     "mtu": net.mtu}
+            bond = node.bonds.get(nic.interface)
+            if bond is not None:  # only then: a NIC's entry stays what it was before bonds existed
+                entry["bond"] = {"mode": bond.mode, "members": [bond_member(member) for member in bond.members]}
+            out.append(entry)
     return out
 
 

@@ -58,23 +58,26 @@ def ipoib_config(m: Manifest, node: Node) -> dict[str, Any]:
     }
 
 
-def roce_config(m: Manifest, node: Node) -> dict[str, Any]:
-    """The node's RoCE NIC as the ofed role checks it ({} when it has none): the netdev, its
-    RDMA device ('' = whichever the netdev has), the GID index RoCE v2 uses and the traffic
-    class. The NIC's address and MTU are the common role's (common_data_interfaces)."""
+def roce_config(m: Manifest, node: Node) -> list[dict[str, Any]]:
+    """The node's RoCE NICs as the ofed role checks them ([] when it has none): each netdev,
+    its RDMA device ('' = whichever the netdev has), the GID index RoCE v2 uses and the
+    traffic class. The NICs' addresses and MTU are the common role's (common_data_interfaces)."""
     roce = m.networks.roce
     iface = node.interfaces.get("roce")
     if roce is None or iface is None:
-        return {}
-    if not iface.interface:
-        raise StorageError(f"{node.name}: the roce interface needs a name (interface: enp65s0f0np0)")
-    return {
-        "interface": iface.interface,
-        "rdma_device": iface.rdma_device or "",
-        "gid_index": roce.gid_index,
-        "traffic_class": roce.traffic_class if roce.traffic_class is not None else -1,
-        "mtu": roce.mtu,
-    }
+        return []
+    out = []
+    for nic in iface.nics():
+        if not nic.interface:
+            raise StorageError(f"{node.name}: a roce NIC needs a name (interface: enp65s0f0np0); {nic.ip} has none")
+        out.append({
+            "interface": nic.interface,
+            "rdma_device": nic.rdma_device or "",
+            "gid_index": roce.gid_index,
+            "traffic_class": roce.traffic_class if roce.traffic_class is not None else -1,
+            "mtu": roce.mtu,
+        })
+    return out
 
 
 def nccl_env(m: Manifest, node: Node) -> dict[str, str]:
@@ -84,7 +87,7 @@ def nccl_env(m: Manifest, node: Node) -> dict[str, str]:
     needs nothing ({}): NCCL finds its HCAs and addresses them by LID."""
     nets = node_rdma_networks(m, node)
     env: dict[str, str] = {}
-    devices = [d for net in nets if (d := node.interfaces[net].rdma_device)]
+    devices = [d for net in nets for nic in node.interfaces[net].nics() if (d := nic.rdma_device)]
     if devices:
         env["NCCL_IB_HCA"] = "=" + ",".join(devices)
     roce = m.networks.roce

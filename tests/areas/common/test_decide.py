@@ -67,6 +67,14 @@ def test_a_roce_nic_is_configured_like_a_data_nic(kit: Any) -> None:
         {"interface": "ens2f0np0", "address": "10.0.4.22/24", "mtu": 9000},
     ]
     assert {"ip": "10.0.4.22", "names": ["node02-roce.test.internal", "node02-roce"]} in hosts_entries(m)
+    # a second RoCE port: its own address, the same careful configuration
+    data["nodes"][1]["interfaces"]["roce"] = [data["nodes"][1]["interfaces"]["roce"],
+                                              {"ip": "10.0.4.121", "interface": "ens2f1np1"}]
+    m = kit.load(data).manifest
+    assert common.data_interfaces(m, m.node("node02"))[1:] == [
+        {"interface": "ens2f0np0", "address": "10.0.4.22/24", "mtu": 9000},
+        {"interface": "ens2f1np1", "address": "10.0.4.122/24", "mtu": 9000},
+    ]
 
 
 def test_data_interfaces_get_their_address_and_mtu_without_a_route(kit: Any) -> None:

@@ -45,8 +45,8 @@ def roce_data(kit: Any, **net: Any) -> dict[str, Any]:
 
 def test_roce_config_and_peermem(kit: Any) -> None:
     m = kit.load(roce_data(kit, gid_index=5, traffic_class=106)).manifest
-    assert fabric.roce_config(m, m.node("node02")) == {
-        "interface": "ens2f0np0", "rdma_device": "mlx5_0", "gid_index": 5, "traffic_class": 106, "mtu": 9000}
+    assert fabric.roce_config(m, m.node("node02")) == [
+        {"interface": "ens2f0np0", "rdma_device": "mlx5_0", "gid_index": 5, "traffic_class": 106, "mtu": 9000}]
     assert fabric.ipoib_config(m, m.node("node02")) == {}  # no IPoIB on Ethernet
     assert fabric.opensm_node(m) is None  # no subnet manager
     assert fabric.wants_peermem(m, m.node("node01"))  # GPUDirect RDMA over RoCE too
@@ -55,7 +55,7 @@ def test_roce_config_and_peermem(kit: Any) -> None:
     data["networks"]["roce"]["rdma"] = False
     m = kit.load(data).manifest
     assert not fabric.wants_peermem(m, m.node("node01")) and not fabric.rdma_fabric(m)
-    assert fabric.roce_config(kit.load(kit.base()).manifest, m.node("node01")) == {}
+    assert fabric.roce_config(kit.load(kit.base()).manifest, m.node("node01")) == []
 
 
 def test_nccl_env_per_fabric(kit: Any, llm: Manifest) -> None:
@@ -83,4 +83,20 @@ def test_roce_interface_needs_a_name(kit: Any) -> None:
     data = roce_data(kit)
     del data["nodes"][1]["interfaces"]["roce"]["interface"]
     errors = kit.errors(data)
-    assert any("the roce interface needs a name" in d.message for d in errors), [d.message for d in errors]
+    assert any("a roce NIC needs a name" in d.message for d in errors), [d.message for d in errors]
+
+
+def test_two_roce_nics_per_node(kit: Any) -> None:
+    """Issue 28 item 2: the L40S nodes' 2 x 100 GbE RoCE ports, each with its address and RDMA
+    device: both are checked by the ofed role, both are NCCL's, the first carries NFS/verify."""
+    data = roce_data(kit)
+    data["nodes"][1]["interfaces"]["roce"] = [
+        {"ip": "10.0.4.21", "interface": "ens2f0np0", "rdma_device": "mlx5_0"},
+        {"ip": "10.0.4.121", "interface": "ens2f1np1", "rdma_device": "mlx5_1"},
+    ]
+    m = kit.load(data).manifest
+    node02 = m.node("node02")
+    assert [nic.ip.exploded for nic in node02.interfaces["roce"].nics()] == ["10.0.4.22", "10.0.4.122"]
+    assert [c["interface"] + "/" + c["rdma_device"] for c in fabric.roce_config(m, node02)] == [
+        "ens2f0np0/mlx5_0", "ens2f1np1/mlx5_1"]
+    assert fabric.nccl_env(m, node02)["NCCL_IB_HCA"] == "=mlx5_0,mlx5_1"
