@@ -45,7 +45,7 @@ from provisioner.manifest.model import Manifest, Node
 ROLE_FIELDS: dict[str, str] = {
     "common": "nodes (the common role runs on every node)",
     "users": "users, groups (every node)",
-    "ofed": "software.ofed (nodes with an infiniband interface)",
+    "ofed": "software.ofed (nodes with an infiniband or roce interface)",
     "nvidia_driver": "software.nvidia_driver (nodes with hardware.gpu)",
     "cuda": "software.cuda (nodes with hardware.gpu)",
     "nccl": "software.nccl (nodes with hardware.gpu)",

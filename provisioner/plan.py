@@ -48,10 +48,20 @@ def heavy_cluster_fingerprints(m: Manifest, cluster: ClusterVars | None = None) 
 _NOT_CONFIGURATION = frozenset({"bmc", "install", "install_method"})
 
 
-def _unset_since_v1(node: Node) -> set[str]:
+def _unset_since_v1(node: Node) -> dict[str, Any]:
     """Node fields added after states were first recorded, left out while unset (so those
-    states' fingerprints stay valid)."""
-    return {"scratch"} if node.scratch is None else set()
+    states' fingerprints stay valid): ``scratch``, ``bonds``, an interface's ``rdma_device`` and
+    ``more``. A pydantic ``exclude`` mapping."""
+    out: dict[str, Any] = dict.fromkeys(_NOT_CONFIGURATION, True)
+    if node.scratch is None:
+        out["scratch"] = True
+    if not node.bonds:
+        out["bonds"] = True
+    unset = {net: keys for net, iface in node.interfaces.items()
+             if (keys := {k for k in ("rdma_device", "more") if not getattr(iface, k)})}
+    if unset:
+        out["interfaces"] = unset
+    return out
 
 
 def node_sections(m: Manifest, node: Node, heavy_cluster: dict[str, str] | None = None) -> dict[str, str]:
@@ -64,7 +74,7 @@ def node_sections(m: Manifest, node: Node, heavy_cluster: dict[str, str] | None 
     if heavy_cluster is None:
         heavy_cluster = heavy_cluster_fingerprints(m)
     sections: dict[str, str] = {
-        "node": fingerprint(node.model_dump(mode="json", exclude=set(_NOT_CONFIGURATION) | _unset_since_v1(node))),
+        "node": fingerprint(node.model_dump(mode="json", exclude=_unset_since_v1(node))),
         "bmc": fingerprint(node.bmc.model_dump(mode="json") if node.bmc else None),
     }
     for area in registry.AREAS:

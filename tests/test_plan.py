@@ -364,6 +364,19 @@ def test_real_plays_against_an_example(kit: Any) -> None:
     assert all(all(label.endswith("(files)") for label in n.plays) for n in quiet.nodes)
 
 
+def test_plan_shows_the_rdma_stack_on_a_roce_node(kit: Any) -> None:
+    """Issue 28 item 1: a node on a RoCE fabric gets the ofed play (the RDMA stack) like an
+    InfiniBand node; one off the fabrics does not."""
+    plays = load_plays(kit.root / "playbooks" / "site.yml")
+    data = kit.base()
+    data["networks"]["roce"] = {"cidr": "10.0.4.0/24", "mtu": 9000}
+    data["nodes"][1]["interfaces"]["roce"] = {"ip": "10.0.4.21", "interface": "ens2f0np0"}
+    fresh = by_name(compute(kit.load(data).manifest, State(), plays))
+    ofed = [p.label for p in plays if p.label.startswith("ofed")]
+    assert ofed and ofed[0] in fresh["node01"].plays and ofed[0] in fresh["node02"].plays
+    assert ofed[0] not in fresh["head01"].plays
+
+
 def test_load_plays_follows_imports(tmp_path: Path) -> None:
     (tmp_path / "site.yml").write_text(
         "---\n"
@@ -385,3 +398,20 @@ def test_load_plays_follows_imports(tmp_path: Path) -> None:
 def test_load_plays_on_an_empty_file(tmp_path: Path) -> None:
     (tmp_path / "site.yml").write_text("---\n")
     assert load_plays(tmp_path / "site.yml") == []
+
+
+def test_fields_added_later_leave_recorded_fingerprints_alone(kit: Any) -> None:
+    """A node without rdma_device or bonds (issue 28) or scratch fingerprints as it did before
+    those fields existed: its dump without them."""
+    data = kit.base()
+    del data["nodes"][1]["hardware"]["disks"]
+    m = kit.load(data).manifest
+    node = m.node("node01")
+    before = node.model_dump(mode="json", exclude={"bmc", "install", "install_method", "scratch", "bonds"})
+    for iface in before["interfaces"].values():
+        del iface["rdma_device"], iface["more"]
+    assert node_sections(m, node)["node"] == fingerprint(before)
+    data["networks"]["infiniband"] = {"cidr": "10.0.3.0/24"}
+    data["nodes"][1]["interfaces"]["infiniband"] = {"ip": "10.0.3.21", "interface": "ib0", "rdma_device": "mlx5_0"}
+    m = kit.load(data).manifest
+    assert node_sections(m, m.node("node01"))["node"] != fingerprint(before)

@@ -11,7 +11,16 @@ import ipaddress
 from collections.abc import Callable
 
 from provisioner.errors import Diagnostic
-from provisioner.manifest.model import Manifest, Network, Node
+from provisioner.manifest.model import (
+    MULTI_NIC_NETWORKS,
+    NETWORK_NAMES,
+    RDMA_NETWORKS,
+    Manifest,
+    Network,
+    NetworkName,
+    Node,
+    is_mac,
+)
 from provisioner.manifest.ranges import RangeError, expand
 from provisioner.manifest.select import SelectorError, select_nodes
 from provisioner.manifest.source import PathKey, Source
@@ -23,10 +32,16 @@ def node_path(node: Node, *rest: str | int) -> PathKey:
     return ("nodes", node.source_index, *rest)
 
 
+def nic_path(node: Node, net: str, index: int, *rest: str | int) -> PathKey:
+    """Where a node's NIC on ``net`` is: the network's own entry, or (``index`` > 0) the
+    list item of a further NIC (``more:`` instead of a list falls back to the network)."""
+    return node_path(node, "interfaces", net, *((index,) if index else ()), *rest)
+
+
 # Names the inventory uses for groups; a host with the same name confuses Ansible.
 RESERVED_NAMES = frozenset({
     "all", "ungrouped", "localhost", "head", "compute", "storage", "services", "login", "gpu",
-    "infiniband", "scratch", "zfs", "nfs_server", "nfs_client", "mergerfs", "docker", "slurm_controller",
+    "infiniband", "roce", "scratch", "zfs", "nfs_server", "nfs_client", "mergerfs", "docker", "slurm_controller",
     "slurm_compute", "slurm_node",
 })
 
@@ -37,6 +52,7 @@ def check_unique_nodes(m: Manifest, src: Source) -> list[Diagnostic]:
     ips: dict[ipaddress.IPv4Address, str] = {}
     macs: dict[str, str] = {}
     bmcs: dict[str, str] = {}
+    entries: set[int] = set()
     for node in m.nodes:
         if node.name in RESERVED_NAMES:
             out.append(src.diag(node_path(node, "name"),
@@ -44,20 +60,23 @@ def check_unique_nodes(m: Manifest, src: Source) -> list[Diagnostic]:
         if node.name in names:
             out.append(src.diag(node_path(node, "name"), f"duplicate host name {node.name!r}"))
         names[node.name] = node
-        for net, iface in node.interfaces.items():
+        for net, k, iface in node.all_nics():
             if iface.ip in ips:
                 out.append(
-                    src.diag(node_path(node, "interfaces", net, "ip"),
+                    src.diag(nic_path(node, net, k, "ip"),
                              f"{node.name}: IP {iface.ip} is already used by {ips[iface.ip]}")
                 )
             ips[iface.ip] = f"{node.name} ({net})"
             if iface.mac:
                 if iface.mac in macs:
                     out.append(
-                        src.diag(node_path(node, "interfaces", net, "mac"),
+                        src.diag(nic_path(node, net, k, "mac"),
                                  f"{node.name}: MAC {iface.mac} is already used by {macs[iface.mac]}")
                     )
                 macs[iface.mac] = f"{node.name} ({net})"
+        if node.source_index not in entries:  # a ranged entry's NICs are alike on every node: once
+            entries.add(node.source_index)
+            out += _nic_name_problems(node, src)
         if node.bmc is not None:
             addr = str(node.bmc.address)
             if addr in bmcs:
@@ -69,6 +88,24 @@ def check_unique_nodes(m: Manifest, src: Source) -> list[Diagnostic]:
         if bip is not None and bip in ips:
             out.append(src.diag(node_path(node, "bmc", "address"),
                                 f"{node.name}: BMC address {bip} is also a node IP ({ips[bip]})"))
+    return out
+
+
+def _nic_name_problems(node: Node, src: Source) -> list[Diagnostic]:
+    """A NIC named on two networks, or several NICs on a network that takes one."""
+    out: list[Diagnostic] = []
+    seen: dict[str, str] = {}
+    for net, k, iface in node.all_nics():
+        if iface.interface and iface.interface in seen:
+            out.append(src.diag(nic_path(node, net, k, "interface"),
+                                f"{node.name}: NIC {iface.interface} is already on the {seen[iface.interface]} "
+                                "network; a NIC is in one place"))
+        if iface.interface:
+            seen.setdefault(iface.interface, net)
+        if k and net not in MULTI_NIC_NETWORKS:
+            out.append(src.diag(nic_path(node, net, k),
+                                f"{node.name}: one NIC on the {net} network; several NICs go on "
+                                f"{' or '.join(MULTI_NIC_NETWORKS)} (or bond the data network)"))
     return out
 
 
@@ -86,15 +123,16 @@ def check_addresses(m: Manifest, src: Source) -> list[Diagnostic]:
     out: list[Diagnostic] = []
     nets = m.networks
     for node in m.nodes:
-        for net_name, iface in node.interfaces.items():
+        for net_name, k, iface in node.all_nics():
             net: Network | None = getattr(nets, net_name)
             if net is None:
-                out.append(src.diag(node_path(node, "interfaces", net_name),
-                                    f"{node.name}: network {net_name!r} is not defined under networks"))
+                if k == 0:
+                    out.append(src.diag(node_path(node, "interfaces", net_name),
+                                        f"{node.name}: network {net_name!r} is not defined under networks"))
                 continue
             problem = _inside(net, iface.ip)
             if problem:
-                out.append(src.diag(node_path(node, "interfaces", net_name, "ip"), f"{node.name}: {problem}"))
+                out.append(src.diag(nic_path(node, net_name, k, "ip"), f"{node.name}: {problem}"))
         if node.bmc is not None and nets.bmc is not None:
             bip = node.bmc.ipv4
             if bip is None:
@@ -103,11 +141,107 @@ def check_addresses(m: Manifest, src: Source) -> list[Diagnostic]:
             if problem:
                 out.append(src.diag(node_path(node, "bmc", "address"), f"{node.name}: BMC {problem}"))
     # networks must not overlap each other
-    defined = [(k, getattr(nets, k)) for k in ("management", "bmc", "data", "infiniband") if getattr(nets, k)]
+    defined = nets.defined()
     for i, (a, na) in enumerate(defined):
         for b, nb in defined[i + 1 :]:
             if na.cidr.overlaps(nb.cidr):
                 out.append(src.diag(("networks", b, "cidr"), f"{nb.cidr} overlaps the {a} network {na.cidr}"))
+    return out
+
+
+def check_rdma_devices(m: Manifest, src: Source) -> list[Diagnostic]:
+    """``rdma_device`` names an RDMA NIC: it belongs on an infiniband or roce interface only,
+    and one device serves one network."""
+    out: list[Diagnostic] = []
+    for node in m.nodes:
+        seen: dict[str, str] = {}
+        for net, k, iface in node.all_nics():
+            if iface.rdma_device is None:
+                continue
+            if net not in RDMA_NETWORKS:
+                out.append(src.diag(nic_path(node, net, k, "rdma_device"),
+                                    f"{node.name}: rdma_device is for the infiniband and roce networks, not {net}"))
+            elif iface.rdma_device in seen:
+                out.append(src.diag(nic_path(node, net, k, "rdma_device"),
+                                    f"{node.name}: RDMA device {iface.rdma_device} is already on the "
+                                    f"{seen[iface.rdma_device]} network"))
+            seen.setdefault(iface.rdma_device, net)
+    return out
+
+
+BONDED_NETWORKS: tuple[NetworkName, ...] = ("data",)  # the networks whose interface may be a bond (management: not yet)
+
+
+def _bond_users(node: Node) -> dict[str, list[NetworkName]]:
+    """bond name -> the networks whose interface names it."""
+    return {name: [net for net, iface in node.interfaces.items() if iface.interface == name] for name in node.bonds}
+
+
+def check_bonds(m: Manifest, src: Source) -> list[Diagnostic]:
+    """Bonds (issue 28 item 2): each carries exactly one network, data; its MTU agrees with
+    that network's; no NIC is in two places (two bonds, or a bond and a network's own
+    interface, by name or MAC, on this node or, by MAC, on another)."""
+    out: list[Diagnostic] = []
+
+    def add(report: bool, diag: Diagnostic) -> None:
+        if report:
+            out.append(diag)
+
+    owner: dict[str, str] = {}  # MAC -> "node (what)" over the whole cluster
+    for node in m.nodes:
+        for net, _, iface in node.all_nics():
+            if iface.mac:
+                owner.setdefault(iface.mac, f"{node.name} ({net})")
+    entries: set[int] = set()  # a ranged entry's nodes share its bonds: report once per entry
+    for node in m.nodes:
+        first = node.source_index not in entries
+        entries.add(node.source_index)
+        users = _bond_users(node)
+        names = {iface.interface: net for net, _, iface in node.all_nics() if iface.interface}
+        macs = {iface.mac: net for net, _, iface in node.all_nics() if iface.mac}
+        seen: dict[str, str] = {}
+        for bond_name, bond in node.bonds.items():
+            at = node_path(node, "bonds", bond_name)
+            nets = users[bond_name]
+            if not nets:
+                add(first, src.diag(at, f"{node.name}: bond {bond_name} carries no network; name it as the "
+                                        f"interface of one ({', '.join(BONDED_NETWORKS)}: interface: {bond_name})"))
+            for net in nets:
+                if net == "management":
+                    add(first, src.diag(node_path(node, "interfaces", net, "interface"),
+                                        f"{node.name}: a bond on the management network is not built (the "
+                                        "installer's management link stays one NIC); bond the data network"))
+                elif net not in BONDED_NETWORKS:
+                    add(first, src.diag(node_path(node, "interfaces", net, "interface"),
+                                        f"{node.name}: bonds carry the data network, not {net}"))
+            if len(nets) > 1:
+                add(first, src.diag(at, f"{node.name}: bond {bond_name} is the interface of {' and '.join(nets)}; "
+                                        "a bond carries one network"))
+            network = m.networks.named(nets[0]) if nets else None
+            if bond.mtu is not None and network is not None and bond.mtu != network.mtu:
+                add(first, src.diag((*at, "mtu"), f"{node.name}: bond {bond_name} MTU {bond.mtu} disagrees with "
+                                                  f"the {nets[0]} network's MTU {network.mtu}"))
+            for i, member in enumerate(bond.members):
+                where = (*at, "members", i)
+                if member in seen:
+                    add(first, src.diag(where, f"{node.name}: {member} is a member of {seen[member]} too"))
+                elif member in names:
+                    add(first, src.diag(where, f"{node.name}: {member} is the {names[member]} network's own "
+                                               "interface; a NIC is in one place"))
+                elif member in macs:
+                    add(first, src.diag(where, f"{node.name}: {member} is the MAC of the {macs[member]} "
+                                               "network's interface; a NIC is in one place"))
+                elif member in owner and not owner[member].startswith(f"{node.name} "):
+                    add(True, src.diag(where, f"{node.name}: MAC {member} is already used by {owner[member]}"))
+                seen.setdefault(member, f"bond {bond_name}")
+                if is_mac(member):
+                    owner.setdefault(member, f"{node.name} (bond {bond_name})")
+        for net, iface in node.interfaces.items():
+            if iface.interface in users:
+                continue
+            if iface.interface and iface.interface.startswith("bond") and net in BONDED_NETWORKS:
+                add(first, src.diag(node_path(node, "interfaces", net, "interface"),
+                                    f"{node.name}: no bond {iface.interface} under the node's bonds"))
     return out
 
 
@@ -120,7 +254,7 @@ def check_roles(m: Manifest, src: Source) -> list[Diagnostic]:
         out.append(src.diag(node_path(heads[1], "roles"),
                             f"{heads[1].name}: only one head node is supported (already {heads[0].name})"))
     for node in m.nodes:
-        if "infiniband" in node.interfaces and m.networks.infiniband is None:
+        if any(m.networks.named(net) is None for net in node.interfaces):
             continue  # reported by check_addresses
         if len(node.install_disks) == 2 and node.install_disks[0] == node.install_disks[1]:
             out.append(src.diag(node_path(node, "install_disks"), f"{node.name}: the two install disks are the same"))
@@ -218,7 +352,7 @@ def check_nfs(m: Manifest, src: Source) -> list[Diagnostic]:
             if not any(p.name == pool and p.node == exp.node for p in m.zfs.pools):
                 out.append(src.diag((*base, "dataset"), f"export {exp.name!r}: no pool {pool!r} on {exp.node}"))
         for c, client in enumerate(exp.clients):
-            if client in ("management", "data", "infiniband", "bmc"):
+            if client in NETWORK_NAMES:
                 if getattr(m.networks, client) is None:
                     out.append(src.diag((*base, "clients", c), f"network {client!r} is not defined"))
                 continue
@@ -240,8 +374,8 @@ def check_nfs(m: Manifest, src: Source) -> list[Diagnostic]:
             if (n, mnt.path) in mount_paths:
                 out.append(src.diag((*base, "path"), f"{n} mounts two things at {mnt.path}"))
             mount_paths[(n, mnt.path)] = i
-        if mnt.proto == "rdma" and (m.networks.infiniband is None or not m.networks.infiniband.rdma):
-            out.append(src.diag((*base, "proto"), "proto rdma needs an infiniband network with rdma: true"))
+        if mnt.proto == "rdma" and not m.networks.rdma():
+            out.append(src.diag((*base, "proto"), "proto rdma needs an infiniband or roce network with rdma: true"))
     return out
 
 
@@ -268,7 +402,7 @@ def check_docker(m: Manifest, src: Source) -> list[Diagnostic]:
         select_nodes(m, m.docker.nodes)
     except SelectorError as exc:
         out.append(src.diag(("docker", "nodes"), str(exc)))
-    nets = [(k, getattr(m.networks, k)) for k in ("management", "bmc", "data", "infiniband")]
+    nets = m.networks.defined()
     for i, pool in enumerate(m.docker.address_pools):
         if pool.size < pool.base.prefixlen:
             out.append(src.diag(("docker", "address_pools", i, "size"),
@@ -314,6 +448,8 @@ def check_slurm(m: Manifest, src: Source) -> list[Diagnostic]:
 CHECKS: list[Check] = [
     check_unique_nodes,
     check_addresses,
+    check_rdma_devices,
+    check_bonds,
     check_roles,
     check_nfs,
     check_mergerfs,

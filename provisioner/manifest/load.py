@@ -10,13 +10,13 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from provisioner.errors import Diagnostic, ManifestError
 from provisioner.manifest.checks import run_checks
-from provisioner.manifest.model import Bmc, Interface, Manifest, Node
+from provisioner.manifest.model import Bmc, Interface, Manifest, Nic, Node
 from provisioner.manifest.ranges import RangeError, add_ip, add_mac, expand
 from provisioner.manifest.source import PathKey, Source
 
@@ -163,6 +163,22 @@ def _disk_per_node(disk: str, count: int, where: PathKey) -> list[str]:
     return items
 
 
+_N = TypeVar("_N", bound=Nic)
+
+
+def _nic_at(nic: _N, offset: int, entry: str, where: PathKey) -> _N:
+    """A NIC of a ranged entry's ``offset``-th node: its IP and MAC incremented."""
+    try:
+        ip = add_ip(nic.ip, offset)
+    except RangeError as exc:
+        raise NodeRangeError((*where, "ip"), f"{entry}: {exc}") from None
+    try:
+        mac = add_mac(nic.mac, offset) if nic.mac else None
+    except RangeError as exc:
+        raise NodeRangeError((*where, "mac"), f"{entry}: {exc}") from None
+    return nic.model_copy(update={"ip": ip, "mac": mac})
+
+
 def expand_nodes(nodes: list[Node]) -> list[Node]:
     """Expand ``gpu[01-04]`` entries into one node each; addresses increment per node."""
     out: list[Node] = []
@@ -174,16 +190,10 @@ def expand_nodes(nodes: list[Node]) -> list[Node]:
             interfaces: dict[Any, Interface] = {}
             for net, iface in node.interfaces.items():
                 where: PathKey = ("nodes", index, "interfaces", net)
-                try:
-                    ip = add_ip(iface.ip, offset)
-                except RangeError as exc:
-                    raise NodeRangeError((*where, "ip"), f"{node.name}: {exc}") from None
-                try:
-                    mac = add_mac(iface.mac, offset) if iface.mac else None
-                except RangeError as exc:
-                    raise NodeRangeError((*where, "mac"), f"{node.name}: {exc}") from None
-                # the values are validated already (the entry's, incremented): no second validation
-                interfaces[net] = Interface.model_construct(ip=ip, mac=mac, interface=iface.interface)
+                more = [_nic_at(nic, offset, node.name, (*where, k + 1)) for k, nic in enumerate(iface.more)]
+                # the values are validated already (the entry's, incremented): no second validation;
+                # every other field (interface, rdma_device) is the entry's own
+                interfaces[net] = _nic_at(iface, offset, node.name, where).model_copy(update={"more": more})
             bmc: Bmc | None = node.bmc
             if bmc is not None and offset:
                 where = ("nodes", index, "bmc", "address")

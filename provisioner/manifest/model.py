@@ -82,7 +82,11 @@ Mac = Annotated[str, AfterValidator(_mac)]
 PropertyValue = Annotated[str | int, BeforeValidator(_onoff)]
 Role = Literal["head", "compute", "storage", "services", "login"]
 OsName = Literal["ubuntu-22.04", "ubuntu-24.04", "debian-12"]
-NetworkName = Literal["management", "bmc", "data", "infiniband"]
+NetworkName = Literal["management", "bmc", "data", "infiniband", "roce"]
+# every network kind, in the order the manifest and the checks list them
+NETWORK_NAMES: tuple[NetworkName, ...] = ("management", "bmc", "data", "infiniband", "roce")
+# the fabrics RDMA runs on: InfiniBand, and RDMA over Converged Ethernet (RoCE v2)
+RDMA_NETWORKS: tuple[NetworkName, ...] = ("infiniband", "roce")
 
 
 def ssh_public_key(key: str) -> str:
@@ -379,6 +383,11 @@ class InfinibandNetwork(Network):
     )
     rdma: bool = Field(default=True, description="NFS over RDMA and GPUDirect on this fabric")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_roce_keys(cls, data: Any) -> Any:
+        return _refuse_keys(data, _ROCE_ONLY, "infiniband")
+
     @model_validator(mode="after")
     def _ipoib_mode(self) -> InfinibandNetwork:
         if self.mode == "connected" and not self.hca_supports_connected:
@@ -391,9 +400,56 @@ class InfinibandNetwork(Network):
             raise ValueError(
                 f"IPoIB datagram mode carries at most {IPOIB_DATAGRAM_MAX_MTU} bytes (a 4096-byte InfiniBand "
                 f"MTU less the IPoIB header); mtu {self.mtu} needs connected mode, which only ConnectX-3 and "
-                "older HCAs run"
+                "older HCAs run; Ethernet NICs running RDMA (RoCE) at MTU 9000 go under networks.roce"
             )
         return self
+
+
+# keys of one fabric kind put on the other, and what to say instead of "extra field"
+_IB_ONLY = {
+    "mode": "IPoIB mode is InfiniBand's; RoCE NICs are Ethernet and carry IP as they are",
+    "hca_supports_connected": "IPoIB connected mode is InfiniBand's; RoCE NICs are Ethernet",
+    "subnet_manager": "a subnet manager runs on InfiniBand only; RoCE is Ethernet (the switches learn "
+                      "addresses; PFC/ECN are set in the switch, not here)",
+    "pkey": "partition keys are InfiniBand's; separate RoCE traffic with VLANs in the switch",
+}
+_ROCE_ONLY = {
+    "gid_index": "the GID index is RoCE's (InfiniBand addresses by LID); put Ethernet RDMA NICs under "
+                 "networks.roce",
+    "traffic_class": "the traffic class is RoCE's (its PFC/ECN priority); put Ethernet RDMA NICs under "
+                     "networks.roce",
+}
+
+
+def _refuse_keys(data: Any, refused: dict[str, str], kind: str) -> Any:
+    if isinstance(data, dict):
+        wrong = [k for k in refused if k in data]
+        if wrong:
+            raise ValueError("; ".join(f"{k} on a {kind} network: {refused[k]}" for k in wrong))
+    return data
+
+
+class RoceNetwork(Network):
+    """RDMA over Converged Ethernet v2: Ethernet NICs (ConnectX, BlueField, soft-RoCE) with
+    IP addresses, RDMA in UDP; no IPoIB and no subnet manager. Lossless transport (PFC, ECN)
+    is the switches' configuration, not the manifest's."""
+
+    mtu: int = Field(default=1500, ge=576, le=9000, description="Ethernet MTU, at most 9000")
+    rdma: bool = Field(default=True, description="NFS over RDMA and GPUDirect on this fabric")
+    gid_index: int = Field(
+        default=3, ge=0, le=255,
+        description="the GID table entry that is RoCE v2 over the NIC's IPv4 address (NCCL_IB_GID_INDEX, "
+                    "ib_write_bw -x): 3 on ConnectX with an IPv4 address, 1 on soft-RoCE (rxe); "
+                    "show_gids lists them")
+    traffic_class: int | None = Field(
+        default=None, ge=0, le=255,
+        description="NCCL_IB_TC: the IP traffic class (DSCP x 4) of RDMA traffic, the one the switches' "
+                    "PFC/ECN treat as lossless (106 for DSCP 26); unset: the NIC's default")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_infiniband_keys(cls, data: Any) -> Any:
+        return _refuse_keys(data, _IB_ONLY, "roce")
 
 
 class Networks(Strict):
@@ -401,19 +457,114 @@ class Networks(Strict):
     bmc: Network | None = None
     data: Network | None = None
     infiniband: InfinibandNetwork | None = None
+    roce: RoceNetwork | None = None
+
+    def named(self, name: NetworkName) -> Network | None:
+        net: Network | None = getattr(self, name)
+        return net
+
+    def defined(self) -> list[tuple[NetworkName, Network]]:
+        """The networks the manifest declares, in NETWORK_NAMES order."""
+        return [(k, n) for k in NETWORK_NAMES if (n := self.named(k)) is not None]
+
+    def rdma(self) -> list[NetworkName]:
+        """The fabrics with rdma: true, InfiniBand first, then RoCE."""
+        return [k for k in RDMA_NETWORKS if getattr(self.named(k), "rdma", False)]
 
 
 # --------------------------------------------------------------------------- nodes
-class Interface(Strict):
+class Nic(Strict):
+    """One NIC on a network: its address, MAC, name, RDMA device."""
+
     ip: ipaddress.IPv4Address
     mac: Mac | None = None
     interface: str | None = Field(default=None, description="NIC name, e.g. eno1, ib0")
+    rdma_device: str | None = Field(
+        default=None, description="on infiniband and roce: the NIC's RDMA device (mlx5_0, rxe0) for "
+                                  "NCCL_IB_HCA and ib_write_bw -d; unset: the first device")
 
     @field_validator("interface")
     @classmethod
     def _ifname(cls, v: str | None) -> str | None:
         if v is not None and not re.match(r"^[A-Za-z0-9_.:-]{1,15}$", v):
             raise ValueError(f"{v!r} is not a network interface name")
+        return v
+
+    @field_validator("rdma_device")
+    @classmethod
+    def _rdma_device(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^[A-Za-z0-9_.-]{1,63}$", v):
+            raise ValueError(f"{v!r} is not an RDMA device name (mlx5_0, rxe0)")
+        return v
+
+
+# the networks a node may have several NICs on (each its own address)
+MULTI_NIC_NETWORKS: tuple[NetworkName, ...] = ("data", "roce")
+
+
+class Interface(Nic):
+    """A node's NIC on a network, and on data and roce the node's further NICs there
+    (``more``; the manifest may instead give the network a list of NICs, the first is this)."""
+
+    more: list[Nic] = Field(default_factory=list, description="further NICs on this network (data, roce), "
+                            "each with its own address")
+
+    def nics(self) -> list[Nic]:
+        """This NIC and the further ones, in the manifest's order."""
+        return [self, *self.more]
+
+
+def _nic_lists(v: Any) -> Any:
+    """``interfaces: {roce: [nic, nic]}``: the first NIC, the others as its ``more``."""
+    if not isinstance(v, dict):
+        return v
+    out = {}
+    for net, value in v.items():
+        if isinstance(value, list) and value and isinstance(value[0], dict) and "more" not in value[0]:
+            value = {**value[0], "more": value[1:]}
+        out[net] = value
+    return out
+
+
+IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
+
+
+def is_mac(value: str) -> bool:
+    """A MAC address in any case, with ':' or '-' (a NIC name never has five separators
+    between hex pairs)."""
+    try:
+        normalize_mac(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _bond_member(value: str) -> str:
+    """A bond member: a NIC name (ens1f0) or its MAC address (normalised)."""
+    if is_mac(value):
+        return normalize_mac(value)
+    if not IFNAME_RE.match(value):
+        raise ValueError(f"{value!r} is neither a network interface name nor a MAC address")
+    return value
+
+
+BondMember = Annotated[str, AfterValidator(_bond_member)]
+
+
+class Bond(Strict):
+    """Several NICs as one link (Linux bonding): ``802.3ad`` (LACP; the switch ports form a
+    LAG) or ``active-backup`` (no switch configuration; one member carries the traffic).
+    A network's interface uses it by its name (``interface: bond0``)."""
+
+    mode: Literal["802.3ad", "active-backup"] = "802.3ad"
+    members: list[BondMember] = Field(min_length=2, description="NIC names (ens1f0) or MAC addresses")
+    mtu: int | None = Field(default=None, ge=576, le=9216, description="default: the network's MTU")
+
+    @field_validator("members")
+    @classmethod
+    def _distinct(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError("a member is listed twice")
         return v
 
 
@@ -584,9 +735,12 @@ class Node(Strict):
     install_method: InstallMethod | None = Field(
         default=None, description="image or installer; default: cluster.install_method")
     install_disks: list[str] = Field(default_factory=list, max_length=2)
-    interfaces: dict[NetworkName, Interface]
+    interfaces: Annotated[dict[NetworkName, Interface], BeforeValidator(_nic_lists)]
     bmc: Bmc | None = None
     hardware: Hardware
+    bonds: dict[str, Bond] = Field(
+        default_factory=dict, description="bonds by name (bond0); an interface on management or data names one "
+        "as its interface")
     scratch: Scratch | None = Field(
         default=None, description="settings of the scratch file system on the disks with use: scratch")
     _source_index: int = PrivateAttr(default=-1)
@@ -602,6 +756,14 @@ class Node(Strict):
             raise ValueError("a role is listed twice")
         return v
 
+    @field_validator("bonds")
+    @classmethod
+    def _bond_names(cls, v: dict[str, Bond]) -> dict[str, Bond]:
+        for name in v:
+            if not IFNAME_RE.match(name):
+                raise ValueError(f"{name!r} is not a network interface name (bond0)")
+        return v
+
     @field_validator("interfaces")
     @classmethod
     def _mgmt(cls, v: dict[str, Interface]) -> dict[str, Interface]:
@@ -612,6 +774,11 @@ class Node(Strict):
     @property
     def ip(self) -> ipaddress.IPv4Address:
         return self.interfaces["management"].ip
+
+    def all_nics(self) -> list[tuple[NetworkName, int, Nic]]:
+        """(network, index on it, NIC) of every NIC of the node; index 0 is the network's
+        interface, 1... its further NICs."""
+        return [(net, i, nic) for net, iface in self.interfaces.items() for i, nic in enumerate(iface.nics())]
 
     def has_role(self, role: str) -> bool:
         return role in self.roles
@@ -823,6 +990,11 @@ class Slurm(Strict):
     constrain_cores: bool = True
     constrain_memory: bool = True
     constrain_devices: bool = True
+    job_tmp: AbsPath | None = Field(
+        default=None,
+        description="each job's private /tmp and /dev/shm (job_container/tmpfs BasePath) under this path on "
+                    "every slurmd node, and TmpFS (the file system whose size slurmd reports as TmpDisk); a "
+                    "folder on the compute nodes' scratch, e.g. /scratch/slurm; unset: jobs share /tmp")
 
 
 class NvidiaDriver(Strict):
@@ -1111,9 +1283,21 @@ class Verify(Strict):
         "unset kinds keep the defaults in docs/verify.md")
     ib_write_bw_fraction: float = Field(default=0.75, gt=0, le=1, description="ib_write_bw floor: this share "
                                         "of the port's link rate")
-    multi_node_busbw_floor_gbps: dict[Literal["rdma", "ethernet"], float] = Field(
+    write_bw_fraction: dict[Literal["infiniband", "roce"], float] = Field(
+        default_factory=dict, description="ib_write_bw floor per fabric (a share of the port's link rate); "
+        "unset fabrics keep ib_write_bw_fraction")
+    multi_node_busbw_floor_gbps: dict[Literal["rdma", "infiniband", "roce", "ethernet"], float] = Field(
         default_factory=dict, description="all_reduce_perf bus bandwidth floors (GB/s) between two GPU nodes "
-        "through Slurm, per fabric; unset kinds keep the defaults in docs/verify.md")
+        "through Slurm, per fabric (rdma: both RDMA fabrics, unless infiniband or roce is given); unset "
+        "kinds keep the defaults in docs/verify.md")
+
+    @field_validator("write_bw_fraction")
+    @classmethod
+    def _fractions(cls, v: dict[str, float]) -> dict[str, float]:
+        for fabric, share in v.items():
+            if not 0 < share <= 1:
+                raise ValueError(f"{fabric}: {share} is not a share of the link rate (0 < share <= 1)")
+        return v
     docker_image: str | None = Field(default=None, description="an image present on the nodes for the "
                                      "`docker run --runtime nvidia` check; unset: that check says SKIP")
     burn_in_s: int = Field(default=0, ge=0, le=86400, description="seconds of GPU burn-in per GPU node "

@@ -457,7 +457,7 @@ def test_rdma_mount_needs_an_rdma_fabric(kit: Any) -> None:
     data = zfs_base(kit)
     data["nfs"]["mounts"][0]["proto"] = "rdma"
     d, text = only(kit, data, "rdma")
-    assert d.message == "proto rdma needs an infiniband network with rdma: true"
+    assert d.message == "proto rdma needs an infiniband or roce network with rdma: true"
     assert_at(kit, d, text, "proto: rdma")
     data["networks"]["infiniband"] = {"cidr": "10.0.5.0/24", "rdma": False}
     d, text = only(kit, data, "rdma")
@@ -623,3 +623,79 @@ def test_all_errors_are_reported_at_once(kit: Any) -> None:
     diags = kit.errors(data)
     assert {d.path for d in diags} >= {"nodes[0].interfaces.data.ip", "docker.users[0]", "nfs.mounts[0].export"}
     assert diags == sorted(diags)
+
+
+# --------------------------------------------------------------------------- bonds (issue 28 item 2)
+def bonded(kit: Any, **bond: Any) -> dict[str, Any]:
+    """node[01-02] carry the data network on bond0 of two NICs."""
+    data = kit.base()
+    data["nodes"][1]["interfaces"]["data"]["interface"] = "bond0"
+    data["nodes"][1]["bonds"] = {"bond0": {"mode": "802.3ad", "members": ["ens1f0", "ens1f1"], **bond}}
+    return data
+
+
+def test_a_bond_carries_the_data_network(kit: Any) -> None:
+    m = kit.load(bonded(kit, mtu=9000)).manifest
+    assert m.node("node02").bonds["bond0"].members == ["ens1f0", "ens1f1"]
+
+
+@pytest.mark.parametrize(("change", "needle", "message"), [
+    (lambda d: d["nodes"][1]["bonds"].update(bond1={"members": ["ens2f0", "ens2f1"]}), "bond1:",
+     "node01: bond bond1 carries no network; name it as the interface of one (data: interface: bond1)"),
+    (lambda d: d["nodes"][1]["bonds"]["bond0"].update(mtu=1500), "mtu: 1500",
+     "node01: bond bond0 MTU 1500 disagrees with the data network's MTU 9000"),
+    (lambda d: d["nodes"][1]["bonds"]["bond0"]["members"].__setitem__(1, "eno1"), "- eno1",
+     "node01: eno1 is the management network's own interface; a NIC is in one place"),
+    (lambda d: d["nodes"][1]["bonds"].update(bond1={"members": ["ens1f1", "ens2f1"]}), "- ens1f1#2",
+     "node01: ens1f1 is a member of bond bond0 too"),
+    (lambda d: d["nodes"][1]["interfaces"]["data"].update(interface="bond7"), "interface: bond7",
+     "node01: no bond bond7 under the node's bonds"),
+    (lambda d: d["nodes"][1]["interfaces"]["management"].update(interface="bond0"), "interface: bond0",
+     "node01: a bond on the management network is not built (the installer's management link stays one NIC); "
+     "bond the data network"),
+])
+def test_bond_mistakes_are_errors_at_their_line(kit: Any, change: Any, needle: str, message: str) -> None:
+    data = bonded(kit)
+    change(data)
+    text = kit.dump(data)
+    d = kit.error(text, message.split(": ", 1)[1][:30])
+    assert d.message == message
+    needle, _, nth = needle.partition("#")
+    assert d.line == kit.line_of(text, needle, int(nth or 1)), d.format()
+
+
+def test_bond_members_by_mac_are_unique_across_the_cluster(kit: Any) -> None:
+    data = bonded(kit)
+    data["nodes"][1]["bonds"]["bond0"]["members"] = ["52:54:00:AA:00:01", "52-54-00-aa-00-02"]
+    # a ranged entry: the same MACs (normalised) on node01 and node02
+    assert [d.message for d in kit.errors(data)] == [
+        "node02: MAC 52:54:00:aa:00:01 is already used by node01 (bond bond0)",
+        "node02: MAC 52:54:00:aa:00:02 is already used by node01 (bond bond0)"]
+    data["nodes"][1]["bonds"]["bond0"]["members"] = ["ens1f0"]
+    assert "at least 2 items" in kit.error(data, "at least 2").message
+    data["nodes"][1]["bonds"]["bond0"]["members"] = ["ens1f0", "ens1f0"]
+    assert kit.error(data, "listed twice").path == "nodes[1].bonds.bond0.members"
+    data["nodes"][1]["bonds"]["bond0"]["members"] = ["ens1f0", "not a nic"]
+    assert "neither a network interface name nor a MAC" in kit.error(data, "neither").message
+
+
+# --------------------------------------------------------------------------- several NICs on a network
+def test_several_nics_on_data_each_with_its_address(kit: Any) -> None:
+    data = kit.base()
+    data["nodes"][1]["interfaces"]["data"] = [{"ip": "10.0.2.21", "interface": "ens1"},
+                                              {"ip": "10.0.2.121", "interface": "ens2", "mac": "52:54:00:02:00:21"}]
+    m = kit.load(data).manifest
+    more = m.node("node02").interfaces["data"].more
+    assert [(n.ip.exploded, n.mac) for n in more] == [("10.0.2.122", "52:54:00:02:00:22")]  # per node, like the first
+    data["nodes"][1]["interfaces"]["data"][1]["ip"] = "10.0.2.10"  # head01's data address
+    text = kit.dump(data)
+    d = kit.error(text, "is already used by head01")
+    assert d.path == "nodes[1].interfaces.data[1].ip" and d.line == kit.line_of(text, "ip: 10.0.2.10", 2)
+    data["nodes"][1]["interfaces"]["data"][1].update(ip="10.0.2.121", interface="eno1")
+    assert kit.error(data, "in one place").message == (
+        "node01: NIC eno1 is already on the management network; a NIC is in one place")
+    data = kit.base()
+    data["nodes"][1]["interfaces"]["management"] = [data["nodes"][1]["interfaces"]["management"],
+                                                    {"ip": "10.0.0.121", "interface": "eno2"}]
+    assert kit.error(data, "several NICs").message == (
+        "node01: one NIC on the management network; several NICs go on data or roce (or bond the data network)")

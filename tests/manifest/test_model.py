@@ -122,7 +122,8 @@ def test_unknown_key_deep_in_a_list_item() -> None:
 
 def test_bad_network_name_in_interfaces() -> None:
     assert formatted(mutate("management: {ip: 10.1.0.10}", "mgmt: {ip: 10.1.0.10}")) == [
-        "m.yaml:11:7: nodes[0].interfaces.mgmt: got 'mgmt'; expected one of 'management', 'bmc', 'data' or 'infiniband'"
+        "m.yaml:11:7: nodes[0].interfaces.mgmt: got 'mgmt'; expected one of 'management', 'bmc', 'data', "
+        "'infiniband' or 'roce'"
     ]
 
 
@@ -496,6 +497,51 @@ def test_ipoib_connected_mode_needs_the_operator_to_say_the_hcas_run_it(kit: Any
     assert "at most 4092 bytes" in kit.error(data, "4092").message
     data["networks"]["infiniband"]["mtu"] = 4092
     assert kit.load(data).manifest.networks.infiniband.mtu == 4092
+
+
+def test_roce_is_ethernet_rdma_and_validate_tells_it_from_infiniband(kit: Any) -> None:
+    """Issue 28 item 1: 100 GbE RoCE NICs at MTU 9000 have a network of their own; a manifest
+    that mixes the two fabrics' settings up is told which belongs where, at the line."""
+    data = kit.base()
+    data["networks"]["roce"] = {"cidr": "10.0.4.0/24", "mtu": 9000}
+    roce = kit.load(data).manifest.networks.roce
+    assert roce is not None and (roce.mtu, roce.gid_index, roce.traffic_class, roce.rdma) == (9000, 3, None, True)
+    data["networks"]["roce"]["mtu"] = 9216  # jumbo frames stop at 9000 here
+    assert kit.error(data, "9000").path == "networks.roce.mtu"
+    data["networks"]["roce"] = {"cidr": "10.0.4.0/24", "subnet_manager": "opensm", "pkey": "0x8001"}
+    text = kit.dump(data)
+    d = kit.error(text, "subnet manager")
+    assert d.path == "networks.roce" and d.line == kit.line_of(text, "roce:")
+    assert "subnet_manager on a roce network: a subnet manager runs on InfiniBand only" in d.message
+    assert "pkey on a roce network: partition keys are InfiniBand's" in d.message
+    data["networks"]["roce"] = {"cidr": "10.0.4.0/24", "mode": "connected"}
+    assert "IPoIB mode is InfiniBand's" in kit.error(data, "mode on a roce network").message
+    data["networks"]["roce"] = {"cidr": "10.0.4.0/24", "traffic_class": 256}
+    assert kit.error(data, "less than or equal to 255").path == "networks.roce.traffic_class"
+    # RoCE's settings on InfiniBand, and RoCE NICs at MTU 9000 put on InfiniBand
+    del data["networks"]["roce"]
+    data["networks"]["infiniband"] = {"cidr": "10.0.3.0/24", "gid_index": 3}
+    assert "networks.roce" in kit.error(data, "gid_index on a infiniband network").message
+    data["networks"]["infiniband"] = {"cidr": "10.0.3.0/24", "mtu": 9000}
+    assert "Ethernet NICs running RDMA (RoCE) at MTU 9000 go under networks.roce" in kit.error(data, "4092").message
+
+
+def test_rdma_devices_belong_to_the_fabrics_once(kit: Any) -> None:
+    data = kit.base()
+    data["networks"]["roce"] = {"cidr": "10.0.4.0/24"}
+    data["networks"]["infiniband"] = {"cidr": "10.0.3.0/24"}
+    data["nodes"][0]["interfaces"]["data"]["rdma_device"] = "mlx5_0"
+    data["nodes"][0]["interfaces"]["roce"] = {"ip": "10.0.4.10", "interface": "ens2f0", "rdma_device": "mlx5_1"}
+    data["nodes"][0]["interfaces"]["infiniband"] = {"ip": "10.0.3.10", "interface": "ib0", "rdma_device": "mlx5_1"}
+    text = kit.dump(data)
+    d = kit.error(text, "rdma_device is for")
+    assert d.message == "head01: rdma_device is for the infiniband and roce networks, not data"
+    assert d.line == kit.line_of(text, "rdma_device: mlx5_0")
+    d = kit.error(text, "already on")
+    assert d.message == "head01: RDMA device mlx5_1 is already on the roce network"
+    assert d.line == kit.line_of(text, "rdma_device: mlx5_1", 2)
+    data["nodes"][0]["interfaces"]["roce"]["rdma_device"] = "mlx5 1"
+    assert "not an RDMA device name" in kit.error(data, "mlx5 1").message
 
 
 def test_a_list_section_given_as_a_mapping_says_what_the_section_looks_like(kit: Any) -> None:

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.manifest.model import Manifest, NetworkName, Node
+from provisioner.manifest.model import Manifest, NetworkName, Node, is_mac
 
-# Interfaces on these networks carry bulk traffic: address and MTU from the manifest.
-DATA_NETWORKS: tuple[NetworkName, ...] = ("data",)
+# Interfaces on these networks carry bulk traffic: address and MTU from the manifest. A RoCE
+# NIC is an Ethernet NIC like a data one (RDMA rides on its IP address); the ofed role adds
+# the RDMA stack (provisioner.areas.storage.fabric).
+DATA_NETWORKS: tuple[NetworkName, ...] = ("data", "roce")
 
 # What the common role installs on every node, the same on Debian 12 and Ubuntu 22.04/24.04
 # (roles/common/vars/*.yml: __common_required_packages, and the defaults' common_packages;
@@ -92,19 +94,49 @@ def ansible_account_problem(m: Manifest) -> str | None:
 
 # --------------------------------------------------------------------------- data network
 def data_interfaces(m: Manifest, node: Node) -> list[dict[str, Any]]:
-    """The node's data-network interfaces as the OS is to configure them (issue 19 item 11:
-    /etc/hosts lists ``<node>-data`` and NFS may use that network, so its address must be
-    set): interface, address/prefix and MTU; never a gateway (the default route stays on
+    """The node's data-network and RoCE interfaces as the OS is to configure them (issue 19
+    item 11: /etc/hosts lists ``<node>-data`` and NFS may use that network, so its address
+    must be set): interface, address/prefix and MTU; never a gateway (the default route stays on
     the management network). Interfaces without a name cannot be configured and are left
     out."""
     out: list[dict[str, Any]] = []
     for net_name in DATA_NETWORKS:
         iface = node.interfaces.get(net_name)
         net = getattr(m.networks, net_name)
-        if iface is None or net is None or not iface.interface:
+        if iface is None or net is None:
             continue
-        out.append({"interface": iface.interface, "address": f"{iface.ip}/{net.cidr.prefixlen}", "mtu": net.mtu})
+        for nic in iface.nics():  # the network's NIC and its further ones, each its own address
+            if not nic.interface:
+                continue
+            entry: dict[str, Any] = {"interface": nic.interface, "address": f"{nic.ip}/{net.cidr.prefixlen}",
+                                     "mtu": net.mtu}
+            bond = node.bonds.get(nic.interface)
+            if bond is not None:  # only then: a NIC's entry stays what it was before bonds existed
+                entry["bond"] = {"mode": bond.mode, "members": [bond_member(member) for member in bond.members]}
+            out.append(entry)
     return out
+
+
+def bond_member(member: str) -> dict[str, str]:
+    """A bond member as the role matches it: ``{"mac": ...}`` or ``{"name": ...}``."""
+    return {"mac": member} if is_mac(member) else {"name": member}
+
+
+# Linux bonding parameters per mode: carrier checked every 100 ms; LACP with fast LACPDUs and
+# flows spread by addresses and ports (one TCP stream stays on one member)
+BOND_MII_MS = 100
+
+
+def netplan_bond_parameters(mode: str) -> dict[str, Any]:
+    params: dict[str, Any] = {"mode": mode, "mii-monitor-interval": BOND_MII_MS}
+    if mode == "802.3ad":
+        params |= {"lacp-rate": "fast", "transmit-hash-policy": "layer3+4"}
+    return params
+
+
+def netplan_member_id(bond: str, index: int, member: dict[str, str]) -> str:
+    """A member's id in netplan: its name, or ``<bond>-m<i>`` matched by MAC."""
+    return member.get("name") or f"{bond}-m{index}"
 
 
 def netplan_data_config(interfaces: list[dict[str, Any]]) -> dict[str, Any]:
@@ -112,12 +144,28 @@ def netplan_data_config(interfaces: list[dict[str, Any]]) -> dict[str, Any]:
     advertisements or link-local addresses, no routes; ``optional`` so that a data link
     without carrier does not hold up boot (network-online waits for management only).
     roles/common/templates/netplan-data.yaml.j2 renders the same (tests compare them)."""
-    ethernets = {
-        i["interface"]: {"dhcp4": False, "dhcp6": False, "accept-ra": False, "link-local": [],
-                         "optional": True, "addresses": [i["address"]], "mtu": i["mtu"]}
-        for i in interfaces
-    }
-    return {"network": {"version": 2, "ethernets": ethernets}}
+    def quiet(mtu: int) -> dict[str, Any]:
+        return {"dhcp4": False, "dhcp6": False, "accept-ra": False, "link-local": [], "optional": True,
+                "mtu": mtu}
+
+    ethernets: dict[str, Any] = {}
+    bonds: dict[str, Any] = {}
+    for i in interfaces:
+        link = quiet(i["mtu"]) | {"addresses": [i["address"]]}
+        bond = i.get("bond")
+        if bond is None:
+            ethernets[i["interface"]] = {**quiet(i["mtu"]), "addresses": [i["address"]]}
+            continue
+        ids = []
+        for n, member in enumerate(bond["members"]):
+            ident = netplan_member_id(i["interface"], n, member)
+            ids.append(ident)
+            ethernets[ident] = ({"match": {"macaddress": member["mac"]}} if "mac" in member else {}) | quiet(i["mtu"])
+        bonds[i["interface"]] = {"interfaces": ids, **link, "parameters": netplan_bond_parameters(bond["mode"])}
+    network: dict[str, Any] = {"version": 2, "ethernets": ethernets}
+    if bonds:
+        network["bonds"] = bonds
+    return {"network": network}
 
 
 def networkd_data_unit(interface: dict[str, Any]) -> str:
@@ -131,3 +179,41 @@ def networkd_data_unit(interface: dict[str, Any]) -> str:
         "[Network]", f"Address={interface['address']}", "LinkLocalAddressing=no", "IPv6AcceptRA=no",
         "ConfigureWithoutCarrier=yes", "LLDP=no", "EmitLLDP=no", "",
     ])
+
+
+def networkd_bond_netdev(interface: dict[str, Any]) -> str:
+    """Debian 12: the bond's .netdev (mode, MII monitoring, LACP rate and hash policy, MTU).
+    roles/common/templates/networkd-bond.netdev.j2 renders the same."""
+    bond = interface["bond"]
+    lines = ["[NetDev]", f"Name={interface['interface']}", "Kind=bond", f"MTUBytes={interface['mtu']}", "",
+             "[Bond]", f"Mode={bond['mode']}", f"MIIMonitorSec={BOND_MII_MS}ms"]
+    if bond["mode"] == "802.3ad":
+        lines += ["LACPTransmitRate=fast", "TransmitHashPolicy=layer3+4"]
+    return "\n".join([*lines, ""])
+
+
+def networkd_bond_member_unit(interface: dict[str, Any], member: dict[str, str]) -> str:
+    """Debian 12: a member's .network: enslaved to the bond, matched by name or by its
+    permanent MAC (the bond takes a member's MAC, so a plain MACAddress= match would catch
+    the bond too). roles/common/templates/networkd-bond-member.network.j2 renders the same."""
+    match = f"PermanentMACAddress={member['mac']}" if "mac" in member else f"Name={member['name']}"
+    return "\n".join([
+        "[Match]", match, "Type=ether", "",
+        "[Link]", f"MTUBytes={interface['mtu']}", "RequiredForOnline=no", "",
+        "[Network]", f"Bond={interface['interface']}", "LinkLocalAddressing=no", "IPv6AcceptRA=no",
+        "LLDP=no", "EmitLLDP=no", "",
+    ])
+
+
+def networkd_data_files(interfaces: list[dict[str, Any]]) -> dict[str, str]:
+    """Every file the role writes under /etc/systemd/network for the data network, by name
+    (the role removes other 90-provision-data-* files)."""
+    files: dict[str, str] = {}
+    for i in interfaces:
+        name = i["interface"]
+        files[f"90-provision-data-{name}.network"] = networkd_data_unit(i)
+        if "bond" in i:
+            files[f"90-provision-data-{name}.netdev"] = networkd_bond_netdev(i)
+            for n, member in enumerate(i["bond"]["members"]):
+                files[f"90-provision-data-{name}-m{n}.network"] = networkd_bond_member_unit(i, member)
+    return files

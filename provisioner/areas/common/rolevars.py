@@ -14,7 +14,7 @@ def hosts_entries(m: Manifest) -> list[dict[str, Any]]:
     entries: list[dict[str, Any]] = []
     for node in m.nodes:
         entries.append({"ip": str(node.ip), "names": [f"{node.name}.{domain}", node.name]})
-    for net in ("data", "infiniband"):
+    for net in ("data", "infiniband", "roce"):
         for node in m.nodes:
             iface = node.interfaces.get(net)
             if iface is not None:

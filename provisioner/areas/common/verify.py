@@ -1,4 +1,4 @@
-"""The common area's verify checks: /etc/hosts, the clock, and each network's MTU end to end."""
+"""The common area's verify checks: /etc/hosts, the clock, each network's MTU end to end, bonds."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from provisioner.manifest.model import Manifest, Node
 from provisioner.verify.check import Check, CheckList, NodeChecks, Outcome, Ring, judged
 from provisioner.verify.parsers import ParseError
 
-NETWORKS = ("management", "data", "infiniband")  # the networks whose MTU is checked, in this order
+NETWORKS = ("management", "data", "infiniband", "roce")  # the networks whose MTU is checked, in this order
 
 
 # --------------------------------------------------------------------------- parsers
@@ -64,6 +64,43 @@ def parse_ping(text: str) -> Ping:
     return Ping(int(m.group(1)), int(m.group(2)), too_big)
 
 
+@dataclass(frozen=True)
+class BondMember:
+    name: str
+    up: bool
+    mac: str  # the permanent MAC, lower case ("" when not shown)
+
+
+@dataclass(frozen=True)
+class Bonding:
+    mode: str  # "802.3ad" or "active-backup" (else the driver's words)
+    up: bool
+    members: tuple[BondMember, ...]
+    mtu: int | None
+
+
+def parse_bonding(text: str) -> Bonding:
+    """``/proc/net/bonding/<bond>`` and a ``mtu=N`` line: the bond's mode and MII status, each
+    member's name, MII status and permanent MAC."""
+    mode_line = re.search(r"^Bonding Mode: (.+)$", text, re.MULTILINE)
+    if not mode_line:
+        raise ParseError("no 'Bonding Mode:' line (no such bond?)")
+    words = mode_line.group(1)
+    mode = "802.3ad" if "802.3ad" in words else "active-backup" if "active-backup" in words else words
+    head, *parts = re.split(r"^Slave Interface: ", text, flags=re.MULTILINE)
+    members = []
+    for part in parts:
+        name = part.splitlines()[0].strip()
+        status = re.search(r"^MII Status: (\S+)", part, re.MULTILINE)
+        mac = re.search(r"^Permanent HW addr: (\S+)", part, re.MULTILINE)
+        members.append(BondMember(name, bool(status and status.group(1) == "up"),
+                                  mac.group(1).lower() if mac else ""))
+    bond_status = re.search(r"^MII Status: (\S+)", head, re.MULTILINE)
+    mtu = re.search(r"^mtu=(\d+)$", text, re.MULTILINE)
+    return Bonding(mode, bool(bond_status and bond_status.group(1) == "up"), tuple(members),
+                   int(mtu.group(1)) if mtu else None)
+
+
 # --------------------------------------------------------------------------- verdicts
 def hosts_verdict(m: Manifest) -> Callable[[HostsFile], Outcome]:
     def verdict(hosts: HostsFile) -> Outcome:
@@ -100,6 +137,33 @@ def ping_verdict(mtu: int, peer: str) -> Callable[[Ping], Outcome]:
     return verdict
 
 
+def bond_verdict(name: str, mode: str, members: list[str], mtu: int) -> Callable[[Bonding], Outcome]:
+    """The bond runs the manifest's mode, is up, every member (by name or MAC) is enslaved
+    and up, and its MTU is the network's."""
+    def verdict(b: Bonding) -> Outcome:
+        problems = []
+        if b.mode != mode:
+            problems.append(f"mode {b.mode}, not {mode}")
+        if not b.up:
+            problems.append("down")
+        for member in members:
+            found = next((s for s in b.members if member in (s.name, s.mac)), None)
+            if found is None:
+                problems.append(f"{member} not enslaved")
+            elif not found.up:
+                problems.append(f"{member} down")
+        if b.mtu != mtu:
+            problems.append(f"MTU {b.mtu}, not {mtu}")
+        if problems:
+            return Outcome("FAIL", f"{name}: {', '.join(problems)}")
+        return Outcome("PASS", f"{name} {mode} up, {len(b.members)} members up, MTU {mtu}")
+    return verdict
+
+
+def bond_command(name: str) -> str:
+    return f"cat /proc/net/bonding/{name} && echo \"mtu=$(cat /sys/class/net/{name}/mtu)\""
+
+
 def checks(m: Manifest) -> NodeChecks:
     """Every node: hosts, clock; per network it is on, ``mtu.<network>`` against the next node
     on that network (a ring in manifest order)."""
@@ -110,6 +174,13 @@ def checks(m: Manifest) -> NodeChecks:
         out.add("hosts", "cat /etc/hosts", judged(parse_hosts, hosts_verdict(m)))
         out.add("clock", "chronyc -n tracking",
                 judged(parse_chrony_tracking, clock_verdict(m.verify.clock_offset_ms)))
+        for carried, iface in node.interfaces.items():
+            bond = node.bonds.get(iface.interface or "")
+            network = m.networks.named(carried)
+            if bond is not None and network is not None and iface.interface:
+                out.add(f"bond:{iface.interface}", bond_command(iface.interface),
+                        judged(parse_bonding, bond_verdict(iface.interface, bond.mode, bond.members, network.mtu)),
+                        "kernel")
         for net in NETWORKS:
             network = getattr(m.networks, net)
             if network is None or net not in node.interfaces:

@@ -13,6 +13,7 @@ import functools
 from typing import Any
 
 from provisioner.areas.gpu import decide as gpu
+from provisioner.areas.storage import fabric
 from provisioner.manifest.model import Manifest, Node
 from provisioner.manifest.select import SelectorError, select_nodes, selects
 
@@ -34,7 +35,7 @@ def cluster_vars(m: Manifest) -> dict[str, Any]:
     drv = sw.nvidia_driver
     open_modules = gpu.default_open_modules(drv.branch) if drv.open_kernel_modules is None else drv.open_kernel_modules
     docker = m.docker
-    nets = [n.cidr for n in (m.networks.management, m.networks.bmc, m.networks.data, m.networks.infiniband) if n]
+    nets = [n.cidr for _, n in m.networks.defined()]
     for pool in docker.address_pools:
         for net in nets:
             if pool.base.overlaps(net):
@@ -149,4 +150,8 @@ def stack_errors(m: Manifest) -> list[tuple[str, str]]:
 
 
 def node_vars(m: Manifest, node: Node) -> dict[str, Any]:
-    return _gpu_node_vars(m, node) | _docker_node_vars(m, node)
+    out = _gpu_node_vars(m, node) | _docker_node_vars(m, node)
+    env = fabric.nccl_env(m, node) if node.hardware.gpu is not None else {}
+    if env:  # only then: a node without it keeps the fingerprint it had before nccl_env existed
+        out["nccl_env"] = env
+    return out

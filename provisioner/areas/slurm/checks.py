@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from provisioner.areas.slurm import accounts
 from provisioner.areas.slurm.decide import problems, version_conflicts
+from provisioner.areas.storage.scratch import local_path_problem
 from provisioner.errors import Diagnostic
 from provisioner.manifest.checks import Check, node_path
 from provisioner.manifest.model import Manifest
@@ -26,4 +27,20 @@ def check_slurm_accounts(m: Manifest, src: Source) -> list[Diagnostic]:
     return [src.diag(path, message) for path, message in accounts.problems(m)]
 
 
-CHECKS: tuple[Check, ...] = (check_slurm_problems, check_slurm_versions, check_slurm_accounts)
+def check_job_tmp(m: Manifest, src: Source) -> list[Diagnostic]:
+    """slurm.job_tmp holds every job's /tmp: on each slurmd node it must lie on a file system
+    the manifest makes there (its scratch), not be a folder on the root disk (issue 28 item 3).
+    One error at the setting: the first node's problem, and how many more nodes have one."""
+    path = m.slurm.job_tmp
+    if not m.slurm.enabled or path is None:
+        return []
+    problems = [p for node in m.with_role("compute")
+                if (p := local_path_problem(m, node, path, "slurm.job_tmp", folder="slurm")) is not None]
+    if not problems:
+        return []
+    rest = len(problems) - 1
+    more = f" (and {rest} more compute node{'s' if rest > 1 else ''})" if rest else ""
+    return [src.diag(("slurm", "job_tmp"), problems[0] + more)]
+
+
+CHECKS: tuple[Check, ...] = (check_slurm_problems, check_slurm_versions, check_slurm_accounts, check_job_tmp)

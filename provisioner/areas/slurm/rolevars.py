@@ -27,6 +27,7 @@ LIGHT_KEYS = frozenset({
     "slurm_nodes", "slurm_partitions", "slurm_def_mem_per_cpu", "slurm_proctrack_type",
     "slurm_task_plugin", "slurm_jobacct_gather_type", "slurm_constrain_cores",
     "slurm_constrain_memory", "slurm_constrain_devices", "slurm_fairshare", "slurm_prolog_dcgm",
+    "slurm_job_tmp",
 })
 
 
@@ -51,6 +52,8 @@ def cluster_vars(m: Manifest) -> dict[str, Any]:
         # accounts, users' associations and QOS for slurmdbd; None: not managed
         "slurm_fairshare": accounts.to_vars(accounts.wanted(m)) if accounts.managed(m) else None,
         "slurm_prolog_dcgm": m.verify.prolog_diag,
+        # job_container/tmpfs BasePath and TmpFS; "": jobs share the nodes' /tmp
+        "slurm_job_tmp": m.slurm.job_tmp or "",
     }
 
 

@@ -11,7 +11,7 @@ from typing import Literal
 
 from provisioner.areas.gpu.verify import ALL_REDUCE_MPI_GLOB, allreduce_verdict
 from provisioner.areas.slurm import decide as slurm
-from provisioner.areas.storage.fabric import rdma_fabric
+from provisioner.areas.storage.fabric import shared_rdma_network
 from provisioner.manifest.model import Manifest, Node
 from provisioner.verify import parsers
 from provisioner.verify.check import (
@@ -28,7 +28,7 @@ from provisioner.verify.check import (
 )
 from provisioner.verify.parsers import ParseError
 
-Fabric = Literal["rdma", "ethernet"]
+Fabric = Literal["infiniband", "roce", "ethernet"]
 
 GOOD_SLURM_STATES = frozenset({"IDLE", "MIXED", "ALLOCATED", "COMPLETING"})
 BAD_SLURM_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED", "DOWN", "NOT_RESPONDING", "FAIL", "FAILING",
@@ -36,7 +36,7 @@ BAD_SLURM_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED", "DOWN", "NOT_RESPON
 # all_reduce_perf bus bandwidth floors, GB/s, between two nodes (one rank each, all their GPUs):
 # NCCL over InfiniBand/RoCE (rdma) or over TCP sockets (ethernet). Conservative against healthy
 # links (HDR/NDR ports ~20-45 GB/s, 25-100 GbE sockets ~2-10): "not broken", not "fast".
-MULTI_NODE_FLOORS: dict[Fabric, float] = {"rdma": 5.0, "ethernet": 0.5}
+MULTI_NODE_FLOORS: dict[Fabric, float] = {"infiniband": 5.0, "roce": 5.0, "ethernet": 0.5}
 MULTI_NODE_WAIT_S = 60  # how long the two-node job waits for its GPUs (srun --immediate)
 FENCE_WAIT_S = 30  # how long the fencing job waits for a free GPU (srun --immediate)
 
@@ -120,11 +120,15 @@ def multi_node_verdict(pair: str, fabric: Fabric, floor: float) -> Judge:
 
 
 def multi_node_floor(m: Manifest, a: Node, b: Node) -> tuple[Fabric, float]:
-    """NCCL between ``a`` and ``b`` goes over RDMA where both sit on an InfiniBand network
-    with rdma: true, else over TCP sockets."""
-    both = "infiniband" in a.interfaces and "infiniband" in b.interfaces
-    fabric: Fabric = "rdma" if rdma_fabric(m) and both else "ethernet"
-    return fabric, m.verify.multi_node_busbw_floor_gbps.get(fabric, MULTI_NODE_FLOORS[fabric])
+    """NCCL between ``a`` and ``b`` goes over RDMA where both sit on an RDMA fabric
+    (InfiniBand first, then RoCE), else over TCP sockets. A floor the manifest gives for that
+    fabric, else its ``rdma`` floor (both RDMA fabrics), else the default."""
+    net = shared_rdma_network(m, a, b)
+    fabric: Fabric = "ethernet" if net is None else ("infiniband" if net == "infiniband" else "roce")
+    floors = m.verify.multi_node_busbw_floor_gbps
+    if fabric != "ethernet" and fabric not in floors and "rdma" in floors:
+        return fabric, floors["rdma"]
+    return fabric, floors.get(fabric, MULTI_NODE_FLOORS[fabric])
 
 
 def multi_node_command(a: str, b: str, gpus: int) -> str:

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from provisioner.manifest.model import NetworkName
-
 BY_ID_DIR = "/dev/disk/by-id"
-NETWORK_NAMES: tuple[NetworkName, ...] = ("management", "bmc", "data", "infiniband")
 NFS_RDMA_PORT = 20049
 
 

@@ -8,10 +8,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from provisioner.areas.storage.base import NETWORK_NAMES, NFS_RDMA_PORT, StorageError, merge_options
-from provisioner.areas.storage.fabric import rdma_fabric
+from provisioner.areas.storage.base import NFS_RDMA_PORT, StorageError, merge_options
+from provisioner.areas.storage.fabric import node_rdma_networks, rdma_fabric
 from provisioner.areas.storage.zfs import property_text
-from provisioner.manifest.model import Manifest, NetworkName, NfsExport, NfsMount, Node
+from provisioner.manifest.model import NETWORK_NAMES, Manifest, NetworkName, NfsExport, NfsMount, Node
 from provisioner.manifest.ranges import contract
 from provisioner.manifest.select import select_nodes, selects
 
@@ -144,23 +144,46 @@ def export_networks(m: Manifest, export: NfsExport) -> list[NetworkName]:
     return out
 
 
+def rdma_network(m: Manifest, export: NfsExport, client: Node) -> NetworkName | None:
+    """The RDMA fabric (InfiniBand or RoCE with rdma: true) a client reaches an export's
+    server over: one both ends sit on, those the export serves first, in its order."""
+    server = m.node(export.node)
+    shared = [net for net in node_rdma_networks(m, client) if net in server.interfaces]
+    served = [net for net in export_networks(m, export) if net in shared]
+    return next(iter(served or shared), None)
+
+
+def no_fabric_node(m: Manifest, client: Node, server: Node) -> str:
+    """Which end of an RDMA mount is to change: the one on no RDMA fabric, else the client."""
+    return server.name if node_rdma_networks(m, client) and not node_rdma_networks(m, server) else client.name
+
+
+def no_shared_fabric(m: Manifest, mount: NfsMount, client: Node, server: Node) -> str:
+    """Why an RDMA mount cannot be: an end on no RDMA fabric (the other's), or two fabrics."""
+    c_nets, s_nets = node_rdma_networks(m, client), node_rdma_networks(m, server)
+    if not c_nets or not s_nets:
+        lacking, other = (client, s_nets) if not c_nets else (server, c_nets)
+        kinds = " or ".join(other or m.networks.rdma())
+        return f"mount {mount.path}: proto rdma but {lacking.name} has no {kinds} interface"
+    return (f"mount {mount.path}: proto rdma but {client.name} ({', '.join(c_nets)}) and {server.name} "
+            f"({', '.join(s_nets)}) share no RDMA fabric")
+
+
 def mount_proto(m: Manifest, mount: NfsMount, client: Node) -> str:
-    """tcp or rdma. ``auto`` picks rdma when the export serves the InfiniBand network, the
-    fabric has rdma: true and both ends have an InfiniBand interface."""
+    """tcp or rdma. ``auto`` picks rdma when the export serves an RDMA fabric (InfiniBand or
+    RoCE with rdma: true) both ends have an interface on."""
     export = export_by_name(m, mount.export)
     server = m.node(export.node)
-    both_ib = "infiniband" in client.interfaces and "infiniband" in server.interfaces
+    net = rdma_network(m, export, client)
     if mount.proto == "rdma":
         if not rdma_fabric(m):
-            raise StorageError(f"mount {mount.path}: proto rdma needs an infiniband network with rdma: true")
-        if not both_ib:
-            missing = client.name if "infiniband" not in client.interfaces else server.name
-            raise StorageError(f"mount {mount.path}: proto rdma but {missing} has no infiniband interface",
-                               node=missing)
+            raise StorageError(f"mount {mount.path}: proto rdma needs an infiniband or roce network with rdma: true")
+        if net is None:
+            raise StorageError(no_shared_fabric(m, mount, client, server), node=no_fabric_node(m, client, server))
         return "rdma"
     if mount.proto == "tcp":
         return "tcp"
-    if rdma_fabric(m) and both_ib and "infiniband" in export_networks(m, export):
+    if net is not None and net in export_networks(m, export):
         return "rdma"
     return "tcp"
 
@@ -169,14 +192,16 @@ def server_address(m: Manifest, export: NfsExport, client: Node, proto: str) -> 
     """The server IP a client mounts from: on a network where both ends have an interface
     and the export allows the client's address there (the server checks the source address
     of the mount, which is the client's address on that network). The networks the export
-    names come first, in its order (InfiniBand for rdma); a CIDR that spans several networks
-    (10.0.0.0/16) is matched by address. No such network: StorageError (the server would
-    refuse the mount)."""
+    names come first, in its order (the shared RDMA fabric for rdma); a CIDR that spans
+    several networks (10.0.0.0/16) is matched by address. No such network: StorageError (the
+    server would refuse the mount)."""
     server = m.node(export.node)
     if proto == "rdma":
-        ip = node_network_ip(server, "infiniband")
+        net = rdma_network(m, export, client)
+        ip = node_network_ip(server, net) if net is not None else None
         if ip is None:
-            raise StorageError(f"export {export.name!r}: {server.name} has no infiniband interface", node=server.name)
+            raise StorageError(f"export {export.name!r}: {server.name} has no interface on an RDMA fabric "
+                               f"{client.name} is on", node=server.name)
         return ip
     allowed = [ipaddress.IPv4Network(c) for c in export_clients(m, export)]
     named = export_networks(m, export)

@@ -20,6 +20,7 @@ def groups(m: Manifest) -> dict[str, set[str]]:
     """The storage area's inventory groups (the fabric's ``infiniband`` among them) -> members."""
     return {
         "infiniband": {n.name for n in m.nodes if "infiniband" in n.interfaces},
+        "roce": {n.name for n in m.nodes if "roce" in n.interfaces},
         "zfs": {p.node for p in m.zfs.pools},
         "nfs_server": {e.node for e in m.nfs.exports},
         "nfs_client": {name for mnt in m.nfs.mounts for name in select_nodes(m, mnt.nodes)},
@@ -66,7 +67,7 @@ def zfs_pool_vars(m: Manifest, node: Node) -> list[dict[str, Any]]:
 
 
 def storage_groups(m: Manifest, node: Node) -> list[str]:
-    """zfs / nfs_server / nfs_client / mergerfs / infiniband membership of one node."""
+    """zfs / nfs_server / nfs_client / mergerfs / infiniband / roce membership of one node."""
     groups: list[str] = []
     if any(p.node == node.name for p in m.zfs.pools):
         groups.append("zfs")
@@ -78,6 +79,8 @@ def storage_groups(m: Manifest, node: Node) -> list[str]:
         groups.append("mergerfs")
     if "infiniband" in node.interfaces:
         groups.append("infiniband")
+    if "roce" in node.interfaces:
+        groups.append("roce")
     return groups
 
 
@@ -158,11 +161,15 @@ def mergerfs_node_vars(m: Manifest, node: Node) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- ofed
 def ofed_node_vars(m: Manifest, node: Node) -> dict[str, Any]:
-    return {
+    out = {
         "ofed_ipoib": fabric.ipoib_config(m, node),
         "ofed_opensm": fabric.opensm_node(m) == node.name,
         "ofed_peermem": fabric.wants_peermem(m, node),
     }
+    roce = fabric.roce_config(m, node)
+    if roce:  # only then: an InfiniBand node keeps the fingerprint it had before RoCE existed
+        out["ofed_roce"] = roce
+    return out
 
 
 # --------------------------------------------------------------------------- contract
@@ -187,6 +194,6 @@ def node_vars(m: Manifest, node: Node) -> dict[str, Any]:
         out |= nfs_client_node_vars(m, node)
     if "mergerfs" in groups:
         out |= mergerfs_node_vars(m, node)
-    if "infiniband" in groups:
+    if "infiniband" in groups or "roce" in groups:
         out |= ofed_node_vars(m, node)
     return out

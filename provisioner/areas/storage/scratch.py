@@ -221,21 +221,21 @@ def provisioned_mounts(m: Manifest, node: Node) -> list[tuple[str, str]]:
     return out
 
 
-def local_path_problem(m: Manifest, node: Node, path: str, what: str) -> str | None:
+def local_path_problem(m: Manifest, node: Node, path: str, what: str, folder: str = "docker") -> str | None:
     """Why ``path`` (``what`` names the setting) cannot hold bulk data on ``node``, or None.
 
     Under /var/lib it stays on the root file system, as the daemons' defaults do. Anywhere
     else it must lie below a file system the manifest makes there (scratch, a ZFS dataset);
     a path on no such file system is a folder on the root disk that fills it. The mount
     point itself is refused: the role owning the folder would fight the scratch role over
-    its mode."""
+    its mode. ``folder``: the example folder below the mount point the message suggests."""
     if under(path, ROOT_FS_PREFIX.rstrip("/")):
         return None
     mounts = provisioned_mounts(m, node)
     for point, kind in mounts:
         if path == point:
             return (f"{what} {path} is the mount point of {node.name}'s {kind} itself; "
-                    f"use a folder below it (e.g. {point.rstrip('/')}/docker)")
+                    f"use a folder below it (e.g. {point.rstrip('/')}/{folder})")
         if under(path, point):
             return None
     volume = scratch_volume(node)

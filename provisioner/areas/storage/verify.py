@@ -9,8 +9,8 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from provisioner.areas.storage import mergerfs, nfs
-from provisioner.manifest.model import Manifest, Node
+from provisioner.areas.storage import fabric, mergerfs, nfs
+from provisioner.manifest.model import Manifest, NetworkName, Node
 from provisioner.verify.check import Check, CheckList, NodeChecks, Outcome, Ring, judged
 from provisioner.verify.parsers import ParseError
 
@@ -152,13 +152,15 @@ def write_bw_verdict(fraction: float) -> Callable[[WriteBw], Outcome]:
     return verdict
 
 
-def write_bw_server(wait_s: int = WRITE_BW_LISTEN_S) -> str:
+def write_bw_server(wait_s: int = WRITE_BW_LISTEN_S, fabric_args: str = "") -> str:
     """The peer side of rdma.write_bw: start an ib_write_bw server that waits for one client
     (90 s at most) and return once it listens on WRITE_BW_PORT, so the client never races its start
     (opening a device takes seconds on a loaded node). A server that exits or does not listen
-    within ``wait_s`` fails the setup with its own output (and is stopped)."""
+    within ``wait_s`` fails the setup with its own output (and is stopped). ``fabric_args``:
+    the peer's device and GID index (:func:`fabric_args`)."""
     port = WRITE_BW_PORT
-    return (f"log=$(mktemp); nohup timeout 90 ib_write_bw {WRITE_BW_ARGS} >\"$log\" 2>&1 </dev/null & "
+    args = f"{WRITE_BW_ARGS} {fabric_args}".rstrip()
+    return (f"log=$(mktemp); nohup timeout 90 ib_write_bw {args} >\"$log\" 2>&1 </dev/null & "
             f"pid=$!; i=0; while [ $i -lt {wait_s * 2} ]; do "
             f"if ss -Hltn 'sport = :{port}' | grep -q .; then rm -f \"$log\"; exit 0; fi; "
             "kill -0 $pid 2>/dev/null || break; sleep 0.5; i=$((i + 1)); done; "
@@ -228,22 +230,58 @@ def findmnt_command(path: str) -> str:
     return f"findmnt -J -o SOURCE,FSTYPE,OPTIONS --mountpoint {shlex.quote(path)}; true"
 
 
-def rdma_checks(m: Manifest, node: Node, ring: Ring, out: CheckList) -> None:
-    """``rdma.write_bw`` against the next node of the InfiniBand ring, where it has RDMA."""
-    ib = m.networks.infiniband
-    if ib is None or not ib.rdma or "infiniband" not in node.interfaces:
-        return
-    peer = ring.peer(node)
-    if peer is None:
-        out.skip("rdma.write_bw", "no other node on the infiniband network")
-        return
-    # one try: the server listens already (its setup waited for that) and serves one client,
-    # so a failed try leaves nothing to try again against
-    client = ("for r in /sys/class/infiniband/*/ports/1/rate; do echo \"rate=$(cat \"$r\")\"; break; done; "
-              f"ib_write_bw {WRITE_BW_ARGS} {peer.interfaces['infiniband'].ip}")
-    bw = write_bw_verdict(m.verify.ib_write_bw_fraction)
-    out.add("rdma.write_bw", client, judged(parse_write_bw, bw), "kernel",
-            setup=(peer.name, write_bw_server()), again_if=WRITE_BW_CALIBRATION_FAILED)
+def write_bw_name(net: NetworkName) -> str:
+    """The check's name per fabric: ``rdma.write_bw`` on InfiniBand, ``rdma.write_bw.roce``."""
+    return "rdma.write_bw" if net == "infiniband" else f"rdma.write_bw.{net}"
+
+
+def fabric_args(m: Manifest, node: Node, net: NetworkName) -> str:
+    """ib_write_bw's options for ``node``'s NIC on ``net``: its RDMA device where the manifest
+    names it (``-d``), and on RoCE the GID index of RoCE v2 over IPv4 (``-x``): without it
+    perftest picks GID 0, the link-local one, which does not route."""
+    args = []
+    device = node.interfaces[net].rdma_device
+    if device:
+        args.append(f"-d {shlex.quote(device)}")
+    roce = m.networks.roce
+    if net == "roce" and roce is not None:
+        args.append(f"-x {roce.gid_index}")
+    return " ".join(args)
+
+
+def link_rate_command(node: Node, net: NetworkName) -> str:
+    """The port's rate from sysfs: the named RDMA device's, else the first device's."""
+    device = node.interfaces[net].rdma_device
+    pattern = f"/sys/class/infiniband/{shlex.quote(device)}/ports/1/rate" if device \
+        else "/sys/class/infiniband/*/ports/1/rate"
+    return f"for r in {pattern}; do echo \"rate=$(cat \"$r\")\"; break; done; "
+
+
+def write_bw_fraction(m: Manifest, net: NetworkName) -> float:
+    """The floor's share of the link rate on this fabric."""
+    per_fabric = m.verify.write_bw_fraction
+    if net == "infiniband" or net == "roce":
+        return per_fabric.get(net, m.verify.ib_write_bw_fraction)
+    return m.verify.ib_write_bw_fraction
+
+
+def rdma_checks(m: Manifest, node: Node, rings: dict[NetworkName, Ring], out: CheckList) -> None:
+    """``rdma.write_bw`` (InfiniBand) and ``rdma.write_bw.roce`` against the next node of
+    each RDMA fabric's ring the node is on."""
+    for net in fabric.node_rdma_networks(m, node):
+        name = write_bw_name(net)
+        peer = rings[net].peer(node)
+        if peer is None:
+            out.skip(name, f"no other node on the {net} network")
+            continue
+        # one try: the server listens already (its setup waited for that) and serves one client,
+        # so a failed try leaves nothing to try again against
+        args = f"{WRITE_BW_ARGS} {fabric_args(m, node, net)}".rstrip()
+        client = link_rate_command(node, net) + f"ib_write_bw {args} {peer.interfaces[net].ip}"
+        bw = write_bw_verdict(write_bw_fraction(m, net))
+        out.add(name, client, judged(parse_write_bw, bw), "kernel",
+                setup=(peer.name, write_bw_server(fabric_args=fabric_args(m, peer, net))),
+                again_if=WRITE_BW_CALIBRATION_FAILED)
 
 
 def mount_checks(m: Manifest, node: Node, out: CheckList) -> None:
@@ -264,11 +302,11 @@ def mount_checks(m: Manifest, node: Node, out: CheckList) -> None:
 
 
 def checks(m: Manifest) -> NodeChecks:
-    ring = Ring([n for n in m.nodes if "infiniband" in n.interfaces])
+    rings = {net: Ring([n for n in m.nodes if net in n.interfaces]) for net in m.networks.rdma()}
 
     def node_checks(node: Node, drained_by: str) -> list[Check]:
         out = CheckList(node.name, m.verify.command_timeout)
-        rdma_checks(m, node, ring, out)
+        rdma_checks(m, node, rings, out)
         mount_checks(m, node, out)
         for pool in m.zfs.pools:
             if pool.node == node.name:

@@ -10,6 +10,7 @@ import yaml
 
 from provisioner.areas import registry
 from provisioner.areas.common import decide as common
+from provisioner.areas.common.rolevars import hosts_entries
 from provisioner.areas.monitoring.decide import NODE_AGENT_PACKAGES
 
 AUTOMATION_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA1b2c3d4e5f6g7h8i9j0k1l2m3n4o5p6q7r8s9t0u1v automation"
@@ -52,6 +53,28 @@ def test_public_key_must_be_an_openssh_key(kit: Any) -> None:
     data = kit.base()
     data["cluster"]["ssh"] = {"public_key": "not a key"}
     assert kit.error(data, "not an OpenSSH public key").path == "cluster.ssh.public_key"
+
+
+def test_a_roce_nic_is_configured_like_a_data_nic(kit: Any) -> None:
+    """RoCE rides on the NIC's IP address: the common role sets it and the MTU (9000) with the
+    data network's careful reconfigure; /etc/hosts names it <node>-roce."""
+    data = kit.base()
+    data["networks"]["roce"] = {"cidr": "10.0.4.0/24", "mtu": 9000}
+    data["nodes"][1]["interfaces"]["roce"] = {"ip": "10.0.4.21", "interface": "ens2f0np0"}
+    m = kit.load(data).manifest
+    assert common.data_interfaces(m, m.node("node02")) == [
+        {"interface": "ens1", "address": "10.0.2.22/24", "mtu": 9000},
+        {"interface": "ens2f0np0", "address": "10.0.4.22/24", "mtu": 9000},
+    ]
+    assert {"ip": "10.0.4.22", "names": ["node02-roce.test.internal", "node02-roce"]} in hosts_entries(m)
+    # a second RoCE port: its own address, the same careful configuration
+    data["nodes"][1]["interfaces"]["roce"] = [data["nodes"][1]["interfaces"]["roce"],
+                                              {"ip": "10.0.4.121", "interface": "ens2f1np1"}]
+    m = kit.load(data).manifest
+    assert common.data_interfaces(m, m.node("node02"))[1:] == [
+        {"interface": "ens2f0np0", "address": "10.0.4.22/24", "mtu": 9000},
+        {"interface": "ens2f1np1", "address": "10.0.4.122/24", "mtu": 9000},
+    ]
 
 
 def test_data_interfaces_get_their_address_and_mtu_without_a_route(kit: Any) -> None:

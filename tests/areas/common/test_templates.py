@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import pytest
 import yaml
 
 from provisioner.areas.common import decide
@@ -53,3 +54,74 @@ def test_os_vars_choose_netplan_on_ubuntu_and_networkd_on_debian() -> None:
     methods = {f.stem: yaml.safe_load(f.read_text())["__common_data_network_method"]
                for f in sorted((ROLE / "vars").glob("*.yml"))}
     assert methods == {"Debian-12": "networkd", "Ubuntu-22": "netplan", "Ubuntu-24": "netplan"}
+
+
+# --------------------------------------------------------------------------- bonds (issue 28 item 2)
+def bonded_interfaces(kit: Any, mode: str = "802.3ad") -> list[dict[str, Any]]:
+    data = kit.base()
+    del data["nodes"][1]["interfaces"]["management"]["mac"]
+    data["nodes"][1]["interfaces"]["data"]["interface"] = "bond0"
+    data["nodes"][1]["bonds"] = {"bond0": {"mode": mode, "members": ["ens1f0", "52:54:00:aa:00:02"]}}
+    data["nodes"][1]["name"] = "node01"  # one node: a MAC member belongs to one machine
+    m = kit.load(data).manifest
+    ifaces: list[dict[str, Any]] = common.node_vars(m, m.node("node01"))["common_data_interfaces"]
+    return ifaces
+
+
+def test_data_interface_on_a_bond(kit: Any) -> None:
+    (iface,) = bonded_interfaces(kit)
+    assert iface == {"interface": "bond0", "address": "10.0.2.21/24", "mtu": 9000,
+                     "bond": {"mode": "802.3ad", "members": [{"name": "ens1f0"}, {"mac": "52:54:00:aa:00:02"}]}}
+
+
+@pytest.mark.parametrize("mode", ["802.3ad", "active-backup"])
+def test_netplan_bond_is_the_decided_config(kit: Any, mode: str) -> None:
+    ifaces = bonded_interfaces(kit, mode)
+    rendered = yaml.safe_load(render("netplan-data.yaml.j2", common_data_interfaces=ifaces))
+    assert rendered == decide.netplan_data_config(ifaces)
+    net = rendered["network"]
+    bond = net["bonds"]["bond0"]
+    assert bond["interfaces"] == ["ens1f0", "bond0-m1"] and bond["addresses"] == ["10.0.2.21/24"]
+    assert bond["mtu"] == 9000 and bond["parameters"]["mode"] == mode
+    assert ("lacp-rate" in bond["parameters"]) == (mode == "802.3ad")
+    assert net["ethernets"]["bond0-m1"]["match"] == {"macaddress": "52:54:00:aa:00:02"}
+    assert "addresses" not in net["ethernets"]["ens1f0"]  # members carry no address of their own
+
+
+def ini(text: str) -> dict[str, dict[str, str]]:
+    """A systemd unit's sections and keys (each key once here)."""
+    out: dict[str, dict[str, str]] = {}
+    section = ""
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("["):
+            section = line.strip("[]")
+            assert section not in out, f"[{section}] twice"
+            out[section] = {}
+            continue
+        key, sep, value = line.partition("=")
+        assert sep and section and key not in out[section], line
+        out[section][key] = value
+    return out
+
+
+def test_networkd_bond_files_are_the_decided_units(kit: Any) -> None:
+    (iface,) = bonded_interfaces(kit)
+    files = decide.networkd_data_files([iface])
+    assert sorted(files) == ["90-provision-data-bond0-m0.network", "90-provision-data-bond0-m1.network",
+                             "90-provision-data-bond0.netdev", "90-provision-data-bond0.network"]
+    netdev = render("networkd-bond.netdev.j2", item=iface)
+    assert body(netdev) == files["90-provision-data-bond0.netdev"]
+    assert ini(netdev) == {"NetDev": {"Name": "bond0", "Kind": "bond", "MTUBytes": "9000"},
+                           "Bond": {"Mode": "802.3ad", "MIIMonitorSec": "100ms", "LACPTransmitRate": "fast",
+                                    "TransmitHashPolicy": "layer3+4"}}
+    for n, member in enumerate(iface["bond"]["members"]):
+        unit = render("networkd-bond-member.network.j2", item=(iface, member))
+        assert body(unit) == files[f"90-provision-data-bond0-m{n}.network"]
+        parsed = ini(unit)
+        assert parsed["Network"]["Bond"] == "bond0" and parsed["Match"]["Type"] == "ether"
+        assert "Address" not in parsed["Network"]
+    by_mac = ini(files["90-provision-data-bond0-m1.network"])["Match"]
+    assert by_mac == {"PermanentMACAddress": "52:54:00:aa:00:02", "Type": "ether"}  # never the bond's MAC
+    assert ini(files["90-provision-data-bond0.network"])["Network"]["Address"] == "10.0.2.21/24"

@@ -95,3 +95,60 @@ def test_chrony_tracking() -> None:
 def test_hosts() -> None:
     hosts = verify.parse_hosts("127.0.0.1 localhost\n10.0.0.10 head01.test head01 # the head\n")
     assert hosts.names["head01"] == {"10.0.0.10"} and "#" not in hosts.names
+
+
+# --------------------------------------------------------------------------- bonds (issue 28 item 2)
+BONDING_LACP = """Ethernet Channel Bonding Driver: v6.1.0-18-amd64
+
+Bonding Mode: IEEE 802.3ad Dynamic link aggregation
+Transmit Hash Policy: layer3+4 (1)
+MII Status: up
+MII Polling Interval (ms): 100
+
+802.3ad info
+LACP active: on
+LACP rate: fast
+
+Slave Interface: ens1f0
+MII Status: up
+Speed: 25000 Mbps
+Link Failure Count: 0
+Permanent HW addr: 52:54:00:AA:00:01
+Slave queue ID: 0
+
+Slave Interface: ens1f1
+MII Status: down
+Speed: Unknown
+Link Failure Count: 1
+Permanent HW addr: 52:54:00:aa:00:02
+Slave queue ID: 0
+mtu=9000
+"""
+
+
+def test_parse_bonding_and_its_verdict() -> None:
+    b = verify.parse_bonding(BONDING_LACP)
+    assert (b.mode, b.up, b.mtu) == ("802.3ad", True, 9000)
+    assert [(s.name, s.up, s.mac) for s in b.members] == [
+        ("ens1f0", True, "52:54:00:aa:00:01"), ("ens1f1", False, "52:54:00:aa:00:02")]
+    judge = verify.bond_verdict("bond0", "802.3ad", ["ens1f0", "52:54:00:aa:00:02"], 9000)
+    assert judge(b) == Outcome("FAIL", "bond0: 52:54:00:aa:00:02 down")
+    healthy = verify.parse_bonding(BONDING_LACP.replace("MII Status: down", "MII Status: up"))
+    assert judge(healthy) == Outcome("PASS", "bond0 802.3ad up, 2 members up, MTU 9000")
+    assert verify.bond_verdict("bond0", "active-backup", ["ens1f0", "ens2f0"], 1500)(healthy) == Outcome(
+        "FAIL", "bond0: mode 802.3ad, not active-backup, ens2f0 not enslaved, MTU 9000, not 1500")
+    backup = verify.parse_bonding("Bonding Mode: fault-tolerance (active-backup)\nMII Status: down\n")
+    assert (backup.mode, backup.up, backup.members, backup.mtu) == ("active-backup", False, (), None)
+    with pytest.raises(ParseError):
+        verify.parse_bonding("cat: /proc/net/bonding/bond0: No such file or directory\n")
+
+
+def test_a_bonded_node_gets_its_bond_checked(kit: Any) -> None:
+    data = kit.base()
+    data["nodes"][1]["interfaces"]["data"]["interface"] = "bond0"
+    data["nodes"][1]["bonds"] = {"bond0": {"mode": "active-backup", "members": ["ens1f0", "ens1f1"]}}
+    checks = catalog.plan(kit.load(data).manifest)
+    bond = next(c for c in checks if c.node == "node01" and c.name == "bond:bond0")
+    assert bond.command is not None and bond.command.text.startswith("cat /proc/net/bonding/bond0 && ")
+    assert "mtu.data" in [c.name for c in checks if c.node == "node01"]  # the MTU end to end, over the bond
+    assert not [c for c in checks if c.node == "head01" and c.name.startswith("bond:")]

@@ -22,6 +22,7 @@ from ansible.plugins.test.core import TestModule as CoreTests
 from ansible_collections.community.general.plugins.filter.version_sort import version_sort
 
 from provisioner.areas.gpu import decide as gpu
+from provisioner.areas.gpu import rolevars as gpu_rolevars
 
 ROOT = Path(__file__).resolve().parents[3]
 ROLES = ROOT / "roles"
@@ -203,3 +204,16 @@ def test_other_definitions_of_the_cuda_repository_are_found(role: str, url_var: 
     mirrored = RoleVars(role, os_name).set(**{url_var: "https://mirror.cluster.test/cuda/x86_64/"})
     line = "deb [arch=amd64] https://mirror.cluster.test/cuda/x86_64/ /"
     assert re.match(str(mirrored[f"__{role}_repo_other_re"]), line)
+
+
+def test_nccl_conf_carries_the_manifest_env(kit: Any) -> None:
+    """/etc/nccl.conf (role nccl) from the rolevars of a RoCE GPU node: NAME=value lines."""
+    data = kit.base()
+    data["networks"]["roce"] = {"cidr": "10.0.4.0/24", "gid_index": 3, "traffic_class": 106}
+    data["nodes"][1]["interfaces"]["roce"] = {"ip": "10.0.4.21", "interface": "ens2f0np0", "rdma_device": "mlx5_0"}
+    m = kit.load(data).manifest
+    env = gpu_rolevars.node_vars(m, m.node("node01"))["nccl_env"]
+    text = _env().from_string((ROLES / "nccl" / "templates" / "nccl.conf.j2").read_text()).render(
+        nccl_env=env, ansible_managed="Ansible managed")
+    lines = [line for line in text.splitlines() if not line.startswith("#")]
+    assert lines == ["NCCL_IB_GID_INDEX=3", "NCCL_IB_HCA==mlx5_0", "NCCL_IB_TC=106"]

@@ -77,6 +77,18 @@ def test_llm_200k(kit: Any) -> None:
     assert rv.node_vars(m, m.node("head01")) == {}
 
 
+def test_nccl_env_on_a_roce_gpu_node_only(kit: Any) -> None:
+    data = kit.base()
+    data["networks"]["roce"] = {"cidr": "10.0.4.0/24", "gid_index": 1, "traffic_class": 106}
+    data["nodes"][1]["interfaces"]["roce"] = {"ip": "10.0.4.21", "interface": "eth2", "rdma_device": "rxe0"}
+    data["nodes"][0]["interfaces"]["roce"] = {"ip": "10.0.4.10", "interface": "eth2"}
+    m = kit.load(data).manifest
+    assert rv.node_vars(m, m.node("node01"))["nccl_env"] == {
+        "NCCL_IB_HCA": "=rxe0", "NCCL_IB_GID_INDEX": "1", "NCCL_IB_TC": "106"}
+    assert "nccl_env" not in rv.node_vars(m, m.node("head01"))  # no GPU, no NCCL
+    assert "nccl_env" not in rv.node_vars(kit.load(kit.base()).manifest, m.node("node01"))  # no fabric
+
+
 def test_music_lab(kit: Any) -> None:
     m = _load(kit, kit.example("music-lab.yaml"))
     cluster = rv.cluster_vars(m)

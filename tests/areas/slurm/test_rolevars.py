@@ -328,3 +328,40 @@ def test_fair_share_priority_with_accounting_and_enforcement_with_declared_accou
     conf = keys(config_lines(render("slurm.conf.j2", role_vars(m, "head01"))))
     assert conf["AccountingStorageEnforce"] == "associations,limits,qos"
     assert (conf["PreemptType"], conf["PreemptMode"]) == ("preempt/qos", "REQUEUE")
+
+
+# --------------------------------------------------------------------------- job tmp (issue 28 item 3)
+def test_job_tmp_on_scratch_renders_job_container_tmpfs(kit: Any) -> None:
+    """slurm.job_tmp: each job's /tmp under the compute nodes' scratch (job_container/tmpfs with
+    PrologFlags=Contain, BasePath there) and TmpFS; unset, slurm.conf has none of it."""
+    plain = keys(config_lines(render("slurm.conf.j2", role_vars(kit.load(kit.base()).manifest, "node01"))))
+    assert not {"JobContainerType", "PrologFlags", "TmpFS"} & set(plain)
+    data = kit.base()
+    data["slurm"]["job_tmp"] = "/scratch/slurm"
+    m = kit.load(data).manifest
+    assert "slurm_job_tmp" in rolevars.LIGHT_KEYS  # slurm.conf's light play renders it
+    variables = role_vars(m, "node01")
+    k = keys(config_lines(render("slurm.conf.j2", variables)))
+    assert (k["JobContainerType"], k["PrologFlags"], k["TmpFS"]) == ("job_container/tmpfs", "Contain", "/scratch/slurm")
+    assert config_lines(render("job_container.conf.j2", variables)) == ["AutoBasePath=true", "BasePath=/scratch/slurm"]
+    # plugins: a change restarts the daemons, not just scontrol reconfigure
+    assert "JobContainerType=job_container/tmpfs" in render("restart-keys.j2", variables)
+
+
+def test_job_tmp_must_lie_on_every_compute_nodes_scratch(kit: Any) -> None:
+    data = kit.base()
+    data["slurm"]["job_tmp"] = "/scratch"  # the mount point itself
+    text = kit.dump(data)
+    d = kit.error(text, "slurm.job_tmp /scratch is the mount point")
+    assert d.line == kit.line_of(text, "job_tmp:") and d.path == "slurm.job_tmp"
+    assert d.message == ("slurm.job_tmp /scratch is the mount point of node01's scratch itself; use a folder "
+                         "below it (e.g. /scratch/slurm) (and 1 more compute node)")
+    data["slurm"]["job_tmp"] = "/var/lib/slurm/jobs"  # the root disk on purpose, like the daemons' defaults
+    assert kit.load(data).manifest.slurm.job_tmp == "/var/lib/slurm/jobs"
+    data["slurm"]["job_tmp"] = "/scratch/slurm"
+    data["nodes"][1]["hardware"]["disks"] = []  # node[01-02] without scratch: the root disk would fill
+    assert kit.error(data, "job_tmp").message.startswith(
+        "slurm.job_tmp /scratch/slurm is on no file system the manifest makes on node01 (it has no disk with "
+        "use: scratch)")
+    data["slurm"]["job_tmp"] = "scratch/slurm"
+    assert "must be an absolute path" in kit.error(data, "absolute").message

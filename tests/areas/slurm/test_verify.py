@@ -167,10 +167,28 @@ def test_multi_node_nccl_floor_follows_the_fabric_and_the_manifest(kit: Any) -> 
     data["nodes"][1]["interfaces"]["infiniband"] = {"ip": "10.0.3.21", "interface": "ib0"}
     check = by_name(catalog.plan(kit.load(data).manifest), "node01", "nccl.multi_node")
     assert check.judge(Output(stdout=ALL_REDUCE_TWO_NODES)).detail == (
-        "6.8834 GB/s (floor 5, rdma between node01 and node02)")
+        "6.8834 GB/s (floor 5, infiniband between node01 and node02)")
     data["verify"] = {"multi_node_busbw_floor_gbps": {"rdma": 20}}
     check = by_name(catalog.plan(kit.load(data).manifest), "node01", "nccl.multi_node")
     assert check.judge(Output(stdout=ALL_REDUCE_TWO_NODES)).status == "FAIL"
+    data["verify"] = {"multi_node_busbw_floor_gbps": {"rdma": 20, "infiniband": 6}}  # the fabric's own wins
+    check = by_name(catalog.plan(kit.load(data).manifest), "node01", "nccl.multi_node")
+    assert check.judge(Output(stdout=ALL_REDUCE_TWO_NODES)).detail.startswith("6.8834 GB/s (floor 6, infiniband")
+    # RoCE: its own floor, else rdma's, else the default; InfiniBand first where both are shared
+    data["networks"]["roce"] = {"cidr": "10.0.4.0/24", "mtu": 9000}
+    data["nodes"][1]["interfaces"]["roce"] = {"ip": "10.0.4.21", "interface": "ens2f0np0"}  # node[01-02]
+    data["verify"] = {"multi_node_busbw_floor_gbps": {"roce": 3}}
+    check = by_name(catalog.plan(kit.load(data).manifest), "node01", "nccl.multi_node")
+    assert "(floor 5, infiniband between" in check.judge(Output(stdout=ALL_REDUCE_TWO_NODES)).detail
+    del data["networks"]["infiniband"], data["nodes"][1]["interfaces"]["infiniband"]
+    check = by_name(catalog.plan(kit.load(data).manifest), "node01", "nccl.multi_node")
+    assert "(floor 3, roce between node01 and node02)" in check.judge(Output(stdout=ALL_REDUCE_TWO_NODES)).detail
+    data["verify"] = {"multi_node_busbw_floor_gbps": {"rdma": 7}}
+    check = by_name(catalog.plan(kit.load(data).manifest), "node01", "nccl.multi_node")
+    assert check.judge(Output(stdout=ALL_REDUCE_TWO_NODES)).status == "FAIL"
+    data["networks"]["roce"]["rdma"] = False  # RoCE NICs without RDMA: NCCL over sockets
+    check = by_name(catalog.plan(kit.load(data).manifest), "node01", "nccl.multi_node")
+    assert "(floor 0.5, ethernet between" in check.judge(Output(stdout=ALL_REDUCE_TWO_NODES)).detail
     # pairs of unequal nodes use the GPUs both have
     data = kit.base()
     data["nodes"][1]["name"] = "node01"

@@ -254,3 +254,52 @@ def test_one_path_per_server_is_a_validate_error(kit: Any) -> None:
             exp["clients"] = ["management"]
     with pytest.raises(ManifestError, match=r"NFS 4.1\+ shares one connection per server"):
         kit.load(data)
+
+
+def roce_manifest(kit: Any, clients: list[str], server_ib: bool = False, proto: str = "auto") -> Manifest:
+    """head01 exports /data; head01 and node[01-02] on a RoCE fabric (head01 on InfiniBand
+    too where ``server_ib``)."""
+    data = kit.base(storage=True)
+    data["networks"]["roce"] = {"cidr": "10.0.4.0/24", "mtu": 9000}
+    data["nodes"][0]["interfaces"]["roce"] = {"ip": "10.0.4.10", "interface": "ens2f0np0"}
+    data["nodes"][1]["interfaces"]["roce"] = {"ip": "10.0.4.21", "interface": "ens2f0np0"}
+    if server_ib:
+        data["networks"]["infiniband"] = {"cidr": "10.0.3.0/24"}
+        data["nodes"][0]["interfaces"]["infiniband"] = {"ip": "10.0.3.10", "interface": "ib0"}
+    data["nfs"]["exports"][0]["clients"] = clients
+    data["nfs"]["mounts"][0]["proto"] = proto
+    m: Manifest = kit.load(data).manifest
+    return m
+
+
+def test_nfs_over_rdma_on_roce(kit: Any) -> None:
+    m = roce_manifest(kit, ["roce", "data"])
+    mnt, exp, node01 = m.nfs.mounts[0], m.nfs.exports[0], m.node("node01")
+    assert nfs.rdma_network(m, exp, node01) == "roce"
+    assert nfs.mount_proto(m, mnt, node01) == "rdma"
+    assert nfs.server_address(m, exp, node01, "rdma") == "10.0.4.10"
+    # auto stays on TCP where the export does not serve the RoCE fabric
+    m = roce_manifest(kit, ["data"])
+    assert nfs.mount_proto(m, m.nfs.mounts[0], m.node("node01")) == "tcp"
+    # ... and proto rdma still finds the fabric both ends share
+    m = roce_manifest(kit, ["data", "roce"], proto="rdma")
+    assert nfs.server_address(m, m.nfs.exports[0], m.node("node02"), "rdma") == "10.0.4.10"
+    # a server on InfiniBand and RoCE serves a RoCE-only client over RoCE
+    m = roce_manifest(kit, ["infiniband", "roce"], server_ib=True)
+    assert nfs.rdma_network(m, m.nfs.exports[0], m.node("node01")) == "roce"
+    assert nfs.server_address(m, m.nfs.exports[0], m.node("node01"), "rdma") == "10.0.4.10"
+
+
+def test_rdma_mount_across_two_fabrics_is_refused(kit: Any) -> None:
+    data = kit.base(storage=True)
+    data["networks"]["roce"] = {"cidr": "10.0.4.0/24"}
+    data["networks"]["infiniband"] = {"cidr": "10.0.3.0/24"}
+    data["nodes"][0]["interfaces"]["infiniband"] = {"ip": "10.0.3.10", "interface": "ib0"}
+    data["nodes"][1]["interfaces"]["roce"] = {"ip": "10.0.4.21", "interface": "ens2f0np0"}
+    data["nfs"]["mounts"][0]["proto"] = "rdma"
+    with pytest.raises(ManifestError, match=re.escape(
+            "mount /data: proto rdma but node01 (roce) and head01 (infiniband) share no RDMA fabric")):
+        kit.load(data)
+    del data["nodes"][1]["interfaces"]["roce"]
+    with pytest.raises(ManifestError, match="proto rdma but node01 has no infiniband interface"):
+        kit.load(data)

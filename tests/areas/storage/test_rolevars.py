@@ -31,6 +31,7 @@ GROUP_KEYS = {
     "nfs_client": {"nfs_client_mounts", "nfs_client_rdma"},
     "mergerfs": {"mergerfs_unions"},
     "infiniband": {"ofed_ipoib", "ofed_opensm", "ofed_peermem"},
+    "roce": {"ofed_ipoib", "ofed_roce", "ofed_opensm", "ofed_peermem"},
 }
 
 

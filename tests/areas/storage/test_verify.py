@@ -47,6 +47,37 @@ def test_a_ring_of_peers_and_a_lonely_node(kit: Any) -> None:
     assert by_name(lonely, "head01", "mtu.infiniband").skip == "no other node on the infiniband network"
 
 
+def test_write_bw_on_roce_uses_the_gid_index_and_the_devices(kit: Any) -> None:
+    """RoCE: ``rdma.write_bw.roce`` with -x <gid_index> (GID 0 is link-local and does not
+    route) and each side's own device; its floor per fabric; mtu.roce at 9000."""
+    data = kit.base()
+    data["networks"]["roce"] = {"cidr": "10.0.4.0/24", "mtu": 9000, "gid_index": 1}
+    data["networks"]["infiniband"] = {"cidr": "10.0.3.0/24"}
+    data["nodes"][0]["interfaces"]["roce"] = {"ip": "10.0.4.10", "interface": "eth2", "rdma_device": "rxe0"}
+    data["nodes"][1]["interfaces"]["roce"] = {"ip": "10.0.4.21", "interface": "ens2f0np0", "rdma_device": "mlx5_1"}
+    data["nodes"][1]["interfaces"]["infiniband"] = {"ip": "10.0.3.21", "interface": "ib0"}
+    data["verify"] = {"write_bw_fraction": {"roce": 0.5}, "ib_write_bw_fraction": 0.8}
+    m = kit.load(data).manifest
+    checks = catalog.plan(m)
+    roce = by_name(checks, "node02", "rdma.write_bw.roce")  # ring: head01 -> node01 -> node02 -> head01
+    assert roce.command is not None and roce.command.setup is not None
+    assert "/sys/class/infiniband/mlx5_1/ports/1/rate" in roce.command.text
+    assert roce.command.text.endswith("ib_write_bw --report_gbits -D 3 -p 18515 -d mlx5_1 -x 1 10.0.4.10")
+    assert roce.command.setup[0] == "head01" and "ib_write_bw --report_gbits -D 3 -p 18515 -d rxe0 -x 1 >" \
+        in roce.command.setup[1]
+    ib = by_name(checks, "node02", "rdma.write_bw")  # InfiniBand: no -x, no device named
+    assert ib.command is not None and ib.command.text.endswith("ib_write_bw --report_gbits -D 3 -p 18515 10.0.3.21")
+    assert "rdma.write_bw" not in names(checks, "head01")
+    half = "rate=100 Gb/sec (4X EDR)\n 65536 5000 60.0 60.0 0.1\n"
+    assert roce.judge(Output(stdout=half)).status == "PASS"  # 0.5 of the link on RoCE
+    assert ib.judge(Output(stdout=half)).status == "FAIL"  # 0.8 elsewhere
+    ping = by_name(checks, "head01", "mtu.roce")
+    assert ping.command is not None and "-s 8972" in ping.command.text and "10.0.4.21" in ping.command.text
+    data["networks"]["roce"]["rdma"] = False  # plain Ethernet: the MTU is checked, no RDMA
+    checks = catalog.plan(kit.load(data).manifest)
+    assert "rdma.write_bw.roce" not in names(checks, "node02") and "mtu.roce" in names(checks, "node02")
+
+
 def _fabric_pair(kit: Any) -> Check:
     data = kit.base()
     data["networks"]["infiniband"] = {"cidr": "10.0.3.0/24"}
