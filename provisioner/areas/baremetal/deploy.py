@@ -200,6 +200,12 @@ def needs_ramdisk(m: Manifest) -> bool:
     return any(n.install == "pxe" and method(m, n) == "image" for n in m.nodes)
 
 
+def image_nodes(m: Manifest, os_name: str) -> tuple[str, ...]:
+    """The nodes the ``os_name`` image is deployed onto: installed over PXE with the image
+    method (whenever they are installed: new, or ``--reinstall``)."""
+    return tuple(n.name for n in m.nodes if n.os == os_name and n.install == "pxe" and method(m, n) == "image")
+
+
 def named_images(m: Manifest) -> dict[str, ImageRef]:
     """The images the manifest names (``cluster.images``), per OS."""
     return {os_name: ImageRef(img.url, img.sha256) for os_name, img in m.cluster.images.items()}
