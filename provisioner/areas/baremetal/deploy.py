@@ -118,13 +118,17 @@ def deploy_refusals(m: Manifest, node: Node, images: Mapping[str, ImageRef] | No
 
 def networkd(net: NetSettings) -> list[DeployFile]:
     """systemd-networkd files (Debian) for the management interface: matched by MAC,
-    renamed when the manifest names the interface, static address."""
+    renamed when the manifest names the interface, static address. A renamed interface is
+    configured by its new name only: the initramfs already gave the NIC its predictable
+    name and left its udev record behind, so networkd could bring it up under that name
+    before udev renames it, and udev never renames an interface that is up."""
     files: list[DeployFile] = []
+    match = ["[Match]", f"MACAddress={net.mac}"]
     if net.interface:
         files.append(DeployFile("/etc/systemd/network/10-provision-mgmt.link", "0644",
                                 f"[Match]\nMACAddress={net.mac}\n\n[Link]\nName={net.interface}\n"))
-    lines = ["[Match]", f"MACAddress={net.mac}", "", "[Link]", f"MTUBytes={net.mtu}", "", "[Network]",
-             f"Address={net.cidr}"]
+        match.append(f"Name={net.interface}")
+    lines = [*match, "", "[Link]", f"MTUBytes={net.mtu}", "", "[Network]", f"Address={net.cidr}"]
     if net.gateway:
         lines.append(f"Gateway={net.gateway}")
     lines += [f"DNS={d}" for d in net.dns]
