@@ -475,6 +475,26 @@ def wanted(m: Manifest, os_name: str, kernel: str | None = None, root: Path | No
     return ProofInput(os_name, kernel, requests_out, tuple(repos))
 
 
+def image_extras(m: Manifest, os_name: str, root: Path | None = None) -> tuple[str, ...]:
+    """The packages of the areas' image roles (:func:`registry.image_roles`) that every node
+    deployed from the ``os_name`` image gets, sorted: the image carries them, so that a
+    deployed node's first apply finds them installed instead of downloading and unpacking
+    them on every new node. A role that adds a vendor repository for these nodes contributes
+    nothing (the image's sources are the OS's own). Empty when no node is deployed from it."""
+    installer = registry.install()
+    deployed = set(installer.image_nodes(m, os_name)) if installer is not None else set()
+    if not deployed:
+        return ()
+    found = wanted(m, os_name, root=root)
+    roles = registry.image_roles() - {repo.role for repo in found.repositories}
+    gets: dict[str, set[str]] = {}
+    for request in found.requests:
+        if request.role in roles:
+            for package in request.packages:
+                gets.setdefault(package, set()).update(request.nodes)
+    return tuple(sorted(p for p, nodes in gets.items() if deployed <= nodes))
+
+
 def os_sources(m: Manifest, os_name: str) -> tuple[str, ...]:
     """The OS's sources a node of ``os_name`` uses: every pocket and component, from the
     manifest's mirror (what a built image carries and the common role writes)."""

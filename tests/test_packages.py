@@ -126,3 +126,50 @@ def test_what_only_the_node_knows_fails_any_use() -> None:
         bool(packages.UNKNOWN)
     with pytest.raises(packages.DeriveError):
         _ = packages.UNKNOWN.status
+
+
+def lab_manifest(kit: Any, data: dict[str, Any] | None = None) -> Any:
+    data = data or yaml.safe_load(LAB.read_text())
+    data["cluster"]["ssh"]["public_key"] = kit.ssh_key
+    return kit.load(data).manifest
+
+
+def test_the_image_carries_the_image_roles_packages_of_the_node_it_deploys(kit: Any) -> None:
+    """pxe1, deployed from the debian-12 image, is a Slurm compute node mounting NFS: its image
+    brings the NFS client, munge and slurmd, not the head's or the storage nodes' packages."""
+    assert packages.image_extras(lab_manifest(kit), "debian-12") == (
+        "libpmix2", "munge", "nfs-common", "slurm-client", "slurmd")
+
+
+def test_an_image_no_node_is_deployed_from_carries_nothing_more(kit: Any) -> None:
+    data = yaml.safe_load(LAB.read_text())
+    pxe1 = next(n for n in data["nodes"] if n["name"] == "pxe1")
+    pxe1["install_method"] = "installer"
+    assert packages.image_extras(lab_manifest(kit, data), "debian-12") == ()
+    del pxe1["install"], pxe1["install_method"]
+    assert packages.image_extras(lab_manifest(kit, data), "debian-12") == ()
+    assert packages.image_extras(lab_manifest(kit), "ubuntu-24.04") == ()
+
+
+def test_the_image_carries_only_what_every_node_deployed_from_it_gets(kit: Any) -> None:
+    """A second deployed node that mounts nothing: nfs-common is no longer for every node."""
+    data = yaml.safe_load(LAB.read_text())
+    pxe1 = next(n for n in data["nodes"] if n["name"] == "pxe1")
+    pxe2 = {**pxe1, "name": "pxe2", "interfaces": {"management": {"ip": "10.213.9.21", "mac": "52:54:00:d9:00:21",
+                                                                   "interface": "eth0"}},
+            "bmc": {**pxe1["bmc"], "address": "127.0.0.2"}}
+    data["nodes"].append(pxe2)
+    data["slurm"]["partitions"][0]["nodes"] = ["pxe1", "pxe2"]
+    assert packages.image_extras(lab_manifest(kit, data), "debian-12") == (
+        "libpmix2", "munge", "slurm-client", "slurmd")
+
+
+def test_a_role_that_adds_a_vendor_repository_gives_the_image_nothing(kit: Any,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The image's sources are the OS's own: the docker role (Docker's repository on the GPU
+    nodes of the example) gives nothing even when named an image role; slurm does."""
+    monkeypatch.setattr(packages.registry, "image_roles", lambda: frozenset({"docker", "slurm"}))
+    m = kit.load(kit.example("music-lab.yaml")).manifest
+    extras = packages.image_extras(m, "ubuntu-24.04")
+    assert {"slurmd", "slurm-client", "libpmix2t64"} <= set(extras)
+    assert not {"docker-ce", "containerd.io", "docker.io"} & set(extras)

@@ -19,6 +19,8 @@ An entry names, each optional but the role variables:
   records, and scan its artifacts for;
 * ``image_packages(m)``: OS packages every node gets from the area's roles, which a node
   image built for the manifest carries (``provision image build``);
+* ``image_roles``: the area's roles whose OS-archive packages a node image may also carry
+  where every node deployed from it gets them (``provisioner.packages.image_extras``);
 * ``install``: the area installs nodes' operating systems before they are configured
   (:class:`Install`; bare metal);
 * ``usage``: the pure side of ``provision report usage`` (:class:`UsageReport`; monitoring).
@@ -134,6 +136,7 @@ class Install:
     targets: Callable[[Manifest, Mapping[str, str], Iterable[str]], list[str]]  # (m, lifecycles, reinstall)
     summary: Callable[[Manifest, Node, bool], str]  # the plan's words for one install (again: a reinstall)
     needs_ramdisk: Callable[[Manifest], bool]  # provision image build makes the deploy ramdisk too
+    image_nodes: Callable[[Manifest, str], tuple[str, ...]]  # the nodes an OS's image is deployed onto
     playbook: str  # prepares the install server (on the head node) before the installs
     runner: str
     preflight: Preflight | None = None  # checked before anything is armed or powered
@@ -177,6 +180,9 @@ class Area:
     secret_envs: Callable[[Manifest], set[str]] | None = None
     secret_values: Callable[[StateDir], list[str]] | None = None
     image_packages: Callable[[Manifest], tuple[str, ...]] | None = None
+    # roles whose packages come from the OS's own archive (no vendor repository, no kernel
+    # module build): a node image carries the ones every node deployed from it gets
+    image_roles: tuple[str, ...] = ()
     install: Install | None = None
     # what the area's plays may destroy on a node (formatting disks), in plan's words ("": nothing)
     destructive: Callable[[Manifest, Node], str] | None = None
@@ -190,7 +196,8 @@ if TYPE_CHECKING:  # what BAREMETAL_INSTALL loads by name, type-checked here (no
 
 BAREMETAL_INSTALL = Install(
     targets=baremetal_decide.install_targets, summary=baremetal_deploy.install_summary,
-    needs_ramdisk=baremetal_deploy.needs_ramdisk, playbook="pxe.yml", runner="provisioner.areas.baremetal.install",
+    needs_ramdisk=baremetal_deploy.needs_ramdisk, image_nodes=baremetal_deploy.image_nodes,
+    playbook="pxe.yml", runner="provisioner.areas.baremetal.install",
     preflight=Preflight(image_file=baremetal_deploy.image_file, method=baremetal_deploy.method,
                         module_names=baremetal_preflight.module_names, checks=baremetal_preflight.checks,
                         failed=baremetal_preflight.failed, refusal=baremetal_preflight.refusal),
@@ -202,14 +209,15 @@ AREAS: tuple[Area, ...] = (
     Area("common", common.cluster_vars, common.node_vars, frozenset({"common_hosts"}),
          checks=common_checks.CHECKS, verify=common_verify.checks, image_packages=common_decide.image_packages),
     Area("storage", storage.cluster_vars, storage.node_vars, groups=storage.groups, checks=storage_checks.CHECKS,
-         verify=storage_verify.checks, destructive=storage_scratch.format_summary),
+         verify=storage_verify.checks, destructive=storage_scratch.format_summary,
+         image_roles=("nfs_client",)),
     Area("people", people.cluster_vars, people.node_vars, people.LIGHT_KEYS, checks=people_checks.CHECKS,
          verify=people_verify.checks),
     Area("gpu", gpu.cluster_vars, gpu.node_vars, groups=gpu.groups, checks=gpu_checks.CHECKS,
          verify=gpu_verify.checks),
     Area("slurm", slurm.cluster_vars, slurm.node_vars, slurm.LIGHT_KEYS, groups=slurm.groups,
          checks=slurm_checks.CHECKS, verify=slurm_verify.checks, prepare=slurm_decide.prepare_munge_key,
-         secret_values=slurm_decide.secret_values),
+         secret_values=slurm_decide.secret_values, image_roles=("munge", "slurm")),
     Area("baremetal", baremetal.cluster_vars, baremetal.node_vars, baremetal.LIGHT_KEYS,
          checks=baremetal_checks.CHECKS, install=BAREMETAL_INSTALL),
     Area("monitoring", monitoring.cluster_vars, monitoring.node_vars, monitoring.LIGHT_KEYS, groups=monitoring.groups,
@@ -250,6 +258,11 @@ def image_packages(m: Manifest) -> tuple[str, ...]:
     """What a node OS image built for ``m`` carries beyond its recipe: every area's packages
     that all of the manifest's nodes get, sorted, each once."""
     return tuple(sorted({p for area in AREAS if area.image_packages is not None for p in area.image_packages(m)}))
+
+
+def image_roles() -> frozenset[str]:
+    """Every area's :attr:`Area.image_roles`."""
+    return frozenset(role for area in AREAS for role in area.image_roles)
 
 
 def prepare_hooks() -> list[PrepareHook]:

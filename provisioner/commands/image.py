@@ -6,7 +6,10 @@ Per OS the manifest's nodes use (or ``--os``): the image the manifest names in
 mmdebstrap from ``cluster.mirrors.apt`` (:mod:`provisioner.image`), unless the cache holds
 the same recipe's image already. A built image carries what the areas' roles install on
 every node anyway (provisioner.areas.registry.image_packages): the common role's base
-packages, and for a monitored cluster the monitoring agent. Then each image is proven: every
+packages, and for a monitored cluster the monitoring agent; and what every node deployed
+from it gets from the areas' image roles (provisioner.packages.image_extras: the NFS client,
+munge and Slurm's packages from the OS's archive), so a new node's first apply unpacks
+nothing it could have brought. Then each image is proven: every
 package the roles will install on its OS's nodes resolves in it from the sources they use
 (:mod:`provisioner.image.proof`, the list from :mod:`provisioner.packages`), unless
 ``--skip-proof``.
@@ -59,7 +62,8 @@ def make(m: Manifest, os_name: str, cache: Path) -> Image:
         return fetch(os_name, named.url, named.sha256, cache)
     mirrors = m.cluster.mirrors
     try:
-        return build(recipe(os_name, mirrors.apt, mirrors.apt_proxy, registry.image_packages(m)), cache)
+        carried = registry.image_packages(m) + packages.image_extras(m, os_name)
+        return build(recipe(os_name, mirrors.apt, mirrors.apt_proxy, carried), cache)
     except ImageRecipeError as exc:
         raise ProvisionError(str(exc)) from None
 

@@ -127,6 +127,9 @@ LOCK_TIMEOUT = 120
 CUSTOMIZE_HOOK = (
     'set -e; r="$1"; '
     'rm -f "$r"/etc/ssh/ssh_host_*; '
+    # a key a package made at build time would be every deployed node's until its role
+    # writes the cluster's (munge's)
+    'rm -f "$r"/etc/munge/munge.key; '
     ': > "$r"/etc/machine-id; rm -f "$r"/var/lib/dbus/machine-id; '
     'install -d "$r"/etc/provision/firstboot.d "$r"/var/lib/provision; '
     'printf "%s" "$PROVISION_FIRSTBOOT_UNIT" > "$r"/etc/systemd/system/provision-firstboot.service; '

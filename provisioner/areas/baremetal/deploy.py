@@ -118,13 +118,17 @@ def deploy_refusals(m: Manifest, node: Node, images: Mapping[str, ImageRef] | No
 
 def networkd(net: NetSettings) -> list[DeployFile]:
     """systemd-networkd files (Debian) for the management interface: matched by MAC,
-    renamed when the manifest names the interface, static address."""
+    renamed when the manifest names the interface, static address. A renamed interface is
+    configured by its new name only: the initramfs already gave the NIC its predictable
+    name and left its udev record behind, so networkd could bring it up under that name
+    before udev renames it, and udev never renames an interface that is up."""
     files: list[DeployFile] = []
+    match = ["[Match]", f"MACAddress={net.mac}"]
     if net.interface:
         files.append(DeployFile("/etc/systemd/network/10-provision-mgmt.link", "0644",
                                 f"[Match]\nMACAddress={net.mac}\n\n[Link]\nName={net.interface}\n"))
-    lines = ["[Match]", f"MACAddress={net.mac}", "", "[Link]", f"MTUBytes={net.mtu}", "", "[Network]",
-             f"Address={net.cidr}"]
+        match.append(f"Name={net.interface}")
+    lines = [*match, "", "[Link]", f"MTUBytes={net.mtu}", "", "[Network]", f"Address={net.cidr}"]
     if net.gateway:
         lines.append(f"Gateway={net.gateway}")
     lines += [f"DNS={d}" for d in net.dns]
@@ -198,6 +202,12 @@ def install_summary(m: Manifest, node: Node, again: bool) -> str:
 def needs_ramdisk(m: Manifest) -> bool:
     """Any node installed over PXE with the image method (the ramdisk deploys it)."""
     return any(n.install == "pxe" and method(m, n) == "image" for n in m.nodes)
+
+
+def image_nodes(m: Manifest, os_name: str) -> tuple[str, ...]:
+    """The nodes the ``os_name`` image is deployed onto: installed over PXE with the image
+    method (whenever they are installed: new, or ``--reinstall``)."""
+    return tuple(n.name for n in m.nodes if n.os == os_name and n.install == "pxe" and method(m, n) == "image")
 
 
 def named_images(m: Manifest) -> dict[str, ImageRef]:

@@ -71,6 +71,9 @@ def test_debian_gets_systemd_networkd_for_its_management_address(kit: Any) -> No
     net = configparser.ConfigParser(strict=False)
     net.read_string(f["/etc/systemd/network/10-provision-mgmt.network"].content)
     assert net["Match"]["MACAddress"] == "52:54:00:00:00:21"
+    # configured once udev renamed it, never under the name the initramfs gave it (udev
+    # cannot rename an interface that is up)
+    assert net["Match"]["Name"] == "eno1"
     assert net["Network"]["Address"] == "10.0.0.21/24" and net["Network"]["Gateway"] == "10.0.0.1"
     link = configparser.ConfigParser()
     link.read_string(f["/etc/systemd/network/10-provision-mgmt.link"].content)
