@@ -13,6 +13,7 @@ if [ -z "${SLURM_JOB_ID-}" ] || [ -z "${ENROOT_RESTRICT_DEV-}" ] || [ -z "${gpus
 fi
 
 for dev in nvidiactl nvidia-uvm nvidia-uvm-tools nvidia-modeset; do
+    [ -e "/dev/${dev}" ] || continue
     printf "/dev/%s /dev/%s none x-create=file,bind,rw,nosuid,noexec,private,nofail,silent\n" "${dev}" "${dev}" >> "${ENROOT_MOUNTS}"
 done
 for index in ${gpus//,/ }; do
