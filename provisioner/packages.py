@@ -60,6 +60,7 @@ ROLE_FIELDS: dict[str, str] = {
     "pxe_server": "nodes[role head] (the PXE server)",
     "munge": "slurm (Slurm nodes)",
     "slurm": "slurm (Slurm nodes)",
+    "containers": "slurm.containers (compute and login nodes)",
     "zfs": "zfs.pools",
     "nfs_server": "nfs.exports",
     "nfs_client": "nfs.mounts",

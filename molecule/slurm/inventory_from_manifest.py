@@ -35,6 +35,7 @@ def inventory(manifest_file: str, state_dir: Path) -> dict[str, Any]:
                 "slurm_controller": {"hosts": {controller(m).name: None}},
                 "slurm_compute": {"hosts": {n.name: None for n in slurm_nodes(m)}},
                 "slurm_node": {"hosts": slurm_node},
+                "slurm_containers": {"hosts": dict.fromkeys(sorted(slurm_vars.groups(m)["slurm_containers"]))},
             },
         }
     }

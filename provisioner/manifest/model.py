@@ -979,6 +979,26 @@ class SlurmAccount(Strict):
     default_qos: SlurmEntity | None = None
 
 
+URL_BASE_RE = re.compile(r"^(https?|file)://[^\s]+$")
+
+
+class SlurmContainers(Strict):
+    """Containers in Slurm jobs: enroot + pyxis on the compute and login nodes
+    (provisioner/areas/slurm/containers.py; docs/containers.md)."""
+
+    enabled: bool = False
+    source_mirror: str | None = Field(
+        default=None, description="http(s):// or file:// folder holding the pinned enroot and pyxis source "
+        "tarballs under their upstream file names; unset: download them from GitHub")
+
+    @field_validator("source_mirror")
+    @classmethod
+    def _mirror(cls, v: str | None) -> str | None:
+        if v is not None and not URL_BASE_RE.match(v):
+            raise ValueError(f"{v!r} is not an http(s):// or file:// URL")
+        return v
+
+
 class Slurm(Strict):
     enabled: bool = True
     cluster_name: str | None = None
@@ -995,6 +1015,7 @@ class Slurm(Strict):
         description="each job's private /tmp and /dev/shm (job_container/tmpfs BasePath) under this path on "
                     "every slurmd node, and TmpFS (the file system whose size slurmd reports as TmpDisk); a "
                     "folder on the compute nodes' scratch, e.g. /scratch/slurm; unset: jobs share /tmp")
+    containers: SlurmContainers = Field(default_factory=SlurmContainers)
 
 
 class NvidiaDriver(Strict):

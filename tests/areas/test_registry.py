@@ -18,7 +18,7 @@ def test_every_group_has_one_area(kit: Any) -> None:
     m = kit.load(kit.example("music-lab.yaml")).manifest
     g = registry.groups(m)
     assert {"gpu", "docker", "zfs", "nfs_server", "nfs_client", "mergerfs", "infiniband", "roce",
-            "scratch", "slurm_controller", "slurm_compute", "slurm_node", "monitoring_server",
+            "scratch", "slurm_controller", "slurm_compute", "slurm_node", "slurm_containers", "monitoring_server",
             "monitoring_node"} == set(g)
     assert g["zfs"] == {"store1", "store2"}
 

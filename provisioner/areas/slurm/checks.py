@@ -4,7 +4,7 @@ cgroup v2 fencing). Run by ``provisioner.validate`` on a structurally clean mani
 
 from __future__ import annotations
 
-from provisioner.areas.slurm import accounts
+from provisioner.areas.slurm import accounts, containers
 from provisioner.areas.slurm.decide import problems, version_conflicts
 from provisioner.areas.storage.scratch import local_path_problem
 from provisioner.errors import Diagnostic
@@ -43,4 +43,10 @@ def check_job_tmp(m: Manifest, src: Source) -> list[Diagnostic]:
     return [src.diag(("slurm", "job_tmp"), problems[0] + more)]
 
 
-CHECKS: tuple[Check, ...] = (check_slurm_problems, check_slurm_versions, check_slurm_accounts, check_job_tmp)
+def check_slurm_containers(m: Manifest, src: Source) -> list[Diagnostic]:
+    """enroot + pyxis where they cannot do what the section promises: warnings."""
+    return [src.diag(path, message, "warning") for path, message in containers.problems(m)]
+
+
+CHECKS: tuple[Check, ...] = (check_slurm_problems, check_slurm_versions, check_slurm_accounts, check_job_tmp,
+                             check_slurm_containers)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.areas.slurm import accounts
+from provisioner.areas.slurm import accounts, containers
 from provisioner.areas.slurm import decide as slurm
 from provisioner.manifest.model import Manifest, Node
 
@@ -54,7 +54,7 @@ def cluster_vars(m: Manifest) -> dict[str, Any]:
         "slurm_prolog_dcgm": m.verify.prolog_diag,
         # job_container/tmpfs BasePath and TmpFS; "": jobs share the nodes' /tmp
         "slurm_job_tmp": m.slurm.job_tmp or "",
-    }
+    } | containers.cluster_vars(m)
 
 
 def is_slurm_node(m: Manifest, node: Node) -> bool:
@@ -69,11 +69,13 @@ def is_slurm_node(m: Manifest, node: Node) -> bool:
 def groups(m: Manifest) -> dict[str, set[str]]:
     """The Slurm area's inventory groups -> members (all empty when Slurm is off)."""
     if not m.slurm.enabled:
-        return {"slurm_controller": set(), "slurm_compute": set(), "slurm_node": set()}
+        return {"slurm_controller": set(), "slurm_compute": set(), "slurm_node": set(), "slurm_containers": set()}
     return {
         "slurm_controller": {m.head.name} if m.with_role("head") else set(),
         "slurm_compute": {n.name for n in m.with_role("compute")},
         "slurm_node": {n.name for n in m.nodes if is_slurm_node(m, n)},
+        # enroot + pyxis (role containers): compute and login nodes, when slurm.containers is on
+        "slurm_containers": {n.name for n in m.nodes if containers.is_container_node(m, n)},
     }
 
 
@@ -107,4 +109,4 @@ def node_vars(m: Manifest, node: Node) -> dict[str, Any]:
         "slurm_node_gres": gres,
         "slurm_node_expected": expected_hardware(node) if is_compute else {},
         "slurm_node_mounts": slurm.shared_mounts(m, node) if is_compute else [],
-    }
+    } | containers.node_vars(m, node)
