@@ -494,41 +494,6 @@ def test_ofed_sees_the_rdma_device(lab: Lab) -> None:
 UNCALIBRATED = "Can't produce a report"
 
 
-def _write_bw_pair(store: Ssh, head: Ssh) -> tuple[subprocess.CompletedProcess[str], str, int]:
-    """One ib_write_bw measurement from head1 to store1: the server first, the client once it
-    listens (opening soft-RoCE takes seconds under load). Returns the client, the server's
-    output and its exit status."""
-    store.run("pkill -x ib_write_bw; true")  # a server an earlier try left listening
-    server = subprocess.Popen(store.argv("timeout 120 ib_write_bw -d rxe0 -n 200 -s 65536"),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        listening = store.run("for i in $(seq 120); do ss -Hltn 'sport = :18515' | grep -q . && exit 0; "
-                              "sleep 0.5; done; exit 1", check=False, timeout=90)
-        if listening.returncode != 0:
-            server.kill()
-            pytest.fail(f"ib_write_bw's server on store1 did not listen within 60 s: {server.communicate()[0]}")
-        # one client: the server serves one and exits, so a failed try leaves nothing to retry against
-        client = head.run("timeout 120 ib_write_bw -d rxe0 -n 200 -s 65536 10.213.10.11", check=False, timeout=180)
-        out, _ = server.communicate(timeout=150)
-    finally:
-        if server.poll() is None:
-            server.kill()
-    return client, out, server.returncode
-
-
-def test_ib_write_bw_between_two_guests(lab: Lab) -> None:
-    store, head = lab.ssh["store1"], lab.ssh["head1"]
-    for _ in range(3):
-        client, out, server_rc = _write_bw_pair(store, head)
-        if UNCALIBRATED not in client.stdout + client.stderr + out:
-            break
-        print(f"[lab] ib_write_bw measured nothing (its clock calibration), again:\n{client.stderr[-300:]}")
-    assert client.returncode == 0, client.stdout + client.stderr
-    result = re.search(r"^\s*65536\s+200\s+([\d.]+)\s+([\d.]+)", client.stdout, re.M)
-    assert result and float(result.group(2)) > 0, client.stdout
-    assert server_rc == 0, out
-
-
 # --------------------------------------------------------------------------- disk safety
 def _refusals(lab: Lab) -> subprocess.CompletedProcess[str]:
     """One apply, on store1 and store2 side by side, of a manifest that asks for disks with
@@ -696,6 +661,44 @@ def test_srun_runs_on_the_deployed_node(lab: Lab) -> None:
     assert state.startswith("idle"), head.out("sinfo -N -l; scontrol show node pxe1")
     r = head.run("timeout 180 srun -w pxe1 -N 1 -t 2 hostname", timeout=240)
     assert r.stdout.strip() == "pxe1", r.stdout + r.stderr
+
+
+def _write_bw_pair(store: Ssh, head: Ssh) -> tuple[subprocess.CompletedProcess[str], str, int]:
+    """One ib_write_bw measurement from head1 to store1: the server first, the client once it
+    listens (opening soft-RoCE takes seconds under load). Returns the client, the server's
+    output and its exit status."""
+    store.run("pkill -x ib_write_bw; true")  # a server an earlier try left listening
+    server = subprocess.Popen(store.argv("timeout 120 ib_write_bw -d rxe0 -n 200 -s 65536"),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        listening = store.run("for i in $(seq 120); do ss -Hltn 'sport = :18515' | grep -q . && exit 0; "
+                              "sleep 0.5; done; exit 1", check=False, timeout=90)
+        if listening.returncode != 0:
+            server.kill()
+            pytest.fail(f"ib_write_bw's server on store1 did not listen within 60 s: {server.communicate()[0]}")
+        # one client: the server serves one and exits, so a failed try leaves nothing to retry against
+        client = head.run("timeout 120 ib_write_bw -d rxe0 -n 200 -s 65536 10.213.10.11", check=False, timeout=180)
+        out, _ = server.communicate(timeout=150)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    return client, out, server.returncode
+
+
+def test_ib_write_bw_between_two_guests(lab: Lab) -> None:
+    # after pxe1's chain: perftest calibrates its clock on the guests' CPUs, and head1's is
+    # busy serving the deploy until then
+    _pxe(lab)
+    store, head = lab.ssh["store1"], lab.ssh["head1"]
+    for _ in range(3):
+        client, out, server_rc = _write_bw_pair(store, head)
+        if UNCALIBRATED not in client.stdout + client.stderr + out:
+            break
+        print(f"[lab] ib_write_bw measured nothing (its clock calibration), again:\n{client.stderr[-300:]}")
+    assert client.returncode == 0, client.stdout + client.stderr
+    result = re.search(r"^\s*65536\s+200\s+([\d.]+)\s+([\d.]+)", client.stdout, re.M)
+    assert result and float(result.group(2)) > 0, client.stdout
+    assert server_rc == 0, out
 
 
 def test_verify_passes_on_the_whole_lab(lab: Lab) -> None:
