@@ -23,13 +23,19 @@ def write(kit: Any, tmp_path: Path, data: dict[str, Any]) -> Path:
     return path
 
 
-def test_a_named_image_is_fetched_verified_and_published(kit: Any, tmp_path: Path, capsys: Capsys) -> None:
+def named_image(kit: Any, tmp_path: Path) -> tuple[Path, dict[str, Any], str]:
+    """A Debian 12 manifest naming a local root file system tarball as its image: the
+    manifest's path, its data and the tarball's SHA-256."""
     tarball = tmp_path / "site-debian.tar.gz"
     tarball.write_bytes(b"a root file system")
     digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
     data = kit.on_os(kit.base(), "debian-12")
     data["cluster"]["images"] = {"debian-12": {"url": tarball.as_uri(), "sha256": digest}}
-    manifest = write(kit, tmp_path, data)
+    return write(kit, tmp_path, data), data, digest
+
+
+def test_a_named_image_is_fetched_verified_and_published(kit: Any, tmp_path: Path, capsys: Capsys) -> None:
+    manifest, data, digest = named_image(kit, tmp_path)
     assert main(["image", "build", str(manifest), "--skip-proof"]) == 0
     out = capsys.readouterr().out
     assert f"debian-12: fetched in 0 s: {tmp_path}/.provision/images/debian-12-named-{digest[:16]}.tar.gz" in out
@@ -46,12 +52,7 @@ def test_a_named_image_is_fetched_verified_and_published(kit: Any, tmp_path: Pat
 def test_a_named_image_in_json(kit: Any, tmp_path: Path, capsys: Capsys) -> None:
     """image build had no --json (issue 27 item 13): the progress on stderr, one object on
     stdout, null for what did not happen (a skipped proof, no ramdisk, no time when cached)."""
-    tarball = tmp_path / "site-debian.tar.gz"
-    tarball.write_bytes(b"a root file system")
-    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
-    data = kit.on_os(kit.base(), "debian-12")
-    data["cluster"]["images"] = {"debian-12": {"url": tarball.as_uri(), "sha256": digest}}
-    manifest = write(kit, tmp_path, data)
+    manifest, _, digest = named_image(kit, tmp_path)
     for source in ("fetched", "cached"):
         assert main(["image", "build", str(manifest), "--skip-proof", "--json"]) == 0
         captured = capsys.readouterr()
