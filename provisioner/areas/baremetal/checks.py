@@ -14,7 +14,7 @@ from provisioner.areas.baremetal.decide import (
     installer_disk_serial,
     not_installable,
 )
-from provisioner.areas.baremetal.deploy import guarded_disk, method
+from provisioner.areas.baremetal.deploy import deployed_from_image, guarded_disk, needs_ramdisk
 from provisioner.areas.common.decide import ansible_account_problem
 from provisioner.errors import Diagnostic
 from provisioner.manifest.checks import Check, node_path
@@ -74,7 +74,7 @@ def check_deploy_disks(m: Manifest, src: Source) -> list[Diagnostic]:
     out: list[Diagnostic] = []
     seen: set[tuple[int, int]] = set()
     for node in m.nodes:
-        if node.install != "pxe" or method(m, node) != "image":
+        if not deployed_from_image(m, node):
             continue
         for i, disk in enumerate(node.install_disks):
             problem = guarded_disk(node, disk)
@@ -122,8 +122,7 @@ def check_ramdisk_source(m: Manifest, src: Source) -> list[Diagnostic]:
     node runs Debian 12 (the mirror serves Debian then), else from Debian's own archive. A site
     with an apt mirror and image deploys but no Debian node (an air-gapped Ubuntu site) needs
     Debian's archive or a Debian mirror as well: a warning says so once."""
-    deploys = any(n.install == "pxe" and method(m, n) == "image" for n in m.nodes)
-    if not deploys or m.cluster.mirrors.apt is None or any(n.os == "debian-12" for n in m.nodes):
+    if not needs_ramdisk(m) or m.cluster.mirrors.apt is None or any(n.os == "debian-12" for n in m.nodes):
         return []
     return [src.diag(("cluster", "mirrors", "apt"), (
         "image deploys boot a deploy ramdisk built from Debian 12, and no node here runs Debian, so "

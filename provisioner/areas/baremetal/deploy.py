@@ -199,15 +199,20 @@ def install_summary(m: Manifest, node: Node, again: bool) -> str:
     return f"PXE {verb}: wipes {wiped_disks(node)} (the {node.os} installer)"
 
 
+def deployed_from_image(m: Manifest, node: Node) -> bool:
+    """Installed over PXE with the image method (whenever it is installed: new, or
+    ``--reinstall``): the deploy ramdisk writes its OS's image onto it."""
+    return node.install == "pxe" and method(m, node) == "image"
+
+
 def needs_ramdisk(m: Manifest) -> bool:
     """Any node installed over PXE with the image method (the ramdisk deploys it)."""
-    return any(n.install == "pxe" and method(m, n) == "image" for n in m.nodes)
+    return any(deployed_from_image(m, n) for n in m.nodes)
 
 
 def image_nodes(m: Manifest, os_name: str) -> tuple[str, ...]:
-    """The nodes the ``os_name`` image is deployed onto: installed over PXE with the image
-    method (whenever they are installed: new, or ``--reinstall``)."""
-    return tuple(n.name for n in m.nodes if n.os == os_name and n.install == "pxe" and method(m, n) == "image")
+    """The nodes the ``os_name`` image is deployed onto."""
+    return tuple(n.name for n in m.nodes if n.os == os_name and deployed_from_image(m, n))
 
 
 def named_images(m: Manifest) -> dict[str, ImageRef]:
