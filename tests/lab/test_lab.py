@@ -353,10 +353,19 @@ def _wait_until_reexecuted(lab: Lab, before: str, first_done: threading.Event) -
     while not first_done.is_set() and time.monotonic() < deadline:
         lines = known.read_text().splitlines() if known.exists() else []
         met = all(any(line.startswith(f"{ip} ") for line in lines) for ip in guests)
-        now = lab.ssh["head1"].out("systemctl show -p DefaultLimitMEMLOCK --value").strip()
-        if met and now != before:
+        if met and _memlock(lab) not in (None, before):
             return
         first_done.wait(5)
+
+
+def _memlock(lab: Lab) -> str | None:
+    """head1's systemd memlock default, or None while systemd cannot answer: during its
+    re-execution systemctl fails ("Message recipient disconnected from message bus")."""
+    try:
+        r = lab.ssh["head1"].run("systemctl show -p DefaultLimitMEMLOCK --value", check=False, timeout=60)
+    except subprocess.TimeoutExpired:
+        return None
+    return r.stdout.strip() if r.returncode == 0 else None
 
 
 def _recap(r: subprocess.CompletedProcess[str]) -> str:
