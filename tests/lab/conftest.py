@@ -1,10 +1,8 @@
 """The VM lab's tests import tests/emulators and tests/lab as packages from tests/.
 
-The lab's network namespace is one for the whole session. test_lab.py runs first: it builds
-the lab manifest's node image and deploy ramdisk through its apt proxy (the host's end of the
-management bridge) beside the guests' boots and first apply, where the host's cores have
-room (the emulated guests run one thread each); the image tests then find that very image
-in the cache and check it, instead of building it on the lab's critical path.
+The lab's network namespace is one for the whole session: the image tests build the lab
+manifest's node image through its apt proxy (the host's end of the management bridge), so
+test_lab.py's apply finds that image in the cache instead of building it a second time.
 """
 
 from __future__ import annotations
@@ -17,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-TESTS = HERE.parent
+TESTS = Path(__file__).resolve().parents[1]
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
@@ -33,11 +30,6 @@ def _apt_cache_answers() -> bool:
             return True
     except OSError:
         return False
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """test_lab.py's tests first (stable: the order within each file is kept)."""
-    items.sort(key=lambda item: item.path.name != "test_lab.py" if item.path.parent == HERE else False)
 
 
 @pytest.fixture(scope="session")

@@ -4,9 +4,9 @@ end of the lab's management bridge), proven (every package the lab's roles insta
 the image from Debian's pockets and components; the lab selects no vendor repository, which
 cannot be reached from here), then found in the cache on the second run; and the proof of a GPU
 variant (Debian's driver and CUDA from non-free) failing on a misspelt package the manifest names,
-and on it alone. test_lab.py, which runs first, built this very image beside its guests'
-boots and deployed it; run alone, these tests build it. Lab lane (root, minutes: ~3-4 min on
-2 cores the first time; the cache under LAB_CACHE keeps it between runs)."""
+and on it alone. test_lab.py deploys this very image (it finds it in
+the cache). Lab lane (root, minutes: ~3-4 min on 2 cores the first time; the cache under
+LAB_CACHE keeps it between runs)."""
 
 from __future__ import annotations
 
