@@ -1,6 +1,6 @@
 """The layers of provisioner/ point one way (docs/design.md, "Layers"):
 
-    errors <- manifest <- (state, bmc, image, yamltext, verify.check/parsers) <- areas
+    errors <- manifest <- (state, bmc, image, verify.check/parsers) <- areas
            <- the engine (validate, inventory, plan, apply, verify, display, ...) <- commands <- cli
 
 Checked on the source with ``ast``: no import cycle among our modules, the manifest layer
@@ -25,9 +25,9 @@ PACKAGE = ROOT / "provisioner"
 # The one module below the manifest layer.
 BASE = ("provisioner.errors",)
 # What the areas build on besides the manifest layer: the state directory, the BMC drivers,
-# node images, YAML text, and verify's generic pieces (a check, the output parsers).
+# node images, and verify's generic pieces (a check, the output parsers).
 BELOW_AREAS = ("provisioner.errors", "provisioner.state", "provisioner.bmc", "provisioner.image",
-               "provisioner.yamltext", "provisioner.verify.check", "provisioner.verify.parsers")
+               "provisioner.verify.check", "provisioner.verify.parsers")
 AREAS = "provisioner.areas"
 REGISTRY = "provisioner.areas.registry"
 

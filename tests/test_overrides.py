@@ -4,10 +4,10 @@ argument specs, written into the inventory, and part of the plan's fingerprints.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
-import yaml
 from ansible.parsing.dataloader import DataLoader
 
 from provisioner import inventory
@@ -33,18 +33,18 @@ def test_the_documented_escape_hatches_validate_and_reach_the_inventory(kit: Any
     })
     m = kit.load(data).manifest
     files = inventory.build(m, source="m.yaml")
-    head = yaml.safe_load(files["host_vars/head01.yml"].replace("!unsafe", ""))
-    node02 = yaml.safe_load(files["host_vars/node02.yml"].replace("!unsafe", ""))
+    head = json.loads(files["host_vars/head01.json"])
+    node02 = json.loads(files["host_vars/node02.json"])
     assert head["nvidia_driver_hold"] is False and head["pxe_server_dhcp_mode"] == "proxy"
     assert "slurm_log_level" not in head
     assert node02["nvidia_driver_hold"] is True  # the node's own key is more specific than all
     assert node02["slurm_log_level"] == "debug"
-    assert "pxe_server_dhcp_mode: proxy" in files["host_vars/head01.yml"]
+    assert '"pxe_server_dhcp_mode": "proxy"' in files["host_vars/head01.json"]
 
 
 def test_values_reach_ansible_as_written_and_never_as_jinja(kit: Any, tmp_path: Any) -> None:
     """Read back by Ansible's own loader: a "*" (pam limits' domain) loads, "yes" and "1.0"
-    stay strings, and a value holding Jinja stays !unsafe (data, never templated)."""
+    stay strings, and a value holding Jinja stays unsafe (data, never templated)."""
     limits = [{"domain": "*", "type": "soft", "item": "core", "value": "unlimited"},
               {"domain": "@ops", "type": "-", "item": "nofile", "value": 4096}]
     data = with_vars(kit, {"node01": {"common_limits": limits, "common_apt_security_mirror": "yes"},
@@ -54,13 +54,14 @@ def test_values_reach_ansible_as_written_and_never_as_jinja(kit: Any, tmp_path: 
     loader = DataLoader()
     read = {}
     for node in ("head01", "node01", "node02"):
-        path = tmp_path / f"{node}.yml"
-        path.write_text(files[f"host_vars/{node}.yml"])
+        path = tmp_path / f"{node}.json"
+        path.write_text(files[f"host_vars/{node}.json"])
         read[node] = loader.load_from_file(str(path))
     assert read["node01"]["common_limits"] == limits
     assert read["node01"]["common_apt_security_mirror"] == "yes"
     assert read["head01"]["common_apt_security_mirror"] == "1.0"
-    assert "common_apt_security_mirror: !unsafe" in files["host_vars/node02.yml"]
+    assert json.loads(files["host_vars/node02.json"])["common_apt_security_mirror"] == {
+        "__ansible_unsafe": "{{ lookup('env', 'HOME') }}"}
     assert read["node02"]["common_apt_security_mirror"] == "{{ lookup('env', 'HOME') }}"
 
 

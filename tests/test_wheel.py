@@ -177,8 +177,8 @@ def test_installed_wheel_validates_plans_and_finds_its_playbooks(
 
     out = cmd("inventory", manifest, "--out", "inv", what="provision inventory").stdout
     assert re.search(r"wrote \d+ files to inv", out), out
-    hosts = (work / "inv" / "hosts.yml").read_text()
-    assert all(f"{name}:" in hosts for name in NODES), hosts
+    hosts = json.loads((work / "inv" / "hosts.json").read_text())
+    assert sorted(hosts["all"]["hosts"]) == sorted(NODES), hosts
 
     plan = json.loads(cmd("plan", manifest, "--json", what="provision plan").stdout)
     assert [n["name"] for n in plan["nodes"]] == NODES
@@ -195,7 +195,7 @@ def test_installed_wheel_validates_plans_and_finds_its_playbooks(
     root = Path(found["root"])
     assert root.is_relative_to(venv) and root.parts[-3:] == ("ansible_collections", "provisioner", "cluster"), root
     assert (root / "galaxy.yml").is_file() and (root / "meta" / "runtime.yml").is_file()
-    checked = run([venv / "bin" / "ansible-playbook", "--syntax-check", "-i", work / "inv" / "hosts.yml",
+    checked = run([venv / "bin" / "ansible-playbook", "--syntax-check", "-i", work / "inv",
                    root / "playbooks" / "site.yml"], cwd=work, env={**env, **found["env"]},
                   timeout=COMMAND_TIMEOUT, what="ansible-playbook --syntax-check")
     assert f"playbook: {root / 'playbooks' / 'site.yml'}" in checked.stdout

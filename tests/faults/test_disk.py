@@ -43,7 +43,7 @@ def test_inventory_on_a_full_disk_names_the_file(write_cluster: Any, provision: 
 @pytest.mark.parametrize(("limit", "what"), [
     (0, "cannot take the lock {state}/lock: File too large; choose another state directory with --state-dir"),
     (300, "{state}/secrets/munge.key: File too large"),  # the cluster's munge key (1024 bytes)
-    (500, "cannot write the inventory in {state}/inventory: {state}/inventory/group_vars/all/baremetal.yml: "
+    (500, "cannot write the inventory in {state}/inventory: {state}/inventory/group_vars/all/baremetal.json: "
           "File too large"),
 ])
 def test_apply_on_a_full_disk_says_which_file(write_cluster: Any, provision: Any, limit: int, what: str) -> None:

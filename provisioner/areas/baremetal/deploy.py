@@ -19,7 +19,6 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from provisioner import yamltext
 from provisioner.areas.baremetal.decide import (
     InstallServer,
     Login,
@@ -31,6 +30,7 @@ from provisioner.areas.baremetal.decide import (
     netplan,
     not_installable,
     wiped_disks,
+    yaml_text,
 )
 from provisioner.manifest.model import BUILT_IMAGE_EXT, Manifest, Node
 
@@ -148,7 +148,7 @@ def identity_files(m: Manifest, node: Node) -> list[DeployFile]:
                    "::1\tlocalhost ip6-localhost ip6-loopback\n"),
     ]
     if node.os.startswith("ubuntu-"):
-        text = yamltext.safe_dump({"network": netplan(net)}, width=1000)
+        text = yaml_text({"network": netplan(net)}, width=1000)
         files.append(DeployFile("/etc/netplan/50-provision.yaml", "0600",
                                 f"# {node.name}: rendered by provisioner from the cluster manifest\n{text}"))
     else:

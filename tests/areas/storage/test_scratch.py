@@ -11,7 +11,6 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-import yaml
 from pydantic import ValidationError
 
 from provisioner.areas.storage import scratch as S
@@ -331,9 +330,9 @@ def test_inventory_puts_scratch_nodes_in_their_group_with_the_volume(kit: Any) -
     m = kit.load(kit.base()).manifest
     assert groups(m)["scratch"] == ["node01", "node02"]
     files = build(m, source="m.yaml")
-    host = yaml.safe_load(files["host_vars/node01.yml"])
+    host = json.loads(files["host_vars/node01.json"])
     assert host["scratch_volume"]["device"] == "/dev/disk/by-id/nvme-SCRATCH-part1"
-    head = yaml.safe_load(files["host_vars/head01.yml"])
+    head = json.loads(files["host_vars/head01.json"])
     assert "scratch_volume" not in head
 
 
