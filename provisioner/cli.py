@@ -94,6 +94,8 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.add_argument("--detailed-exitcode", action="store_true", help="exit 0: no changes, 1: error, 2: changes")
     plan.add_argument("--full", action="store_true", help="plan node-local plays on every node")
+    plan.add_argument("--offline", action="store_true",
+                      help="read nothing over the network (slurmdbd's accounts are read on the controller otherwise)")
 
     ap = add("apply", "make the cluster match the manifest")
     ap.add_argument("--state-dir", type=Path, help="state directory (default: .provision/ beside the manifest)")

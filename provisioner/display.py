@@ -20,6 +20,7 @@ from provisioner.manifest.ranges import contract
 if TYPE_CHECKING:  # types only: the plan command must not import paramiko, the BMC drivers, ...
     from provisioner.areas.registry import InstallOutcome
     from provisioner.bmc import BmcRow
+    from provisioner.live import LiveRead
     from provisioner.plan import Plan
     from provisioner.runner import RunResult, Tracker
 
@@ -85,6 +86,20 @@ def print_plan(console: Console, plan: Plan, cluster: str) -> None:
             by_text.setdefault(node.formats, []).append(node.name)
     for text, names in by_text.items():  # destructive where the disks are blank (or forced)
         console.print(f"{', '.join(contract(names))}: {text}", style="bold red", markup=False, highlight=False)
+
+
+def print_live(console: Console, reads: Sequence[LiveRead]) -> None:
+    """What plan read from running services: each one's drift, or why it was not read."""
+    for r in reads:
+        where = f"{r.service} (read on {r.node})"
+        if r.error:
+            console.print(f"{r.service}: not read: {r.error}", style="yellow", markup=False, highlight=False)
+        elif not r.changes:
+            console.print(f"{where}: matches the manifest", markup=False, highlight=False)
+        else:
+            console.print(f"{where}: apply would make {r.pending} change(s):", markup=False, highlight=False)
+            for _, line in r.changes:
+                console.print(f"  {line}", markup=False, highlight=False)
 
 
 class LiveProgress:

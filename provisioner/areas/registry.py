@@ -23,7 +23,9 @@ An entry names, each optional but the role variables:
   where every node deployed from it gets them (``provisioner.packages.image_extras``);
 * ``install``: the area installs nodes' operating systems before they are configured
   (:class:`Install`; bare metal);
-* ``usage``: the pure side of ``provision report usage`` (:class:`UsageReport`; monitoring).
+* ``usage``: the pure side of ``provision report usage`` (:class:`UsageReport`; monitoring);
+* ``live``: what ``provision plan`` reads from a running service to show the drift apply's
+  reconcile would remove there (:class:`LiveDrift`; slurm: slurmdbd's accounts).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from provisioner.areas.monitoring import usage_render as monitoring_usage_render
 from provisioner.areas.people import checks as people_checks
 from provisioner.areas.people import rolevars as people
 from provisioner.areas.people import verify as people_verify
+from provisioner.areas.slurm import accounts as slurm_accounts
 from provisioner.areas.slurm import checks as slurm_checks
 from provisioner.areas.slurm import decide as slurm_decide
 from provisioner.areas.slurm import rolevars as slurm
@@ -168,6 +171,27 @@ USAGE_REPORT = UsageReport(
 
 
 @dataclass(frozen=True)
+class LiveDrift:
+    """What ``provision plan`` reads from a running service, beyond the nodes' fingerprints:
+    the drift between the manifest and what the service holds, which apply's reconcile would
+    remove. ``commands`` run read-only on ``node`` (once it is configured); ``changes`` turns
+    their output, in order, into (kind, line): add, change, remove, or kept (never removed)."""
+
+    name: str  # the service, in plan's words
+    wanted: Callable[[Manifest], bool]
+    node: Callable[[Manifest], Node]
+    commands: Callable[[Manifest], tuple[tuple[str, ...], ...]]
+    changes: Callable[[Manifest, list[str]], list[tuple[str, str]]]
+
+
+SLURMDBD_DRIFT = LiveDrift(
+    name="slurmdbd", wanted=slurm_accounts.managed, node=slurm_decide.controller,
+    commands=lambda m: slurm_accounts.read_commands(slurm_decide.cluster_name(m)),
+    changes=slurm_accounts.live_changes,
+)
+
+
+@dataclass(frozen=True)
 class Area:
     name: str
     cluster_vars: Callable[[Manifest], dict[str, Any]]
@@ -187,6 +211,7 @@ class Area:
     # what the area's plays may destroy on a node (formatting disks), in plan's words ("": nothing)
     destructive: Callable[[Manifest, Node], str] | None = None
     usage: UsageReport | None = None
+    live: LiveDrift | None = None
 
 
 if TYPE_CHECKING:  # what BAREMETAL_INSTALL loads by name, type-checked here (no import at run time)
@@ -217,7 +242,7 @@ AREAS: tuple[Area, ...] = (
          verify=gpu_verify.checks),
     Area("slurm", slurm.cluster_vars, slurm.node_vars, slurm.LIGHT_KEYS, groups=slurm.groups,
          checks=slurm_checks.CHECKS, verify=slurm_verify.checks, prepare=slurm_decide.prepare_munge_key,
-         secret_values=slurm_decide.secret_values, image_roles=("munge", "slurm")),
+         secret_values=slurm_decide.secret_values, image_roles=("munge", "slurm"), live=SLURMDBD_DRIFT),
     Area("baremetal", baremetal.cluster_vars, baremetal.node_vars, baremetal.LIGHT_KEYS,
          checks=baremetal_checks.CHECKS, install=BAREMETAL_INSTALL),
     Area("monitoring", monitoring.cluster_vars, monitoring.node_vars, monitoring.LIGHT_KEYS, groups=monitoring.groups,
@@ -316,3 +341,8 @@ def usage_report() -> UsageReport:
     if len(found) != 1:
         raise ValueError("exactly one area reports GPU usage")
     return found[0]
+
+
+def live_drifts(m: Manifest) -> list[LiveDrift]:
+    """The areas' services whose drift ``provision plan`` reads for ``m``, in AREAS order."""
+    return [area.live for area in AREAS if area.live is not None and area.live.wanted(m)]

@@ -18,11 +18,13 @@ from typing import Any, Literal
 
 from provisioner.manifest.model import Manifest
 
-# what `sacctmgr show` prints, in this order (the role asks for exactly these)
+# what `sacctmgr show` prints, in this order (the role asks for exactly these:
+# :func:`read_commands`, which tests/areas/slurm checks against roles/slurm/tasks/fairshare.yml)
 QOS_FORMAT = "Name,Priority,MaxTRESPU,MaxJobsPU,MaxWall,Preempt"
 ASSOC_FORMAT = "Account,User,ParentName,Share,QOS,DefaultQOS"
 USER_FORMAT = "User,DefaultAccount"
 JOBS_FORMAT = "%u|%a"  # squeue --noheader --format (running and pending jobs)
+JOB_STATES = "PENDING,RUNNING,SUSPENDED,CONFIGURING,COMPLETING"
 
 KEEP_ACCOUNTS = frozenset({"root"})
 KEEP_USERS = frozenset({"root"})
@@ -356,3 +358,24 @@ def fairshare_drift(want: Mapping[str, Any], qos_text: str, assoc_text: str, use
     """The role's filter: the drift as [{line, kind, argv}] from sacctmgr's and squeue's output."""
     changes = drift(from_vars(want), held(qos_text, assoc_text, user_text), parse_jobs(jobs_text))
     return [{"line": c.line(), "kind": c.kind, "argv": list(c.argv)} for c in changes]
+
+
+# --------------------------------------------------------------------------- plan's side
+def read_commands(cluster: str) -> tuple[tuple[str, ...], ...]:
+    """What reads slurmdbd's QOS, associations and users and the queue (read-only), in the
+    order :func:`live_changes` takes their output: the role's first fairshare task and
+    ``provision plan`` run the same."""
+    return (
+        ("sacctmgr", "--noheader", "--parsable2", "show", "qos", f"format={QOS_FORMAT}"),
+        ("sacctmgr", "--noheader", "--parsable2", "show", "assoc", f"cluster={cluster}", f"format={ASSOC_FORMAT}"),
+        ("sacctmgr", "--noheader", "--parsable2", "show", "user", f"format={USER_FORMAT}"),
+        ("squeue", "--noheader", f"--states={JOB_STATES}", f"--format={JOBS_FORMAT}"),
+    )
+
+
+def live_changes(m: Manifest, outputs: list[str]) -> list[tuple[str, str]]:
+    """The drift of ``m`` against what :func:`read_commands` printed, as (kind, line): what
+    apply's reconcile would do (add, change, remove) and what it would keep (kept)."""
+    qos_text, assoc_text, user_text, jobs_text = outputs
+    changes = drift(wanted(m), held(qos_text, assoc_text, user_text), parse_jobs(jobs_text))
+    return [(c.kind, c.line()) for c in changes]

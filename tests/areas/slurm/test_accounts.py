@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from provisioner.areas.slurm import accounts
 from provisioner.areas.slurm.accounts import Account, Assoc, Holdings, Qos
@@ -111,3 +112,33 @@ def test_the_role_data_round_trips_and_the_filter_reads_the_queue(kit: Any) -> N
         {"line": "! user alice/research: has running or pending jobs: not removed", "kind": "kept", "argv": []}]
     assert accounts.fairshare_drift(data, *have, "")[0]["argv"] == [
         "sacctmgr", "--immediate", "delete", "user", "where", "name=alice", "account=research"]
+
+
+
+ROLE_TASKS = Path(__file__).resolve().parents[3] / "roles" / "slurm" / "tasks" / "fairshare.yml"
+
+
+def test_plan_reads_slurmdbd_with_the_commands_the_role_runs() -> None:
+    """One list of read commands: the role's first fairshare task loops over exactly these."""
+    task = yaml.safe_load(ROLE_TASKS.read_text())[0]
+    role = [[str(arg).replace("{{ slurm_cluster_name }}", "lab") for arg in argv] for argv in task["loop"]]
+    assert role == [list(argv) for argv in accounts.read_commands("lab")]
+
+
+def test_live_changes_read_the_outputs_in_order(kit: Any) -> None:
+    data: dict[str, Any] = kit.base()
+    data["slurm"]["accounting"] = True
+    data["slurm"]["accounts"] = [{"name": "research", "fairshare": 10}]
+    data["users"] = [{"name": "alice", "uid": 2001, "account": "research"}]
+    m = kit.load(data).manifest
+    outputs = [recorded("sacctmgr-qos.txt"), recorded("sacctmgr-assoc.txt"), recorded("sacctmgr-user.txt"),
+               "alice|vision\n"]
+    # slurmdbd holds the tree of the recorded run; the manifest drops vision and both QOS, and
+    # alice has a job under vision (the queue's line): her association and vision stay
+    assert accounts.live_changes(m, outputs) == [
+        ("change", "~ user alice: default account vision -> research"),
+        ("kept", "! user alice/vision: has running or pending jobs: not removed"),
+        ("kept", "! account vision: holds associations with jobs: not removed"),
+        ("remove", "- qos long: not in the manifest"),
+        ("remove", "- qos urgent: not in the manifest"),
+    ]
