@@ -144,7 +144,7 @@ class Netns:
 
 
 # The lab's own network (tests/lab/lab.yaml): management (the host's end of its bridge is
-# the lab's apt proxy, 10.213.9.254:3142), the "infiniband" fabric (soft-RoCE) and data.
+# the lab's apt proxy, 10.213.9.254:3142), the "roce" fabric (soft-RoCE) and data.
 LAB_NETNS = "provlab"
 MGMT, FABRIC, DATA = "br-mgmt", "br-ib", "br-data"
 HOST_ADDRESS = "10.213.9.254/24"

@@ -5,8 +5,10 @@ mirrors from virtual disks and refuses a disk with a filesystem on it; the scrat
 partitions, formats and mounts store2's blank disk by id and refuses one with a filesystem; kernel NFS exports
 datasets and the head mounts them (over RDMA on soft-RoCE from store1, over TCP on the data
 network from store2, whose addresses the common role configured); MergerFS unions NFS
-mounts of the two servers and a write lands where its policy says; the ofed role sees the
-RDMA device and ib_write_bw runs between two guests.
+mounts of the two servers and a write lands where its policy says; the manifest's RoCE
+fabric is real RoCE v2 (soft-RoCE): the ofed role sees the RDMA device, its GID index is RoCE
+v2 on the NIC, and ib_write_bw runs between two guests with the GID index and device NCCL's
+environment names.
 
 And the whole bare-metal chain, driven by `provision apply` alone: a node with blank disks
 is powered on through its (emulated) IPMI BMC, netboots the deploy ramdisk from the head's
@@ -50,6 +52,8 @@ import yaml
 from emulators.ipmi import IpmiEmulator
 
 from lab.labvm import DATA, FABRIC, LAB_IMAGES, MGMT, Disk, Netns, Nic, Ssh, Timings, Vm, VmSpec
+from provisioner.areas.storage import fabric
+from provisioner.validate import load_manifest
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -251,7 +255,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory, lab_network: Netns) -> Iterato
                 # finds it in place; a change would force a refresh, ~70 s of emulated CPU).
                 ssh.run("mkdir -p /var/lib/apt/periodic && touch /var/lib/apt/periodic/update-success-stamp"
                         f" && printf %s {shlex.quote(proxy)} > {APT_PROXY_CONF}")
-                if name in ("head1", "store1"):  # the nodes on the "infiniband" network
+                if name in ("head1", "store1"):  # the nodes on the "roce" network
                     ssh.run("modprobe rdma_rxe && rdma link add rxe0 type rxe netdev eth2")
         with timings.stage("provision validate + plan"):
             r = lab.provision("validate")
@@ -454,7 +458,11 @@ def test_ofed_sees_the_rdma_device(lab: Lab) -> None:
     assert "PORT_ACTIVE" in info and "link_layer:\t\tEthernet" in info, info
     first = lab.applies["first"].stdout
     assert "has no RDMA device" not in first
-    # the fabric address the role gave eth2 (systemd-networkd), MTU from the manifest
+    # RoCE v2 at the manifest's GID index on eth2: what NCCL_IB_GID_INDEX and ib_write_bw -x use
+    gid = _lab_manifest(lab)["networks"]["roce"]["gid_index"]
+    attrs = "/sys/class/infiniband/rxe0/ports/1/gid_attrs"
+    assert head.out(f"cat {attrs}/types/{gid} {attrs}/ndevs/{gid}").split("\n")[:2] == ["RoCE v2", "eth2"]
+    # the fabric address the common role gave eth2 (systemd-networkd), MTU from the manifest
     addr = head.out("ip -o -4 addr show dev eth2")
     assert "10.213.10.10/24" in addr, addr
     assert "mtu 1500" in head.out("ip link show eth2")
@@ -467,6 +475,20 @@ def test_ofed_sees_the_rdma_device(lab: Lab) -> None:
 # measured nothing: "Correlation coefficient r^2: 0.83 < 0.9 / Can't produce a report" (seen
 # in a CI-like run). Such a pair is measured again, server and client, as verify does.
 UNCALIBRATED = "Can't produce a report"
+
+
+def _lab_manifest(lab: Lab) -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(lab.manifest.read_text())
+    return data
+
+
+def _roce_args(lab: Lab) -> str:
+    """ib_write_bw's device and GID index, as NCCL's environment for the lab's RoCE fabric
+    names them (provisioner.areas.storage.fabric.nccl_env: NCCL_IB_HCA, NCCL_IB_GID_INDEX)."""
+    m = load_manifest(lab.manifest).manifest
+    env = fabric.nccl_env(m, m.node("head1"))
+    assert env["NCCL_IB_HCA"] == "=rxe0" and env["NCCL_IB_GID_INDEX"] == "1", env
+    return f"-d {env['NCCL_IB_HCA'].lstrip('=')} -x {env['NCCL_IB_GID_INDEX']}"
 
 
 # --------------------------------------------------------------------------- disk safety
@@ -637,12 +659,12 @@ def test_srun_runs_on_the_deployed_node(lab: Lab) -> None:
     assert r.stdout.strip() == "pxe1", r.stdout + r.stderr
 
 
-def _write_bw_pair(store: Ssh, head: Ssh) -> tuple[subprocess.CompletedProcess[str], str, int]:
-    """One ib_write_bw measurement from head1 to store1: the server first, the client once it
-    listens (opening soft-RoCE takes seconds under load). Returns the client, the server's
-    output and its exit status."""
+def _write_bw_pair(store: Ssh, head: Ssh, args: str) -> tuple[subprocess.CompletedProcess[str], str, int]:
+    """One ib_write_bw measurement from head1 to store1 with ``args`` (device, GID index): the
+    server first, the client once it listens (opening soft-RoCE takes seconds under load).
+    Returns the client, the server's output and its exit status."""
     store.run("pkill -x ib_write_bw; true")  # a server an earlier try left listening
-    server = subprocess.Popen(store.argv("timeout 120 ib_write_bw -d rxe0 -n 200 -s 65536"),
+    server = subprocess.Popen(store.argv(f"timeout 120 ib_write_bw {args} -n 200 -s 65536"),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         listening = store.run("for i in $(seq 120); do ss -Hltn 'sport = :18515' | grep -q . && exit 0; "
@@ -651,7 +673,7 @@ def _write_bw_pair(store: Ssh, head: Ssh) -> tuple[subprocess.CompletedProcess[s
             server.kill()
             pytest.fail(f"ib_write_bw's server on store1 did not listen within 60 s: {server.communicate()[0]}")
         # one client: the server serves one and exits, so a failed try leaves nothing to retry against
-        client = head.run("timeout 120 ib_write_bw -d rxe0 -n 200 -s 65536 10.213.10.11", check=False, timeout=180)
+        client = head.run(f"timeout 120 ib_write_bw {args} -n 200 -s 65536 10.213.10.11", check=False, timeout=180)
         out, _ = server.communicate(timeout=150)
     finally:
         if server.poll() is None:
@@ -660,12 +682,14 @@ def _write_bw_pair(store: Ssh, head: Ssh) -> tuple[subprocess.CompletedProcess[s
 
 
 def test_ib_write_bw_between_two_guests(lab: Lab) -> None:
-    # after pxe1's chain: perftest calibrates its clock on the guests' CPUs, and head1's is
-    # busy serving the deploy until then
+    """RoCE v2 over soft-RoCE with the GID index NCCL would use (-x 1: the IPv4 GID). After
+    pxe1's chain: perftest calibrates its clock on the guests' CPUs, and head1's is busy
+    serving the deploy until then."""
     _pxe(lab)
     store, head = lab.ssh["store1"], lab.ssh["head1"]
+    args = _roce_args(lab)
     for _ in range(3):
-        client, out, server_rc = _write_bw_pair(store, head)
+        client, out, server_rc = _write_bw_pair(store, head, args)
         if UNCALIBRATED not in client.stdout + client.stderr + out:
             break
         print(f"[lab] ib_write_bw measured nothing (its clock calibration), again:\n{client.stderr[-300:]}")
@@ -678,7 +702,7 @@ def test_ib_write_bw_between_two_guests(lab: Lab) -> None:
 def test_verify_passes_on_the_whole_lab(lab: Lab) -> None:
     """`provision verify` against the running lab: the checks containers must SKIP (pool
     health, NFS mounts with the manifest's options and a write/read through each, the
-    MergerFS union, MTU pings on three networks, ib_write_bw over soft-RoCE) run here on
+    MergerFS union, MTU pings on three networks, ib_write_bw over the RoCE fabric) run here on
     real kernels, and all of them pass; the deployed node's Slurm state comes from the head."""
     _pxe(lab)
     assert lab.pxe_state is not None  # its known_hosts has every node, pxe1's reported key included
@@ -693,8 +717,8 @@ def test_verify_passes_on_the_whole_lab(lab: Lab) -> None:
         ("store1", "zfs:tank"),
         *(("head1", f"{kind}:{path}") for kind in ("mount", "io") for path in ("/mnt/a", "/mnt/b", "/mnt/c", "/union")),
         ("pxe1", "mount:/mnt/c"), ("pxe1", "io:/mnt/c"),
-        ("head1", "rdma.write_bw"), ("store1", "rdma.write_bw"),
-        *(("head1", f"mtu.{net}") for net in ("management", "data", "infiniband")),
+        ("head1", "rdma.write_bw.roce"), ("store1", "rdma.write_bw.roce"),
+        *(("head1", f"mtu.{net}") for net in ("management", "data", "roce")),
         ("store2", "mtu.data"), ("pxe1", "slurm.node"),
         *((node, check) for node in ("head1", "store1", "store2", "pxe1") for check in ("reach", "hosts", "clock")),
     ]
