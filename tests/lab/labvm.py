@@ -25,6 +25,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -277,9 +278,9 @@ class Vm:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def screendump(self, path: Path) -> bool:
-        """The VGA screen as a PNG (firmware and iPXE print there, not on the serial port).
-        False when the VM is not running or qemu does not answer."""
+    def _qmp(self, *commands: dict[str, Any]) -> bool:
+        """Run QMP commands in order; False when the VM is not running, qemu does not answer
+        or refuses one."""
         if not self.running():
             return False
         try:
@@ -288,8 +289,7 @@ class Vm:
                 sock.connect(str(self.qmp))
                 stream = sock.makefile("rw")
                 stream.readline()  # greeting
-                for cmd in ({"execute": "qmp_capabilities"},
-                            {"execute": "screendump", "arguments": {"filename": str(path), "format": "png"}}):
+                for cmd in ({"execute": "qmp_capabilities"}, *commands):
                     stream.write(json.dumps(cmd) + "\n")
                     stream.flush()
                     reply = json.loads(stream.readline())
@@ -299,7 +299,18 @@ class Vm:
                         return False
         except (OSError, ValueError):
             return False
-        return path.exists()
+        return True
+
+    def screendump(self, path: Path) -> bool:
+        """The VGA screen as a PNG (firmware and iPXE print there, not on the serial port).
+        False when the VM is not running or qemu does not answer."""
+        done = self._qmp({"execute": "screendump", "arguments": {"filename": str(path), "format": "png"}})
+        return done and path.exists()
+
+    def set_link(self, nic: int, up: bool) -> bool:
+        """The carrier of the spec's NIC number ``nic``, as a pulled or plugged cable: the guest
+        sees its link go down or up (qemu's set_link on the NIC's netdev reaches the NIC)."""
+        return self._qmp({"execute": "set_link", "arguments": {"name": f"lab{nic}", "up": up}})
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None

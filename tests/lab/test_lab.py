@@ -66,6 +66,8 @@ FS_DISK = "labdisk5"  # carries an ext4 filesystem: a pool there must be refused
 SCRATCH_DISK = "labscratch"  # store2's blank scratch disk (lab.yaml)
 KEEP_DISK = "labkeep"  # store2's disk with an ext4 filesystem: scratch there must be refused without force
 PXE1 = "10.213.9.20"
+# store2's two data NICs (eth2, eth3; the spec's NICs 1 and 2), its bond0's members (lab.yaml)
+STORE2_BOND = [Nic(DATA, "52:54:00:db:00:12"), Nic(DATA, "52:54:00:db:00:13")]
 
 
 def _specs() -> list[VmSpec]:
@@ -78,7 +80,7 @@ def _specs() -> list[VmSpec]:
         VmSpec("head1", 1536, [*nics(10), Nic(DATA, "52:54:00:db:00:10")], SSH_PORTS["head1"]),
         VmSpec("store1", 2048, nics(11), SSH_PORTS["store1"],
                disks=[*(Disk(f"labdisk{i}") for i in range(1, 5)), Disk(FS_DISK, ext4=True)]),
-        VmSpec("store2", 1024, [Nic(MGMT, "52:54:00:d9:00:12", "10.213.9.12/24"), Nic(DATA, "52:54:00:db:00:12")],
+        VmSpec("store2", 1024, [Nic(MGMT, "52:54:00:d9:00:12", "10.213.9.12/24"), *STORE2_BOND],
                SSH_PORTS["store2"], disks=[Disk(SCRATCH_DISK), Disk(KEEP_DISK, ext4=True)]),
     ]
 
@@ -391,13 +393,46 @@ def _mounts(ssh: Ssh) -> dict[str, list[str]]:
 
 def test_data_network_addresses_from_the_common_role(lab: Lab) -> None:
     # the NICs came up with no address (lab.up=): the manifest's data addresses are the role's
-    for name, dev, address in (("head1", "eth3", "10.213.11.10/24"), ("store2", "eth2", "10.213.11.12/24")):
+    for name, dev, address in (("head1", "eth3", "10.213.11.10/24"), ("store2", "bond0", "10.213.11.12/24")):
         ssh = lab.ssh[name]
         assert address in ssh.out(f"ip -o -4 addr show dev {dev}"), name
         assert f"dev {dev}" not in ssh.out("ip -4 route show default"), f"{name}: a default route on the data network"
         assert ssh.out(f"grep -ls '^Name={dev}$' /etc/systemd/network/*.network").strip(), name
     # across the data bridge, and management still answers (the applies after it reached them)
     lab.ssh["head1"].run("ping -c 2 -W 5 10.213.11.12")
+
+
+def _bonding(store2: Ssh) -> tuple[str, dict[str, str]]:
+    """bond0's active member and each member's MII status (/proc/net/bonding/bond0)."""
+    text = store2.out("cat /proc/net/bonding/bond0")
+    active = re.search(r"^Currently Active Slave: (\S+)", text, re.M)
+    members = dict(re.findall(r"^Slave Interface: (\S+)\nMII Status: (\S+)", text, re.M))
+    assert "Bonding Mode: fault-tolerance (active-backup)" in text and active, text
+    return active.group(1), members
+
+
+def test_a_data_bond_carries_on_when_its_active_link_is_pulled(lab: Lab) -> None:
+    """store2's active-backup bond0 (the common role's networkd files): both members up;
+    the active one's cable pulled (qemu's set_link), the other takes over and head1 still
+    reaches store2's data address; plugged back, both are up again."""
+    store2, head = lab.ssh["store2"], lab.ssh["head1"]
+    active, members = _bonding(store2)
+    assert members == {"eth2": "up", "eth3": "up"}, members
+    vm = lab.vms["store2"]
+    pulled = {"eth2": 1, "eth3": 2}[active]  # the spec's NIC numbers (0 is management)
+    assert vm.set_link(pulled, False)
+    try:
+        deadline = time.monotonic() + 30
+        while (now := _bonding(store2))[0] == active and time.monotonic() < deadline:
+            time.sleep(1)
+        assert now[0] != active and now[1][active] == "down", now
+        head.run("ping -c 3 -W 5 10.213.11.12")
+    finally:
+        assert vm.set_link(pulled, True)
+    deadline = time.monotonic() + 30
+    while _bonding(store2)[1] != {"eth2": "up", "eth3": "up"} and time.monotonic() < deadline:
+        time.sleep(1)
+    assert _bonding(store2)[1] == {"eth2": "up", "eth3": "up"}
 
 
 def test_kernel_nfs_export_and_tcp_mount_over_the_data_network(lab: Lab) -> None:
@@ -719,7 +754,7 @@ def test_verify_passes_on_the_whole_lab(lab: Lab) -> None:
         ("pxe1", "mount:/mnt/c"), ("pxe1", "io:/mnt/c"),
         ("head1", "rdma.write_bw.roce"), ("store1", "rdma.write_bw.roce"),
         *(("head1", f"mtu.{net}") for net in ("management", "data", "roce")),
-        ("store2", "mtu.data"), ("pxe1", "slurm.node"),
+        ("store2", "mtu.data"), ("store2", "bond:bond0"), ("pxe1", "slurm.node"),
         *((node, check) for node in ("head1", "store1", "store2", "pxe1") for check in ("reach", "hosts", "clock")),
     ]
     missing = [key for key in expected if key not in rows]
