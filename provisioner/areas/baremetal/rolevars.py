@@ -5,7 +5,7 @@ what the whole manifest says about every node, like slurm.conf. They are light k
 change (a new node, a new key) is picked up by the light play of playbooks/pxe.yml
 (``tasks_from: config``) and must not re-run heavy plays on the head node. The per-node
 install files (iPXE script, autoinstall seed, preseed) are rendered here by
-:mod:`provisioner.areas.baremetal.decide`, so the role only publishes them.
+:mod:`provisioner.areas.baremetal.seeds`, so the role only publishes them.
 
 ``pxe_server_ubuntu_media`` comes from ``cluster.install_media`` or the release's stable
 directory (provisioner/areas/baremetal/media.yaml). Not in the manifest (yet), so left to the
@@ -19,12 +19,12 @@ from typing import Any
 
 from provisioner.areas.baremetal.decide import (
     PXE_HTTP_PORT,
-    install_files,
     install_server,
     not_installable,
-    ubuntu_media,
 )
 from provisioner.areas.baremetal.deploy import deploy_files, method
+from provisioner.areas.baremetal.media import ubuntu_media
+from provisioner.areas.baremetal.seeds import install_files
 from provisioner.manifest.model import Manifest, Node
 
 

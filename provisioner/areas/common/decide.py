@@ -5,7 +5,7 @@ root, and a non-root account Ansible connects as (``cluster.ssh.user``, which ge
 password-less sudo), are root on every node. So they carry only the SSH keys of admins
 allowed root (``sudo: true``) plus the dedicated automation key ``cluster.ssh.public_key``;
 an admin with ``sudo: false`` must not reach root through them. The installer
-configurations (provisioner.areas.baremetal.decide) use this, and the common role enforces
+configurations (provisioner.areas.baremetal.seeds) use this, and the common role enforces
 the same list in root's authorized_keys on every apply (``common_root_authorized_keys``).
 
 The data network (issue 19 item 11) is configured by the common role from

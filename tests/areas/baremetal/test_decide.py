@@ -10,6 +10,8 @@ import pytest
 import yaml
 
 from provisioner.areas.baremetal import decide as ic
+from provisioner.areas.baremetal import media as im
+from provisioner.areas.baremetal import seeds
 from provisioner.manifest.model import Manifest, Node
 from provisioner.validate import load_manifest
 
@@ -30,7 +32,7 @@ def with_node(m: Manifest, node: Node) -> Manifest:
 
 
 def user_data(m: Manifest, node: Node) -> dict[str, Any]:
-    text = ic.ubuntu_user_data(m, node, ic.install_server(m))
+    text = seeds.ubuntu_user_data(m, node, ic.install_server(m))
     assert text.startswith("#cloud-config\n")
     data = yaml.safe_load(text)
     assert list(data) == ["autoinstall"]
@@ -51,7 +53,7 @@ def test_head_and_incomplete_nodes_are_not_installable() -> None:
     no_mac = {"management": gpu.interfaces["management"].model_copy(update={"mac": None})}
     assert "no MAC" in str(ic.not_installable(m, gpu.model_copy(update={"interfaces": no_mac})))
     with pytest.raises(ic.InstallConfigError, match="head node"):
-        ic.install_files(m, m.head, ic.install_server(m))
+        seeds.install_files(m, m.head, ic.install_server(m))
 
 
 def test_install_server_is_the_head_management_address() -> None:
@@ -69,7 +71,7 @@ def test_every_example_node_renders_valid_install_files(path: Path) -> None:
     nodes = installable(m)
     assert nodes
     for node in nodes:
-        files = ic.install_files(m, node, ic.install_server(m))
+        files = seeds.install_files(m, node, ic.install_server(m))
         assert set(files) == {"install.ipxe", "user-data", "meta-data", "vendor-data"}
         auto = user_data(m, node)
         assert auto["version"] == 1
@@ -129,7 +131,7 @@ def test_non_root_ansible_user_gets_only_the_keys_allowed_root() -> None:
 
 def test_a_non_sudo_admin_gets_no_root_key_on_debian_either() -> None:
     m, node = debian_lab()
-    late = ic.debian_late_script(m, node, ic.install_server(m))
+    late = seeds.debian_late_script(m, node, ic.install_server(m))
     bob = m.cluster.admin_users[1]
     assert not bob.sudo
     root_block = late.split('cat > "/root/.ssh/authorized_keys" <<\'PROVISION_KEYS\'\n', 1)[1]
@@ -216,7 +218,7 @@ def test_late_command_reports_host_keys_to_the_head() -> None:
 
 def test_ubuntu_ipxe_script() -> None:
     m = example("music-lab.yaml")
-    script = ic.ipxe_install_script(m, m.node("gpu3"), ic.install_server(m))
+    script = seeds.ipxe_install_script(m, m.node("gpu3"), ic.install_server(m))
     lines = script.splitlines()
     assert lines[0] == "#!ipxe"
     kernel = next(line for line in lines if line.startswith("kernel "))
@@ -238,7 +240,7 @@ def debian_lab() -> tuple[Manifest, Node]:
 
 def test_debian_files() -> None:
     m, node = debian_lab()
-    files = ic.install_files(m, node, ic.install_server(m))
+    files = seeds.install_files(m, node, ic.install_server(m))
     assert set(files) == {"install.ipxe", "preseed.cfg", "late.sh"}
 
 
@@ -260,7 +262,7 @@ REQUIRED_PRESEED = [
 
 def test_preseed_required_keys_and_addresses() -> None:
     m, node = debian_lab()
-    preseed = ic.debian_preseed(m, node, ic.install_server(m))
+    preseed = seeds.debian_preseed(m, node, ic.install_server(m))
     lines = preseed.splitlines()
     for line in REQUIRED_PRESEED:
         assert line in lines, line
@@ -279,7 +281,7 @@ def test_preseed_required_keys_and_addresses() -> None:
 
 def test_preseed_raid1_layout() -> None:
     m, node = debian_lab()
-    preseed = ic.debian_preseed(m, node, ic.install_server(m))
+    preseed = seeds.debian_preseed(m, node, ic.install_server(m))
     assert "d-i partman-auto/method string raid" in preseed
     assert "method{ raid }" in preseed and "method{ efi }" in preseed
     assert "/dev/disk/by-id/ata-Samsung_SSD_870_EVO_500GB_A" in preseed
@@ -294,7 +296,7 @@ def test_preseed_single_disk_legacy_layout() -> None:
     node = m.node("gpu01")
     assert node.bmc is not None
     node = debian(node, bmc=node.bmc.model_copy(update={"boot_mode": "legacy"}))
-    preseed = ic.debian_preseed(with_node(m, node), node, ic.install_server(m))
+    preseed = seeds.debian_preseed(with_node(m, node), node, ic.install_server(m))
     assert "d-i partman-auto/method string regular" in preseed
     assert "method{ biosgrub }" in preseed and "method{ efi }" not in preseed
     assert "mountpoint{ / }" in preseed
@@ -305,13 +307,13 @@ def test_preseed_single_disk_legacy_layout() -> None:
 def test_partman_early_command_is_valid_shell(disks: int) -> None:
     _m, node = debian_lab()
     node = node.model_copy(update={"install_disks": node.install_disks[:disks]})
-    script = ic.partman_early_command(node).replace("\\\n", "")
+    script = seeds.partman_early_command(node).replace("\\\n", "")
     subprocess.run(["sh", "-n", "-c", script], check=True)
 
 
 def test_late_script_creates_accounts_and_reports() -> None:
     m, node = debian_lab()
-    late = ic.debian_late_script(m, node, ic.install_server(m))
+    late = seeds.debian_late_script(m, node, ic.install_server(m))
     subprocess.run(["sh", "-n", "-c", late], check=True)
     assert late.startswith("#!/bin/sh\n")
     assert "ssh-keygen -A" in late and "passwd -l root" in late
@@ -321,14 +323,14 @@ def test_late_script_creates_accounts_and_reports() -> None:
             assert key in late
     assert "usermod -aG sudo alice" in late and "usermod -aG sudo bob" not in late
     assert late.rstrip().endswith("--data-binary @- http://192.168.50.2/api/installed/store2")
-    preseed = ic.debian_preseed(m, node, ic.install_server(m))
+    preseed = seeds.debian_preseed(m, node, ic.install_server(m))
     assert "wget -q -O /target/root/provision-late.sh http://192.168.50.2/nodes/store2/late.sh" in preseed
     assert "in-target sh /root/provision-late.sh" in preseed
 
 
 def test_debian_ipxe_script_carries_the_static_address() -> None:
     m, node = debian_lab()
-    script = ic.ipxe_install_script(m, node, ic.install_server(m))
+    script = seeds.ipxe_install_script(m, node, ic.install_server(m))
     kernel = next(line for line in script.splitlines() if line.startswith("kernel "))
     assert kernel.startswith("kernel http://192.168.50.2/media/debian-12/linux ")
     for arg in ("auto=true", "priority=critical", "url=http://192.168.50.2/nodes/store2/preseed.cfg",
@@ -344,18 +346,18 @@ def test_debian_ipxe_script_answers_gateway_and_dns_when_the_network_has_none() 
     m, node = debian_lab()
     net = m.networks.management.model_copy(update={"gateway": None, "dns": []})
     m = m.model_copy(update={"networks": m.networks.model_copy(update={"management": net})})
-    kernel = next(line for line in ic.ipxe_install_script(m, node, ic.install_server(m)).splitlines()
+    kernel = next(line for line in seeds.ipxe_install_script(m, node, ic.install_server(m)).splitlines()
                   if line.startswith("kernel "))
     args = kernel.split()
     for arg in ("netcfg/get_gateway=", "netcfg/no_default_route=true", "netcfg/get_nameservers="):
         assert arg in args, arg
-    with_dns = ic.ipxe_install_script(debian_lab()[0], node, ic.install_server(m))
+    with_dns = seeds.ipxe_install_script(debian_lab()[0], node, ic.install_server(m))
     assert "netcfg/get_nameservers=192.168.50.1 " in with_dns
-    preseed = ic.debian_preseed(m, node, ic.install_server(m)).splitlines()
+    preseed = seeds.debian_preseed(m, node, ic.install_server(m)).splitlines()
     assert {"d-i netcfg/get_gateway string", "d-i netcfg/get_nameservers string"} <= set(preseed)
     assert not [line for line in preseed if line != line.rstrip()]
 
 
 def test_media_needed() -> None:
     m, _node = debian_lab()
-    assert ic.media_for(installable(m)) == ["debian-12", "ubuntu-24.04"]
+    assert im.media_for(installable(m)) == ["debian-12", "ubuntu-24.04"]

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from provisioner.areas.baremetal import decide as ic
+from provisioner.areas.baremetal import seeds
 from provisioner.errors import ManifestError
 from provisioner.manifest.model import Manifest, Node
 from provisioner.validate import load_manifest, load_text
@@ -156,7 +157,7 @@ def test_installer_finds_exactly_the_install_disks(os_name: str, boot: str, name
                                                    wanted: list[tuple[int, str]]) -> None:
     targets = [MACHINE[i] for i, _ in wanted]
     _m, node = gpu_node(os_name, boot, [link(MACHINE[i], prefix) for i, prefix in wanted])
-    config = ic.curtin_storage(node)
+    config = seeds.curtin_storage(node)
     disk_actions = [a for a in config if a["type"] == "disk"]
     assert all("path" not in a and a["match"]["serial"] for a in disk_actions)  # never an empty match
     picked = subiquity_assign(config, MACHINE, SYSTEMD[os_name])
@@ -168,7 +169,7 @@ def test_namespace_suffixed_nvme_link_on_24_04() -> None:
     target = MACHINE[0]
     suffixed = next(n for n in udev(target, 255)[1] if n.endswith("_1"))
     _m, node = gpu_node("ubuntu-24.04", "uefi", [suffixed])
-    picked = subiquity_assign(ic.curtin_storage(node), MACHINE, 255)
+    picked = subiquity_assign(seeds.curtin_storage(node), MACHINE, 255)
     assert picked["disk0"] == target
 
 

@@ -12,6 +12,7 @@ from ansible.plugins.filter.core import FilterModule as CoreFilters
 from ansible.plugins.test.core import TestModule as CoreTests
 
 from provisioner.areas.baremetal import decide as ic
+from provisioner.areas.baremetal import media as im
 from provisioner.areas.baremetal import rolevars
 from provisioner.validate import load_manifest
 
@@ -41,7 +42,7 @@ def test_media_pinned_in_the_manifest(kit: Any) -> None:
         "ubuntu-24.04": {"url": "http://mirror.lab.example.org/iso/noble.iso", "sha256": "SHA256:" + DIGEST.upper()},
         "ubuntu-22.04": {"path": "/srv/iso/jammy.iso"},
     }
-    media = ic.ubuntu_media(kit.load(data).manifest)
+    media = im.ubuntu_media(kit.load(data).manifest)
     assert media["ubuntu-24.04"]["url"] == "http://mirror.lab.example.org/iso/noble.iso"
     assert media["ubuntu-24.04"]["checksum"] == f"sha256:{DIGEST}"
     assert media["ubuntu-22.04"]["path"] == "/srv/iso/jammy.iso" and media["ubuntu-22.04"]["checksum"] == ""
@@ -66,22 +67,22 @@ def test_current_point_release_from_a_checksum_list() -> None:
         f"{'c' * 64} *ubuntu-24.04.4-desktop-amd64.iso",
         f"{'d' * 64} *ubuntu-24.04.4-live-server-arm64.iso",
     ])
-    assert ic.live_server_iso(sums, "ubuntu-24.04") == ("ubuntu-24.04.4-live-server-amd64.iso", "b" * 64)
-    assert ic.live_server_iso(f"{'e' * 64}  ubuntu-22.04-live-server-amd64.iso", "ubuntu-22.04")[0] == (
+    assert im.live_server_iso(sums, "ubuntu-24.04") == ("ubuntu-24.04.4-live-server-amd64.iso", "b" * 64)
+    assert im.live_server_iso(f"{'e' * 64}  ubuntu-22.04-live-server-amd64.iso", "ubuntu-22.04")[0] == (
         "ubuntu-22.04-live-server-amd64.iso")
     with pytest.raises(ic.InstallConfigError, match=r"names no ubuntu-22\.04 live-server ISO"):
-        ic.live_server_iso(sums, "ubuntu-22.04")
+        im.live_server_iso(sums, "ubuntu-22.04")
 
 
 def test_the_media_table_and_its_documentation() -> None:
-    source, checked = ic.UBUNTU_MEDIA_SOURCE
+    source, checked = im.UBUNTU_MEDIA_SOURCE
     assert "releases.ubuntu.com/<release>/" in source
     docs = (ROOT / "docs" / "baremetal.md").read_text()
     assert "provisioner/areas/baremetal/media.yaml" in docs and checked in docs
-    for release, default in ic.UBUNTU_MEDIA.items():
+    for release, default in im.UBUNTU_MEDIA.items():
         assert default.iso.startswith(release) and default.iso in docs
     with pytest.raises(RuntimeError, match="releases is missing"):
-        ic.load_media("ubuntu_live_server: {}")
+        im.load_media("ubuntu_live_server: {}")
 
 
 def _installer_os(nodes: list[dict[str, Any]]) -> list[str]:
