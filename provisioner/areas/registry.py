@@ -53,6 +53,7 @@ from provisioner.areas.monitoring import decide as monitoring_decide
 from provisioner.areas.monitoring import rolevars as monitoring
 from provisioner.areas.monitoring import usage as monitoring_usage
 from provisioner.areas.monitoring import usage_render as monitoring_usage_render
+from provisioner.areas.monitoring import usage_sources as monitoring_usage_sources
 from provisioner.areas.people import checks as people_checks
 from provisioner.areas.people import rolevars as people
 from provisioner.areas.people import verify as people_verify
@@ -154,7 +155,7 @@ class UsageReport:
     """``provision report usage``: the window, the joins and arithmetic (``gather``, given the
     command's SSH and HTTP edges), the renderers; where Slurm and Prometheus are."""
 
-    window: Callable[[str, str, float], monitoring_usage.Window]  # (--since, --until, now)
+    window: Callable[[str, str, float], monitoring_usage_sources.Window]  # (--since, --until, now)
     gather: Callable[..., monitoring_usage.Report]
     controller: Callable[[Manifest], Node]  # where sacct runs
     prometheus_url: Callable[[Manifest], str | None]
@@ -163,7 +164,7 @@ class UsageReport:
 
 
 USAGE_REPORT = UsageReport(
-    window=monitoring_usage.window, gather=monitoring_usage.gather, controller=slurm_decide.controller,
+    window=monitoring_usage_sources.window, gather=monitoring_usage.gather, controller=slurm_decide.controller,
     prometheus_url=monitoring_usage.prometheus_url, groupings=monitoring_usage.GROUPINGS,
     render={"json": monitoring_usage_render.to_json, "csv": monitoring_usage_render.to_csv,
             "table": monitoring_usage_render.to_table, "html": monitoring_usage_render.to_html},

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from provisioner.areas.monitoring import usage
+from provisioner.areas.monitoring import usage_sources as sources
 from provisioner.validate import load_manifest
 
 testinfra_hosts = ["ansible://slurm-head"]
@@ -44,13 +45,13 @@ def test_the_report_s_sacct_query_gives_the_gpu_hours_of_known_jobs(host: Any) -
             pytest.fail(f"the usage jobs did not complete in time: {states}")
         time.sleep(1)
     now = time.time()
-    win = usage.Window(start - 5, now)
-    out = host.run(usage.sacct_command(win, now))  # what `provision report usage` runs on the controller
+    win = sources.Window(start - 5, now)
+    out = host.run(sources.sacct_command(win, now))  # what `provision report usage` runs on the controller
     assert out.rc == 0, out.stderr
     capture = os.environ.get("PROVISION_USAGE_CAPTURE")
     if capture:
         Path(capture).write_text(out.stdout)
-    jobs, problems = usage.parse_sacct(out.stdout)
+    jobs, problems = sources.parse_sacct(out.stdout)
     assert problems == []
     by_id = {j.job_id: j for j in jobs}
     for node, (gpus, seconds) in JOBS.items():

@@ -42,7 +42,8 @@ import pytest
 import yaml
 
 from provisioner.areas.monitoring import usage, usage_render
-from provisioner.areas.monitoring.usage import Job, Series, Window
+from provisioner.areas.monitoring import usage_sources as sources
+from provisioner.areas.monitoring.usage_sources import Job, Series, Window
 from provisioner.errors import ManifestError, ProvisionError
 from provisioner.manifest import Manifest
 from provisioner.prometheus import query_range
@@ -114,7 +115,7 @@ def assert_hand_computed(report: usage.Report) -> None:
 
 # --------------------------------------------------------------------------- sacct
 def test_sacct_lines_become_the_jobs_that_held_gpus() -> None:
-    jobs, problems = usage.parse_sacct(sacct_text())
+    jobs, problems = sources.parse_sacct(sacct_text())
     assert problems == []
     assert [j.job_id for j in jobs] == ["101", "102", "103", "104", "107"]  # 105: no GPU, 106: never started
     by_id = {j.job_id: j for j in jobs}
@@ -130,7 +131,7 @@ def test_sacct_lines_it_cannot_read_are_named_with_their_line() -> None:
             "not sacct output\n\n"
             "102|102|bob|ml|gpu|gpu02|gres/gpu=1|2026-11-01T08:00:00|Unknown|RUNNING\n"
             "103|103|bob|ml|gpu|gpu[0x-2]|gres/gpu=1|1700000040|Unknown|RUNNING\n")
-    jobs, problems = usage.parse_sacct(text)
+    jobs, problems = sources.parse_sacct(text)
     assert [j.job_id for j in jobs] == ["101"]
     assert problems[0].startswith("sacct line 2: 1 fields, not 10")
     assert problems[1] == "sacct line 4: time '2026-11-01T08:00:00' is not epoch seconds (SLURM_TIME_FORMAT=%s)"
@@ -145,7 +146,7 @@ def test_sacct_lines_it_cannot_read_are_named_with_their_line() -> None:
     ("None assigned", ()),
 ])
 def test_slurm_host_lists_expand(text: str, names: tuple[str, ...]) -> None:
-    assert usage.hostlist(text) == names
+    assert sources.hostlist(text) == names
 
 
 @pytest.mark.parametrize(("tres", "gpus"), [
@@ -155,39 +156,39 @@ def test_slurm_host_lists_expand(text: str, names: tuple[str, ...]) -> None:
     ("", 0),
 ])
 def test_allocated_gpus_come_from_alloc_tres(tres: str, gpus: int) -> None:
-    assert usage.tres_gpus(tres) == gpus
+    assert sources.tres_gpus(tres) == gpus
 
 
 def test_the_sacct_command_asks_a_wider_window_relative_to_the_controller_s_clock() -> None:
     now = T0 + 10_000
-    cmd = usage.sacct_command(WIN, now)
+    cmd = sources.sacct_command(WIN, now)
     assert cmd.startswith("SLURM_TIME_FORMAT=%s sacct --allusers --allocations --parsable2 --noheader ")
     assert "--format=JobIDRaw,JobID,User,Account,Partition,NodeList,AllocTRES,Start,End,State" in cmd
     assert cmd.endswith(" --starttime=now-10060 --endtime=now-2740")  # 10,000 s + 60; 2,800 s - 60
-    assert usage.sacct_command(Window(T0, T0 + 7200), T0 + 7200).endswith(" --endtime=now")
+    assert sources.sacct_command(Window(T0, T0 + 7200), T0 + 7200).endswith(" --endtime=now")
 
 
 # --------------------------------------------------------------------------- the window
 def test_since_and_until_take_durations_and_dates() -> None:
     now = 1_800_000_000.0
-    assert usage.parse_when("7d", now, "--since") == now - 7 * 86400
-    assert usage.parse_when("90m", now, "--since") == now - 5400
-    assert usage.parse_when("now", now, "--until") == now
-    assert usage.parse_when("2026-11-01T08:00+00:00", now, "--since") == 1_793_520_000.0
-    assert usage.window("2w", "1w", now) == Window(now - 14 * 86400, now - 7 * 86400)
-    assert usage.window("1h", "2030-01-01T00:00+00:00", now).until == now  # never past now
-    with pytest.raises(usage.UsageError, match=r"--since 'yesterday': give a duration"):
-        usage.parse_when("yesterday", now, "--since")
-    with pytest.raises(usage.UsageError, match="the window is empty"):
-        usage.window("1h", "2h", now)
+    assert sources.parse_when("7d", now, "--since") == now - 7 * 86400
+    assert sources.parse_when("90m", now, "--since") == now - 5400
+    assert sources.parse_when("now", now, "--until") == now
+    assert sources.parse_when("2026-11-01T08:00+00:00", now, "--since") == 1_793_520_000.0
+    assert sources.window("2w", "1w", now) == Window(now - 14 * 86400, now - 7 * 86400)
+    assert sources.window("1h", "2030-01-01T00:00+00:00", now).until == now  # never past now
+    with pytest.raises(sources.UsageError, match=r"--since 'yesterday': give a duration"):
+        sources.parse_when("yesterday", now, "--since")
+    with pytest.raises(sources.UsageError, match="the window is empty"):
+        sources.window("1h", "2h", now)
 
 
 def test_long_windows_are_asked_in_pieces_prometheus_accepts() -> None:
     win = Window(T0, T0 + 60 * 25_000)
-    pieces = usage.query_points(win, 60)
+    pieces = sources.query_points(win, 60)
     assert pieces == [(T0 + 60, T0 + 60 * 10_000), (T0 + 60 * 10_001, T0 + 60 * 20_000),
                       (T0 + 60 * 20_001, T0 + 60 * 25_000)]
-    assert usage.query_points(Window(T0 + 1, T0 + 119), 60) == [(T0 + 60, T0 + 120)]
+    assert sources.query_points(Window(T0 + 1, T0 + 119), 60) == [(T0 + 60, T0 + 120)]
 
 
 def test_the_queries_are_the_recording_rules_expressions() -> None:
@@ -204,7 +205,7 @@ def test_the_queries_are_the_recording_rules_expressions() -> None:
 
 # --------------------------------------------------------------------------- the arithmetic
 def test_the_report_matches_the_hand_computed_numbers(m: Manifest) -> None:
-    jobs, _ = usage.parse_sacct(sacct_text())
+    jobs, _ = sources.parse_sacct(sacct_text())
     util, power = hand_series()
     assert_hand_computed(usage.build(m, jobs, util, power, WIN, "user", STEP))
 
@@ -215,7 +216,7 @@ def test_the_report_matches_the_hand_computed_numbers(m: Manifest) -> None:
     ("partition", {"gpu": 6.5}),
 ])
 def test_other_groupings_share_the_same_totals(m: Manifest, by: str, allocated: dict[str, float]) -> None:
-    jobs, _ = usage.parse_sacct(sacct_text())
+    jobs, _ = sources.parse_sacct(sacct_text())
     util, power = hand_series()
     report = usage.build(m, jobs, util, power, WIN, by, STEP)
     assert {r.key: r.allocated_h for r in report.rows} == pytest.approx(allocated)
@@ -243,7 +244,7 @@ def test_more_series_than_gpus_never_count_more_than_was_held(m: Manifest) -> No
 
 def test_without_prometheus_the_report_says_so_and_keeps_the_allocations(m: Manifest) -> None:
     def down(expr: str, start: float, end: float, step: float) -> dict[str, str]:
-        raise usage.UsageError("connection refused")
+        raise sources.UsageError("connection refused")
 
     report = usage.gather(m, WIN, "user", T0 + 7200, lambda _cmd: sacct_text(), down, "http://10.30.0.10:9090")
     assert report.total.allocated_h == pytest.approx(6.5)
@@ -255,7 +256,7 @@ def test_without_prometheus_the_report_says_so_and_keeps_the_allocations(m: Mani
 
 def test_an_unpriced_gpu_model_is_named_not_guessed(m: Manifest) -> None:
     cheap = m.model_copy(update={"cost": m.cost.model_copy(update={"gpus": {"A100": m.cost.gpus["A100"]}})})
-    jobs, _ = usage.parse_sacct(sacct_text())
+    jobs, _ = sources.parse_sacct(sacct_text())
     util, power = hand_series()
     report = usage.build(cheap, jobs, util, power, WIN, "user", STEP)
     assert report.total.cost == pytest.approx(4.0 + 0.333333 + 0.666667, abs=1e-5)  # gpu01's jobs only
@@ -264,7 +265,7 @@ def test_an_unpriced_gpu_model_is_named_not_guessed(m: Manifest) -> None:
 
 
 def test_without_a_cost_section_no_cost_is_reported_or_missed(m: Manifest) -> None:
-    jobs, _ = usage.parse_sacct(sacct_text())
+    jobs, _ = sources.parse_sacct(sacct_text())
     util, power = hand_series()
     report = usage.build(m.model_copy(update={"cost": None}), jobs, util, power, WIN, "user", STEP)
     assert (report.currency, report.total.cost, len(report.notes)) == ("", 0.0, 3)  # the three series notes
@@ -272,7 +273,7 @@ def test_without_a_cost_section_no_cost_is_reported_or_missed(m: Manifest) -> No
 
 
 def test_the_timeline_holds_allocated_and_used_gpus_per_account(m: Manifest) -> None:
-    jobs, _ = usage.parse_sacct(sacct_text())
+    jobs, _ = sources.parse_sacct(sacct_text())
     util, power = hand_series()
     t = usage.build(m, jobs, util, power, WIN, "user", STEP).timeline  # 120 bins of 60 s
     assert len(t.edges) == 121 and t.edges[0] == T0 and t.edges[-1] == T0 + 7200
@@ -284,7 +285,7 @@ def test_the_timeline_holds_allocated_and_used_gpus_per_account(m: Manifest) -> 
 
 # --------------------------------------------------------------------------- rendering
 def report_of(m: Manifest) -> usage.Report:
-    jobs, _ = usage.parse_sacct(sacct_text())
+    jobs, _ = sources.parse_sacct(sacct_text())
     util, power = hand_series()
     return usage.build(m, jobs, util, power, WIN, "user", STEP)
 
@@ -444,7 +445,7 @@ def test_a_real_prometheus_gives_the_hand_computed_numbers(m: Manifest, promethe
         return sacct_text()
 
     report = usage.gather(m, WIN, "user", T0 + 7200, sacct, query_range(prometheus, 30), prometheus)
-    assert asked == [usage.sacct_command(WIN, T0 + 7200)]
+    assert asked == [sources.sacct_command(WIN, T0 + 7200)]
     assert_hand_computed(report)
     util = usage.fetch_series(query_range(prometheus, 30), usage.UTILIZATION_EXPR, WIN, STEP)
     assert {(s.job_id, s.node, s.gpu) for s in util} == {("101", "gpu01", "0"), ("101", "gpu01", "1"),
@@ -457,7 +458,7 @@ def test_a_real_prometheus_gives_the_hand_computed_numbers(m: Manifest, promethe
 def test_a_prometheus_error_answer_is_reported(prometheus: str) -> None:
     query = query_range(prometheus, 30)
     with pytest.raises(ValueError, match="bad_data"):
-        usage.parse_matrix(query("max by (", T0, T0 + 60, 60))
+        sources.parse_matrix(query("max by (", T0, T0 + 60, 60))
     with pytest.raises(ProvisionError, match=r"127\.0\.0\.1:1"):
         query_range("http://127.0.0.1:1", 5)("up", T0, T0 + 60, 60)
 
@@ -487,7 +488,7 @@ def test_a_real_sacct_output_of_slurm_22_05() -> None:
     GPU jobs of 0-4 s; the last two are its verifier's 2 GPUs x sleep 4 and 1 GPU x sleep 2.
     Slurm 22.05 writes only the untyped gres/gpu count into AllocTRES there."""
     text = (DATA / "sacct-slurm-22.05.txt").read_text()
-    jobs, problems = usage.parse_sacct(text)
+    jobs, problems = sources.parse_sacct(text)
     assert problems == []
     assert [(j.job_id, j.nodes, j.gpus) for j in jobs] == [
         ("3", ("slurm-gpu02",), 1), ("4", ("slurm-gpu03",), 2), ("6", ("slurm-gpu03",), 1),
