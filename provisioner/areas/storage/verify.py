@@ -26,7 +26,7 @@ WRITE_BW_LISTEN_S = 20  # how long the server side may take to open its device a
 WRITE_BW_ARGS = f"--report_gbits -D 3 -p {WRITE_BW_PORT}"
 # perftest times its run by the CPU's cycle counter, calibrated against the clock at start;
 # where the samples do not line up (r^2 < 0.9: a node starved of CPU, a VM under emulation)
-# it measured nothing and says so. The pair is measured again, once.
+# it measured nothing and says so. The pair is measured again (provisioner.verify.run.PAIR_TRIES).
 WRITE_BW_CALIBRATION_FAILED = "Can't produce a report"
 
 
