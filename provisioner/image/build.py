@@ -162,16 +162,19 @@ def build(r: ImageRecipe, cache: Path, *, run: Runner = subprocess.run, timeout:
     partial = cache / f"{PARTIAL_PREFIX}{r.file_name}"
     partial.unlink(missing_ok=True)
     start = time.monotonic()
-    try:
-        result = run(mmdebstrap_command(r, str(partial)), env={**os.environ, **build_environment(r)},
-                     timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
+    try:  # whatever ends the build early (a failure, a signal), no partial tarball stays
+        try:
+            result = run(mmdebstrap_command(r, str(partial)), env={**os.environ, **build_environment(r)},
+                         timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            raise ImageError(f"building the {r.os} image took longer than {timeout:.0f} s; gave up") from None
+        if result.returncode != 0 or not partial.is_file():
+            raise ImageError(f"mmdebstrap failed building the {r.os} image (exit {result.returncode}) "
+                             f"from {r.mirror}")
+        digest = sha256_file(partial)
+    except BaseException:
         partial.unlink(missing_ok=True)
-        raise ImageError(f"building the {r.os} image took longer than {timeout:.0f} s; gave up") from None
-    if result.returncode != 0 or not partial.is_file():
-        partial.unlink(missing_ok=True)
-        raise ImageError(f"mmdebstrap failed building the {r.os} image (exit {result.returncode}) from {r.mirror}")
-    digest = sha256_file(partial)
+        raise
     os.replace(partial, path)
     sidecar(path).write_text(sidecar_line(digest, path))
     _publish(cache, r.os, path, digest)
@@ -201,7 +204,7 @@ def fetch(os_name: str, url: str, sha256: str, cache: Path, *, timeout: float = 
     except OSError as exc:
         partial.unlink(missing_ok=True)
         raise ImageError(f"cannot fetch the {os_name} image {url}: {exc}") from None
-    except ImageError:
+    except BaseException:  # a wrong checksum, a signal: no partial download stays
         partial.unlink(missing_ok=True)
         raise
     os.replace(partial, path)
