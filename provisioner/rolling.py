@@ -103,7 +103,7 @@ def _roll(groups: list[list[str]], steps: Steps, allow_reboot: bool, result: Rol
         batches are not touched."""
         result.events.append(Event(node, stage, False, detail))
         result.failed = node or ", ".join(drained)
-        at["where"] = f"while leaving {', '.join(drained)} drained after the failed {stage}"
+        at["where"] = f"while leaving {listed(drained)} drained after the failed {stage}"
         for n in drained:
             if n in result.done:
                 continue
@@ -127,7 +127,7 @@ def _roll(groups: list[list[str]], steps: Steps, allow_reboot: bool, result: Rol
                 return stop(i, node, "drain", d.detail, [*drained, node])
             result.events.append(Event(node, "drain", True, d.detail))
             drained.append(node)
-        at["where"] = f"in the apply of {', '.join(group)}"
+        at["where"] = f"in the apply of {listed(group)}"
         try:
             rc = steps.apply(group)
         except Interrupted:
