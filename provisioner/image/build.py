@@ -26,7 +26,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from provisioner.errors import ProvisionError
 from provisioner.image.recipe import KEYRINGS, RAMDISK, ImageRecipe, build_environment, mmdebstrap_command
@@ -195,12 +195,15 @@ def fetch(os_name: str, url: str, sha256: str, cache: Path, *, timeout: float = 
     partial = cache / f"{PARTIAL_PREFIX}{path.name}"
     start = time.monotonic()
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response, partial.open("wb") as out:
+        with urllib.request.urlopen(url, timeout=timeout) as response, partial.open("wb", buffering=0) as out:
             while chunk := response.read(CHUNK):
-                out.write(chunk)
+                _write_all(out, chunk, partial)
                 if time.monotonic() - start > total:
                     raise TimeoutError(f"the download took longer than {total:.0f} s")
         verify(partial, sha256, f"the {os_name} image {url}")
+    except CacheWriteError:  # the cache's disk, not the server: the error names the file
+        partial.unlink(missing_ok=True)
+        raise
     except OSError as exc:
         partial.unlink(missing_ok=True)
         raise ImageError(f"cannot fetch the {os_name} image {url}: {exc}") from None
@@ -211,6 +214,20 @@ def fetch(os_name: str, url: str, sha256: str, cache: Path, *, timeout: float = 
     sidecar(path).write_text(sidecar_line(sha256, path))
     _publish(cache, os_name, path, sha256)
     return Image(os_name, path, sha256, "fetched", time.monotonic() - start)
+
+
+class CacheWriteError(OSError):
+    """Writing into the image cache failed (a full disk): not the download's fault."""
+
+
+def _write_all(out: BinaryIO, data: bytes, path: Path) -> None:
+    """Write ``data`` to the unbuffered ``out`` (the file ``path``); a failure names the file."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[out.write(view) or 0:]
+    except OSError as exc:
+        raise CacheWriteError(exc.errno, exc.strerror, str(path)) from None
 
 
 def current(cache: Path, os_name: str) -> Image | None:
