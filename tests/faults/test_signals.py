@@ -220,10 +220,12 @@ def test_a_signal_while_apply_waits_for_a_key_exchange_ends_the_probe_at_once(
 def ssh_stand_in(bin_dir: Path, marker: str, wait_at: str) -> None:
     """An ``ssh`` that contacts nothing: it answers the roll's scontrol and squeue as a
     controller whose node n1 is idle, and waits (``sleep MARKER``) at ``wait_at``: the first
-    look at the node (drain) or the drain that leaves the batch drained after a failed apply."""
+    look at the node (drain), apply's login probe of the node (apply; the other moments' nodes
+    refuse TCP before it), or the drain that leaves the batch drained after a failed apply."""
     show = f"exec sleep {marker}" if wait_at == "drain" else "echo 'NodeName=n1 State=IDLE'; exit 0"
     (bin_dir / "ssh").write_text("#!/bin/sh\n"
                                  'case "$*" in\n'
+                                 f'  *"PreferredAuthentications=none"*) exec sleep {marker};;\n'
                                  f'  *"scontrol show node"*) {show};;\n'
                                  f'  *"apply failed"*) exec sleep {marker};;\n'
                                  "  *) exit 0;;\n"
@@ -237,31 +239,31 @@ def test_a_signal_at_each_step_of_a_roll_ends_it_in_one_line(
         processes_with: Callable[[str], list[int]], write_cluster: Any, tmp_path: Path, moment: str,
         sig: signal.Signals) -> None:
     """apply --rolling on one compute node, stopped while it drains the node (its ssh to the
-    controller), while the batch's apply waits for the node's SSH banner, or while it leaves
-    the batch drained after that apply failed: 128 + the signal, one line naming the node the
+    controller), while the batch's apply probes the node's SSH login, or while it leaves the
+    batch drained after that apply failed: 128 + the signal, one line naming the node the
     roll left drained, no ssh left (a drain must not land after 'interrupted'), the lock free,
     and a run the roll's apply started recorded as ended."""
     marker = f"{50 + int(sig)}.{len(moment)}{os.getpid() % 1000:03d}"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     ssh_stand_in(bin_dir, marker, moment)
-    listener = HoldingListener() if moment == "apply" else None
-    manifest: Path = write_cluster(slurm=True, **({"port": listener.port} if listener else {}))
+    sshd = FakeSshServer(new_host_key()).start() if moment == "apply" else None  # banner and key exchange
+    manifest: Path = write_cluster(slurm=True, **({"port": sshd.port} if sshd else {}))
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     proc = subprocess.Popen([sys.executable, "-m", "provisioner.cli", "apply", str(manifest), "--rolling", "--yes"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
                             env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
-        while not (listener.accepted.is_set() if listener else processes_with(f"sleep {marker}")):
+        while not processes_with(f"sleep {marker}"):
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, f"never reached the {moment}"
             time.sleep(0.05)
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=30)
     finally:
-        if listener:
-            listener.close()
+        if sshd:
+            sshd.stop()
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
