@@ -78,3 +78,13 @@ def test_image_build_on_a_full_disk_names_the_cache_file(write_cluster: Any, pro
     assert r.stderr.startswith(f"error: {cache}/.partial-debian-12-named-") and r.stderr.count("\n") == 1, r.stderr
     assert r.stderr.endswith(".tar.gz: File too large\n"), r.stderr
     assert list(cache.iterdir()) == []
+
+
+def test_verify_junit_on_a_full_disk_names_the_file(write_cluster: Any, provision: Any, tmp_path: Path) -> None:
+    """verify's one file, its JUnit report (the node on loopback refuses SSH: one FAIL row)."""
+    junit = tmp_path / "reports" / "verify.xml"
+    junit.parent.mkdir()
+    r = provision("verify", str(write_cluster()), "--junit", str(junit), preexec=file_size_limit(10), timeout=60)
+    assert r.returncode == 1, r.said
+    assert r.stderr == f"error: --junit {junit}: File too large\n"
+    assert leftovers(junit.parent) == [] and not junit.exists()
