@@ -154,7 +154,8 @@ class HoldingListener:
 def test_a_signal_while_apply_probes_its_nodes_records_the_run_and_frees_the_lock(
         write_cluster: Any, sig: signal.Signals) -> None:
     """A signal while apply waits for a stalled node's SSH banner (bounded, 10 s): one line,
-    128 + the signal, the run recorded as interrupted, the lock free."""
+    128 + the signal, the run recorded as interrupted, the lock free; at once, not after the
+    banner's bound (the probe's thread was waited for: 10 s of silence after a Ctrl-C)."""
     listener = HoldingListener()
     manifest: Path = write_cluster(port=listener.port)
     proc = subprocess.Popen([sys.executable, "-m", "provisioner.cli", "apply", str(manifest), "--yes"],
@@ -174,7 +175,7 @@ def test_a_signal_while_apply_probes_its_nodes_records_the_run_and_frees_the_loc
     assert proc.returncode == 128 + sig, (out, err)
     assert "Traceback" not in err and err.count("\n") == 1, err
     assert err.startswith("interrupted (Ctrl-C)" if sig == signal.SIGINT else f"interrupted by {sig.name}")
-    assert took < 15  # the probe's own bound (10 s) at most
+    assert took < 5, took  # not the banner's bound (10 s)
     state = manifest.parent / ".provision"
     last = json.loads((state / "state.json").read_text())["runs"][-1]
     assert last["result"] == "interrupted" and last["finished"]
