@@ -94,8 +94,8 @@ def image_json(image: Image, record: proof.Record | None, made: bool) -> dict[st
                 "kernel": record.kernel, "record": str(proof.record_path(image.path))}}
 
 
-# After a signal, how long mmdebstrap and its apt get to clean up after TERM before KILL
-# (mmdebstrap unmounts and removes its chroot on TERM).
+# After a signal, how long mmdebstrap and its apt get after TERM before KILL: mmdebstrap
+# takes TERM as an error and unmounts and removes what it set up on its way out.
 STOP_GRACE = 10.0
 
 
