@@ -29,6 +29,7 @@ class Interrupted(ProvisionError):
 
     def __init__(self, signum: int, detail: str = "") -> None:
         self.signum = signum
+        self.detail = detail  # where it stopped and what is left, after the signal's words
         name = signal.Signals(signum).name
         what = "interrupted (Ctrl-C)" if signum == signal.SIGINT else f"interrupted by {name}"
         super().__init__(what + (f": {detail}" if detail else ""))

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from provisioner.interrupts import Signals
+
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 PROC = Path("/proc")
 
@@ -113,3 +115,19 @@ def stop_tree(
                 os.kill(pid, sig)
             termed.add(pid)
         time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def processes_end_with_a_signal(grace: float) -> Iterator[Signals]:
+    """While open, SIGINT, SIGTERM and SIGHUP first end every process started meanwhile below
+    this one, their orphans included (this process adopts them: :func:`subreaper`):
+    TERM, then KILL after ``grace`` seconds; only then is Interrupted raised. For commands that
+    run tools which start children of their own (mmdebstrap's apt, tar): killing the tool
+    alone left those writing on after the command said it was interrupted."""
+    earlier = set(descendants())
+    with subreaper(), Signals(on_signal=lambda: _stop_new(earlier, grace)) as signals:
+        yield signals
+
+
+def _stop_new(earlier: set[int], grace: float) -> None:
+    stop_tree(grace=grace, deadline=grace + 10, keep=earlier.__contains__)

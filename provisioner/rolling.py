@@ -14,6 +14,11 @@ A failure stops the roll (an apply that raises ProvisionError is one too): the f
 stays drained with the reason in Slurm (a failed gate check: the gate's reason, which
 ``provision resume`` will not lift without --force), and the nodes of later batches are not
 touched; a node that could not be drained (the controller unreachable) is reported as such.
+
+A signal (:class:`~provisioner.interrupts.Interrupted`, from any step) is not a failure: the
+roll stops at once, touching nothing more (no reason is written: that would be a command to
+the controller after the operator said stop), and the Interrupted it raises says where it
+stopped and which nodes it leaves drained.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from dataclasses import dataclass, field
 from provisioner.drain import Drained
 from provisioner.errors import ProvisionError
 from provisioner.gate import Finding, failed_reason
+from provisioner.interrupts import Interrupted
+from provisioner.manifest.ranges import listed
 
 REASON_PREFIX = "provision apply --rolling"
 
@@ -67,8 +74,28 @@ def batches(nodes: list[str], size: int) -> list[list[str]]:
     return [nodes[i:i + size] for i in range(0, len(nodes), size)]
 
 
+def stopped_by_signal(where: str, held: list[str]) -> str:
+    """Where a signal stopped the roll and what it leaves (the detail of its Interrupted)."""
+    if not held:
+        return f"rolling stopped {where}"
+    return (f"rolling stopped {where}; drained (or being drained) by this roll, not resumed: {listed(held)} "
+            "(provision resume them once they are right)")
+
+
 def roll(groups: list[list[str]], steps: Steps, allow_reboot: bool) -> Roll:
+    """Roll ``groups`` a batch at a time (module docstring); a signal raises Interrupted."""
     result = Roll()
+    at = {"where": ""}  # the step under way, for a signal's message
+    held: list[str] = []  # drained (or being drained) by this roll, not resumed
+    try:
+        return _roll(groups, steps, allow_reboot, result, at, held)
+    except Interrupted as exc:
+        detail = stopped_by_signal(at["where"], held)
+        raise Interrupted(exc.signum, f"{detail}; {exc.detail}" if exc.detail else detail) from None
+
+
+def _roll(groups: list[list[str]], steps: Steps, allow_reboot: bool, result: Roll, at: dict[str, str],
+          held: list[str]) -> Roll:
 
     def stop(index: int, node: str, stage: str, detail: str, drained: list[str], reason: str = "") -> Roll:
         """End the roll: every drained node of this batch not yet resumed stays drained,
@@ -76,6 +103,7 @@ def roll(groups: list[list[str]], steps: Steps, allow_reboot: bool) -> Roll:
         batches are not touched."""
         result.events.append(Event(node, stage, False, detail))
         result.failed = node or ", ".join(drained)
+        at["where"] = f"while leaving {listed(drained)} drained after the failed {stage}"
         for n in drained:
             if n in result.done:
                 continue
@@ -92,19 +120,25 @@ def roll(groups: list[list[str]], steps: Steps, allow_reboot: bool) -> Roll:
     for i, group in enumerate(groups):
         drained: list[str] = []
         for node in group:
+            at["where"] = f"while draining {node}"
+            held.append(node)
             d = steps.drain(node)
             if not d.ok:
                 return stop(i, node, "drain", d.detail, [*drained, node])
             result.events.append(Event(node, "drain", True, d.detail))
             drained.append(node)
+        at["where"] = f"in the apply of {listed(group)}"
         try:
             rc = steps.apply(group)
+        except Interrupted:
+            raise
         except ProvisionError as exc:  # apply stopped before its recap (e.g. Ansible could not start)
             return stop(i, "", "apply", str(exc), drained)
         if rc != 0:
             return stop(i, "", "apply", f"apply exited {rc} (see its recap)", drained)
         result.events.append(Event("", "apply", True, f"node-local plays on {', '.join(group)}"))
         for node in group:
+            at["where"] = f"while checking {node}"
             if steps.needs_reboot(node):
                 if not allow_reboot:
                     result.events.append(Event(node, "reboot", True,
@@ -121,9 +155,11 @@ def roll(groups: list[list[str]], steps: Steps, allow_reboot: bool) -> Roll:
             if failures:
                 return stop(i, node, "verify", "; ".join(map(str, failures)), drained)
             result.events.append(Event(node, "verify", True, "passed"))
+            at["where"] = f"while resuming {node}"
             r = steps.resume(node)
             if not r.ok:
                 return stop(i, node, "resume", r.detail, drained)
             result.events.append(Event(node, "resume", True, r.detail))
             result.done.append(node)
+            held.remove(node)
     return result

@@ -87,13 +87,14 @@ PROBE_IDENT = b"SSH-2.0-provision_probe\r\n"
 
 
 def probe_ssh(address: str, port: int = 22, timeout: float = SSH_CONNECT_TIMEOUT,
-              banner_timeout: float = 10.0) -> Reach:
+              banner_timeout: float = 10.0, stopped: Callable[[], bool] = lambda: False) -> Reach:
     """Is there a working SSH server at ``address:port``? It must send an identification
     line (``SSH-2.0-...``) and, once it has ours, the first packet of its key exchange
     (KEXINIT): a firewall, a NAT or another service accepting TCP on the port is not one,
     and neither is an sshd that stalls after its banner (OpenSSH's ConnectTimeout ends at
     the banner; Ansible then waited minutes). ``timeout`` bounds the TCP connection,
-    ``banner_timeout`` the rest. Never logs in, so it changes nothing anywhere."""
+    ``banner_timeout`` the rest (cut short once ``stopped()``). Never logs in, so it changes
+    nothing anywhere."""
     where = f"{address}:{port}"
     try:
         sock = socket.create_connection((address, port), timeout=timeout)
@@ -103,24 +104,31 @@ def probe_ssh(address: str, port: int = 22, timeout: float = SSH_CONNECT_TIMEOUT
         return Reach(False, f"{network_reason(exc) or exc.strerror or exc} ({where})")
     with sock:
         try:
-            return _handshake(sock, where, time.monotonic() + banner_timeout, banner_timeout)
+            return _handshake(sock, where, time.monotonic() + banner_timeout, banner_timeout, stopped)
         except OSError as exc:
             return Reach(False, f"{network_reason(exc) or exc.strerror or exc} ({where})")
 
 
-def _recv(sock: socket.socket, deadline: float) -> bytes | None:
-    """One read before ``deadline``: bytes, b"" when the other end closed, None on time out."""
-    left = deadline - time.monotonic()
-    if left <= 0:
-        return None
-    sock.settimeout(left)
-    try:
-        return sock.recv(4096)
-    except TimeoutError:
-        return None
+PROBE_STOP_POLL = 0.2  # seconds: how soon a waiting probe sees that the command was stopped
 
 
-def _handshake(sock: socket.socket, where: str, deadline: float, bound: float) -> Reach:
+def _recv(sock: socket.socket, deadline: float, stopped: Callable[[], bool]) -> bytes | None:
+    """One read before ``deadline``: bytes, b"" when the other end closed, None on time out,
+    or None within PROBE_STOP_POLL once ``stopped()``: a signal ended the command, which then
+    need not wait out a stalled server's bound (probes_end_with_a_signal)."""
+    while not stopped():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        sock.settimeout(min(left, PROBE_STOP_POLL))
+        try:
+            return sock.recv(4096)
+        except TimeoutError:
+            continue
+    return None
+
+
+def _handshake(sock: socket.socket, where: str, deadline: float, bound: float, stopped: Callable[[], bool]) -> Reach:
     data = b""
     banner = ""
     while not banner:  # RFC 4253 4.2: a server may send other lines before its identification line
@@ -130,7 +138,7 @@ def _handshake(sock: socket.socket, where: str, deadline: float, bound: float) -
             banner = found[0].decode("ascii", "replace").strip()
             data = data.split(found[0] + b"\n", 1)[1]
             break
-        chunk = _recv(sock, deadline) if len(data) < 4096 else b""
+        chunk = _recv(sock, deadline, stopped) if len(data) < 4096 else b""
         if chunk:
             data += chunk
             continue
@@ -144,7 +152,7 @@ def _handshake(sock: socket.socket, where: str, deadline: float, bound: float) -
         return Reach(False, f"{where} closed the connection without an SSH banner{said}: not an SSH server")
     sock.sendall(PROBE_IDENT)
     while len(data) < 6:  # uint32 packet length, byte padding length, byte message number
-        chunk = _recv(sock, deadline)
+        chunk = _recv(sock, deadline, stopped)
         if chunk is None:
             return Reach(False, f"{where} sent its SSH banner ({banner}) and then no key exchange within "
                                 f"{bound:g} s: its SSH server is stalled")
@@ -244,7 +252,7 @@ def probe_reach(address: str, port: int, user: str, timeout: float = SSH_CONNECT
     """The whole handshake, step by step, each bounded: TCP (``timeout``), the banner and the
     first key exchange packet (``banner_timeout``, :func:`probe_ssh`), the rest of the key
     exchange and the start of authentication (``login_timeout``, :func:`probe_login`)."""
-    reach = probe_ssh(address, port, timeout, banner_timeout)
+    reach = probe_ssh(address, port, timeout, banner_timeout, _PROBES_STOPPED.is_set)
     if not reach.ok:
         return reach
     login = probe_login(address, port, user, login_timeout)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import fcntl
 import io
 import json
@@ -17,6 +18,7 @@ import pytest
 import yaml
 
 from provisioner import apply as apply_mod
+from provisioner import cli as cli_mod
 from provisioner.areas import registry
 from provisioner.bmc import BmcRow
 from provisioner.cli import main
@@ -148,6 +150,22 @@ def test_validate_bad_files(capsys: Capsys, tmp_path: Path, content: bytes | Non
     assert code == 1
     assert err.startswith(str(path))
     assert needle in err
+
+
+def leaf_commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+    """Every command line the parser runs (``image build``, ``report usage``, ...) and its parser."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        return {path: parser}
+    return {leaf: p for name, sub in subs[0].choices.items() for leaf, p in leaf_commands(sub, (*path, name)).items()}
+
+
+def test_every_command_takes_json() -> None:
+    """One output contract (issue 27, What to build 4): every command reports, so every one
+    takes --json; a new command without it fails here."""
+    leaves = leaf_commands(cli_mod._parser())
+    assert len(leaves) >= 13  # validate .. report usage: the walk found them all
+    assert [" ".join(path) for path, p in leaves.items() if "--json" not in p._option_string_actions] == []
 
 
 def test_validate_json(capsys: Capsys, kit: Any, tmp_path: Path) -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from provisioner.drain import Drained
 from provisioner.errors import ProvisionError
 from provisioner.gate import Finding
+from provisioner.interrupts import Interrupted
 from provisioner.rolling import Steps, batches, roll
 
 
@@ -36,6 +39,8 @@ class Cluster:
             assert all(n in self.drained for n in nodes), "apply before drain"
             if any(self._bad("raise", n) for n in nodes):
                 raise ProvisionError("ansible-playbook failed (rc 4): YAML parsing failed")
+            if any(self._bad("signal", n) for n in nodes):
+                raise Interrupted(signal.SIGTERM, "recorded as run r1")
             return 2 if any(self._bad("apply", n) for n in nodes) else 0
 
         def reboot(n: str) -> str:
@@ -45,6 +50,8 @@ class Cluster:
 
         def verify(n: str) -> list[Finding]:
             self.log.append(f"verify {n}")
+            if self._bad("signal verify", n):
+                raise Interrupted(signal.SIGINT)
             if self._bad("gate", n):  # a check of the acceptance gate failed, and one that is not
                 return [Finding("clock", "offset 900 ms"),
                         Finding("gpu.dcgm", "level 1: software on GPU 0: Persistence mode for GPU 0 is disabled.",
@@ -149,3 +156,28 @@ def test_a_failed_gate_check_leaves_the_node_drained_with_the_gates_reason() -> 
                               "GPU 0 is disabled.")
     assert c.reasons["c"].startswith("provision apply --rolling: gate failed on b: clock: offset 900 ms; gpu.dcgm")
     assert [(e.node, e.stage, e.ok) for e in r.events][-1] == ("b", "gate", False)
+
+
+def test_a_signal_in_the_apply_is_no_failed_apply_it_stops_the_roll_at_once() -> None:
+    """Interrupted is a ProvisionError, and the roll took a signal in the batch's apply for a
+    failed apply: it went on to a drain on the controller after the operator said stop, and
+    the command exited 1 instead of 128 + the signal. Now nothing more runs, and the
+    Interrupted names where the roll stopped and the nodes it leaves drained."""
+    c = Cluster(fail=("signal", "b"))
+    with pytest.raises(Interrupted) as info:
+        roll([["a"], ["b", "c"], ["d"]], c.steps(), allow_reboot=True)
+    assert c.log == ["drain a", "apply a", "verify a", "resume a", "drain b", "drain c", "apply b,c"]
+    assert c.reasons == {}
+    assert info.value.exit_code == 143
+    assert str(info.value) == ("interrupted by SIGTERM: rolling stopped in the apply of b, c; drained (or being "
+                               "drained) by this roll, not resumed: b, c (provision resume them once they are "
+                               "right); recorded as run r1")
+
+
+def test_a_signal_while_checking_a_node_names_only_the_unresumed_ones() -> None:
+    c = Cluster(fail=("signal verify", "b"))
+    with pytest.raises(Interrupted) as info:
+        roll([["a", "b", "c"]], c.steps(), allow_reboot=True)
+    assert c.log[-1] == "verify b" and c.reasons == {}
+    assert str(info.value) == ("interrupted (Ctrl-C): rolling stopped while checking b; drained (or being drained) "
+                               "by this roll, not resumed: b, c (provision resume them once they are right)")

@@ -216,8 +216,9 @@ def run_rolling(loaded: Loaded, state: StateDir, args: argparse.Namespace, out: 
     ssh = m.cluster.ssh
     targets = {n.name: SshTarget(n.name, str(n.ip), ssh.port, ssh.user, ssh.private_key) for n in m.nodes}
     execute = ssh_executor(targets, state.known_hosts)
-    result = roll(batches(rolling, args.batch), steps(loaded, state, args, out, execute, report.ran),
-                  m.cluster.allow_reboot)
+    with children_end_with_the_command():  # a signal ends every ssh first: no drain lands after it
+        result = roll(batches(rolling, args.batch), steps(loaded, state, args, out, execute, report.ran),
+                      m.cluster.allow_reboot)
     report.roll = result
     out.print(roll_table(result))
     if not result.ok:

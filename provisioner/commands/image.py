@@ -40,6 +40,7 @@ from provisioner.image import prune as cache_prune
 from provisioner.image.build import Image, build, build_ramdisk, fetch
 from provisioner.image.recipe import ImageRecipeError, ramdisk_recipe, recipe
 from provisioner.manifest.model import Manifest
+from provisioner.proctree import processes_end_with_a_signal
 from provisioner.state import StateDir
 
 
@@ -93,7 +94,19 @@ def image_json(image: Image, record: proof.Record | None, made: bool) -> dict[st
                 "kernel": record.kernel, "record": str(proof.record_path(image.path))}}
 
 
+# After a signal, how long mmdebstrap and its apt get after TERM before KILL: mmdebstrap
+# takes TERM as an error and unmounts and removes what it set up on its way out.
+STOP_GRACE = 10.0
+
+
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """A signal ends every process of the build first (mmdebstrap's children too), then the
+    build's partial tarball, proof tree or ramdisk tree goes, and one line says it."""
+    with processes_end_with_a_signal(STOP_GRACE):
+        return build_images(args, out, err)
+
+
+def build_images(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``--json``: {ok, images: [image_json], ramdisk: {source, path, seconds} or null} on
     stdout once every image is there; the progress lines go to stderr."""
     if args.json:

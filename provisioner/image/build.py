@@ -26,7 +26,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from provisioner.errors import ProvisionError
 from provisioner.image.recipe import KEYRINGS, RAMDISK, ImageRecipe, build_environment, mmdebstrap_command
@@ -162,16 +162,19 @@ def build(r: ImageRecipe, cache: Path, *, run: Runner = subprocess.run, timeout:
     partial = cache / f"{PARTIAL_PREFIX}{r.file_name}"
     partial.unlink(missing_ok=True)
     start = time.monotonic()
-    try:
-        result = run(mmdebstrap_command(r, str(partial)), env={**os.environ, **build_environment(r)},
-                     timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
+    try:  # whatever ends the build early (a failure, a signal), no partial tarball stays
+        try:
+            result = run(mmdebstrap_command(r, str(partial)), env={**os.environ, **build_environment(r)},
+                         timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            raise ImageError(f"building the {r.os} image took longer than {timeout:.0f} s; gave up") from None
+        if result.returncode != 0 or not partial.is_file():
+            raise ImageError(f"mmdebstrap failed building the {r.os} image (exit {result.returncode}) "
+                             f"from {r.mirror}")
+        digest = sha256_file(partial)
+    except BaseException:
         partial.unlink(missing_ok=True)
-        raise ImageError(f"building the {r.os} image took longer than {timeout:.0f} s; gave up") from None
-    if result.returncode != 0 or not partial.is_file():
-        partial.unlink(missing_ok=True)
-        raise ImageError(f"mmdebstrap failed building the {r.os} image (exit {result.returncode}) from {r.mirror}")
-    digest = sha256_file(partial)
+        raise
     os.replace(partial, path)
     sidecar(path).write_text(sidecar_line(digest, path))
     _publish(cache, r.os, path, digest)
@@ -192,22 +195,39 @@ def fetch(os_name: str, url: str, sha256: str, cache: Path, *, timeout: float = 
     partial = cache / f"{PARTIAL_PREFIX}{path.name}"
     start = time.monotonic()
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response, partial.open("wb") as out:
+        with urllib.request.urlopen(url, timeout=timeout) as response, partial.open("wb", buffering=0) as out:
             while chunk := response.read(CHUNK):
-                out.write(chunk)
+                _write_all(out, chunk, partial)
                 if time.monotonic() - start > total:
                     raise TimeoutError(f"the download took longer than {total:.0f} s")
         verify(partial, sha256, f"the {os_name} image {url}")
+    except CacheWriteError:  # the cache's disk, not the server: the error names the file
+        partial.unlink(missing_ok=True)
+        raise
     except OSError as exc:
         partial.unlink(missing_ok=True)
         raise ImageError(f"cannot fetch the {os_name} image {url}: {exc}") from None
-    except ImageError:
+    except BaseException:  # a wrong checksum, a signal: no partial download stays
         partial.unlink(missing_ok=True)
         raise
     os.replace(partial, path)
     sidecar(path).write_text(sidecar_line(sha256, path))
     _publish(cache, os_name, path, sha256)
     return Image(os_name, path, sha256, "fetched", time.monotonic() - start)
+
+
+class CacheWriteError(OSError):
+    """Writing into the image cache failed (a full disk): not the download's fault."""
+
+
+def _write_all(out: BinaryIO, data: bytes, path: Path) -> None:
+    """Write ``data`` to the unbuffered ``out`` (the file ``path``); a failure names the file."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[out.write(view) or 0:]
+    except OSError as exc:
+        raise CacheWriteError(exc.errno, exc.strerror, str(path)) from None
 
 
 def current(cache: Path, os_name: str) -> Image | None:

@@ -10,6 +10,7 @@ inject OSError(ENOSPC) itself.)
 
 from __future__ import annotations
 
+import hashlib
 import os
 import resource
 import signal
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 
 def file_size_limit(limit: int) -> Callable[[], None]:
@@ -58,3 +60,31 @@ def test_apply_on_a_full_disk_says_which_file(write_cluster: Any, provision: Any
     assert r.stderr == "error: " + what.format(state=state) + "\n"
     assert leftovers(state) == []
     assert not (state / "state.json").exists()
+
+
+def test_image_build_on_a_full_disk_names_the_cache_file(write_cluster: Any, provision: Any, tmp_path: Path) -> None:
+    """A named image whose download the cache's disk refused was said as 'cannot fetch the
+    image URL: [Errno 27] File too large', as if the server had failed, without the file."""
+    image = tmp_path / "site.tar.gz"
+    image.write_bytes(os.urandom(5000))
+    manifest = write_cluster()
+    data = yaml.safe_load(manifest.read_text())
+    data["cluster"]["images"] = {"debian-12": {"url": image.as_uri(),
+                                               "sha256": hashlib.sha256(image.read_bytes()).hexdigest()}}
+    manifest.write_text(yaml.safe_dump(data, sort_keys=False))
+    cache = manifest.parent / ".provision" / "images"
+    r = provision("image", "build", str(manifest), "--skip-proof", preexec=file_size_limit(1000))
+    assert r.returncode == 1, r.said
+    assert r.stderr.startswith(f"error: {cache}/.partial-debian-12-named-") and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.endswith(".tar.gz: File too large\n"), r.stderr
+    assert list(cache.iterdir()) == []
+
+
+def test_verify_junit_on_a_full_disk_names_the_file(write_cluster: Any, provision: Any, tmp_path: Path) -> None:
+    """verify's one file, its JUnit report (the node on loopback refuses SSH: one FAIL row)."""
+    junit = tmp_path / "reports" / "verify.xml"
+    junit.parent.mkdir()
+    r = provision("verify", str(write_cluster()), "--junit", str(junit), preexec=file_size_limit(10), timeout=60)
+    assert r.returncode == 1, r.said
+    assert r.stderr == f"error: --junit {junit}: File too large\n"
+    assert leftovers(junit.parent) == [] and not junit.exists()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import http.server
+import signal
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ import pytest
 
 from provisioner.image import build as ib
 from provisioner.image import recipe as rc
+from provisioner.interrupts import Interrupted
 
 MIRROR = "http://127.0.0.1:3142/deb.debian.org/debian"
 
@@ -81,6 +83,20 @@ def test_a_failed_build_leaves_nothing_behind(tmp_path: Path) -> None:
     r = rc.recipe("debian-12", MIRROR)
     with pytest.raises(ib.ImageError, match=r"mmdebstrap failed building the debian-12 image \(exit 1\)"):
         builder(FakeMmdebstrap(fail=True), r, tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_build_stopped_by_a_signal_leaves_no_partial_tarball(tmp_path: Path) -> None:
+    """A signal while mmdebstrap wrote the image left its .partial- tarball in the cache."""
+    r = rc.recipe("debian-12", MIRROR)
+
+    def stopped(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
+        FakeMmdebstrap()(cmd, **kwargs)  # part of the tarball is there
+        raise Interrupted(signal.SIGTERM)
+
+    with pytest.raises(Interrupted):
+        ib.build(r, tmp_path, run=stopped, which=lambda _: "/usr/bin/mmdebstrap", euid=lambda: 0,
+                 exists=lambda _: True)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -8,6 +8,7 @@ from provisioner.areas.monitoring.decide import NODE_EXPORTER_VERSIONS, rdma_mou
 from provisioner.errors import Diagnostic
 from provisioner.manifest.checks import Check
 from provisioner.manifest.model import Manifest
+from provisioner.manifest.ranges import listed
 from provisioner.manifest.select import SelectorError
 from provisioner.manifest.source import Source
 
@@ -57,7 +58,7 @@ def check_rdma_mountstats(m: Manifest, src: Source) -> list[Diagnostic]:
         version = ".".join(map(str, NODE_EXPORTER_VERSIONS[os_name]))
         out.append(src.diag(("monitoring",), (
             f"{os_name}'s node_exporter ({version}) cannot parse the statistics of NFS mounts over RDMA "
-            f"(node_exporter 1.7.0 can): its mountstats collector stays off on {', '.join(names)}, so "
+            f"(node_exporter 1.7.0 can): its mountstats collector stays off on {listed(names)}, so "
             "per-mount NFS series are missing there (the nfs collector still counts the client's RPCs)"),
             "warning"))
     return out
