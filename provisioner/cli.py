@@ -13,11 +13,25 @@ try:  # a Ctrl-C while this module's own imports run (before main's handling): o
     import argparse
     import importlib
     import os
+    import signal
     from collections.abc import Callable, Sequence
     from pathlib import Path
     from typing import Any
 
     from provisioner.settings import DEFAULT_STALL_TIMEOUT, STRATEGIES
+
+    def _unraisable(info: Any) -> None:
+        """A Ctrl-C that landed inside a C callback which could not raise it (pydantic-core
+        building a validator at import time) reaches Python as an "Exception ignored" message
+        with a traceback, and the program goes on as if no Ctrl-C came. Such a Ctrl-C is sent
+        again, to be raised at the next line of Python (main's handling: one line, 130); any
+        other unraisable exception is printed as Python prints it."""
+        if isinstance(info.exc_value, KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+        else:
+            sys.__unraisablehook__(info)
+
+    sys.unraisablehook = _unraisable
 except KeyboardInterrupt:
     print("interrupted (Ctrl-C)", file=sys.stderr)
     raise SystemExit(130) from None
