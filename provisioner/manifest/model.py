@@ -1228,6 +1228,26 @@ class AlertReceiver(Strict):
         return self
 
 
+def _ratio(value: Any) -> Any:
+    """A share in (0, 1]: a number (not a YAML boolean), not a percentage."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{value!r} is not a number: give a ratio in (0, 1], e.g. 0.05 for 5%")
+    if not 0 < value <= 1:
+        raise ValueError(f"{value!r} is not a ratio in (0, 1] (5% is 0.05)")
+    return float(value)
+
+
+Ratio = Annotated[float, BeforeValidator(_ratio)]
+
+
+class GpuJobIdle(Strict):
+    """The GpuJobIdle alert: a Slurm job kept every GPU it holds on a node under a utilization
+    for a time."""
+
+    utilization_below: Ratio = Field(default=0.05, description="the share of the time a GPU is busy, in (0, 1]")
+    idle_for: PromDuration = Field(default="60m", description="how long every GPU of the job stays under it")
+
+
 class Monitoring(Strict):
     nodes: list[str] = Field(
         default_factory=list, description="Prometheus/Alertmanager/Grafana nodes; default @services, else the head"
@@ -1240,6 +1260,7 @@ class Monitoring(Strict):
     )
     grafana: bool = True
     receivers: list[AlertReceiver] = Field(default_factory=list)
+    gpu_job_idle: GpuJobIdle = Field(default_factory=GpuJobIdle)
 
     @field_validator("retention_size")
     @classmethod

@@ -261,6 +261,14 @@ def receiver_vars(m: Manifest) -> list[dict[str, Any]]:
     return out
 
 
+# --------------------------------------------------------------------------- idle GPUs
+def idle_percent(m: Manifest) -> int | float:
+    """``prometheus_alert_idle_gpu_percent``: monitoring.gpu_job_idle.utilization_below in
+    percent, whole where it is (5, not 5.000000000000001 or 5.0: the alert's text shows it)."""
+    percent = round(_section(m).gpu_job_idle.utilization_below * 100, 6)
+    return int(percent) if percent.is_integer() else percent
+
+
 def read_secret(ref: SecretRef, environ: Mapping[str, str] | None = None) -> str:
     """The secret's value. A variable must be set and non-empty; a file must be a regular
     file that others cannot read (like SSH private keys); one trailing newline is dropped.

@@ -103,3 +103,37 @@ def test_the_examples_monitor_with_one_known_gap(kit: Any) -> None:
         "ubuntu-22.04's node_exporter (1.3.1) cannot parse the statistics of NFS mounts over RDMA "
         "(node_exporter 1.7.0 can): its mountstats collector stays off on gpu01, gpu02, gpu03, gpu04, so "
         "per-mount NFS series are missing there (the nfs collector still counts the client's RPCs)"]
+
+
+# --------------------------------------------------------------------------- gpu_job_idle
+MAIL = {"name": "ops-mail", "email": {"to": ["ops@test.internal"], "sender": "am@test.internal",
+                                      "smarthost": "mail.test.internal:587"}}
+
+
+def test_idle_settings_validate_without_warnings(kit: Any) -> None:
+    loaded = kit.load(manifest(kit, {"receivers": [MAIL],
+                                     "gpu_job_idle": {"utilization_below": 0.1, "idle_for": "2h"}}))
+    assert loaded.warnings == []
+    idle = loaded.manifest.monitoring.gpu_job_idle
+    assert (idle.utilization_below, idle.idle_for) == (0.1, "2h")
+
+
+def test_idle_defaults(kit: Any) -> None:
+    idle = kit.load(manifest(kit, {"receivers": [MAIL]})).manifest.monitoring.gpu_job_idle
+    assert (idle.utilization_below, idle.idle_for) == (0.05, "60m")
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("utilization_below", 5, "5 is not a ratio in (0, 1] (5% is 0.05)"),
+    ("utilization_below", 0, "0 is not a ratio in (0, 1]"),
+    ("utilization_below", -0.1, "-0.1 is not a ratio in (0, 1]"),
+    ("utilization_below", True, "True is not a number: give a ratio in (0, 1]"),
+    ("utilization_below", "5%", "'5%' is not a number: give a ratio in (0, 1]"),
+    ("idle_for", "1 hour", "'1 hour' is not a Prometheus duration"),
+    ("idle_for", 60, "Input should be a valid string"),
+])
+def test_bad_idle_settings_are_positioned(kit: Any, field: str, value: Any, message: str) -> None:
+    text = kit.dump(manifest(kit, {"receivers": [MAIL], "gpu_job_idle": {field: value}}))
+    diag = kit.error(text, message)
+    assert diag.path == f"monitoring.gpu_job_idle.{field}"
+    assert diag.line == kit.line_of(text, f"{field}:")

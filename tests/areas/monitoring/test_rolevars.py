@@ -196,6 +196,29 @@ def test_amtool_accepts_the_examples_configuration(
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def idle_settings(kit: Any, **idle: Any) -> Manifest:
+    """The test manifest with these monitoring.gpu_job_idle settings."""
+    data = yaml.safe_load((DATA / "cluster.yaml").read_text())
+    data["monitoring"]["gpu_job_idle"] = idle
+    m: Manifest = kit.load(data).manifest
+    return m
+
+
+@pytest.mark.parametrize("ratio, duration, percent", [(0.05, "60m", 5), (0.07, "90m", 7), (0.025, "2h", 2.5),
+                                                      (1, "5m", 100)])
+def test_idle_thresholds_come_from_the_manifest(kit: Any, ratio: float, duration: str, percent: float) -> None:
+    v = rolevars.cluster_vars(idle_settings(kit, utilization_below=ratio, idle_for=duration))
+    assert (v["prometheus_alert_idle_gpu_percent"], v["prometheus_alert_idle_gpu_for"]) == (percent, duration)
+    assert type(v["prometheus_alert_idle_gpu_percent"]) is type(percent)  # 5, not 5.0, in the alert's text
+
+
+def test_the_idle_defaults_are_the_roles(cluster: Manifest) -> None:
+    v = rolevars.cluster_vars(cluster)
+    defaults = yaml.safe_load((ROOT / "roles/prometheus/defaults/main.yml").read_text())
+    for key in ("prometheus_alert_idle_gpu_percent", "prometheus_alert_idle_gpu_for"):
+        assert v[key] == defaults[key], key
+
+
 def test_alertmanager_arguments(kit: Any, variables: Callable[..., dict[str, Any]], renderer: Any) -> None:
     data = kit.base()
     data["monitoring"] = {"nodes": ["head01", "node02"]}
