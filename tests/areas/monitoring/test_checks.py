@@ -108,19 +108,30 @@ def test_the_examples_monitor_with_one_known_gap(kit: Any) -> None:
 # --------------------------------------------------------------------------- gpu_job_idle
 MAIL = {"name": "ops-mail", "email": {"to": ["ops@test.internal"], "sender": "am@test.internal",
                                       "smarthost": "mail.test.internal:587"}}
+HOOK = {"name": "chat", "webhook": {"url": "https://relay.test.internal/h"}}
 
 
-def test_idle_settings_validate_without_warnings(kit: Any) -> None:
-    loaded = kit.load(manifest(kit, {"receivers": [MAIL],
-                                     "gpu_job_idle": {"utilization_below": 0.1, "idle_for": "2h"}}))
+def with_users(kit: Any, section: dict[str, Any], emails: dict[str, str | None]) -> dict[str, Any]:
+    data = manifest(kit, section)
+    data["users"] = [{"name": name, "uid": 2001 + i, **({"email": email} if email else {})}
+                     for i, (name, email) in enumerate(emails.items())]
+    return data
+
+
+def test_idle_settings_and_the_users_mail_validate_without_warnings(kit: Any) -> None:
+    loaded = kit.load(with_users(kit, {
+        "receivers": [HOOK, MAIL],
+        "gpu_job_idle": {"utilization_below": 0.1, "idle_for": "2h", "notify_users": "ops-mail"},
+    }, {"alice": "alice@test.internal", "bob": None}))
     assert loaded.warnings == []
     idle = loaded.manifest.monitoring.gpu_job_idle
-    assert (idle.utilization_below, idle.idle_for) == (0.1, "2h")
+    assert (idle.utilization_below, idle.idle_for, idle.notify_users) == (0.1, "2h", "ops-mail")
+    assert [u.email for u in loaded.manifest.users] == ["alice@test.internal", None]
 
 
 def test_idle_defaults(kit: Any) -> None:
     idle = kit.load(manifest(kit, {"receivers": [MAIL]})).manifest.monitoring.gpu_job_idle
-    assert (idle.utilization_below, idle.idle_for) == (0.05, "60m")
+    assert (idle.utilization_below, idle.idle_for, idle.notify_users) == (0.05, "60m", None)
 
 
 @pytest.mark.parametrize("field, value, message", [
@@ -137,3 +148,24 @@ def test_bad_idle_settings_are_positioned(kit: Any, field: str, value: Any, mess
     diag = kit.error(text, message)
     assert diag.path == f"monitoring.gpu_job_idle.{field}"
     assert diag.line == kit.line_of(text, f"{field}:")
+
+
+@pytest.mark.parametrize("name, message", [
+    ("ops-mial", "no receiver is named 'ops-mial' (e-mail receivers: 'ops-mail')"),
+    ("chat", "receiver 'chat' is a webhook: users are mailed through an e-mail receiver's server"),
+])
+def test_notify_users_names_an_email_receiver(kit: Any, name: str, message: str) -> None:
+    text = kit.dump(with_users(kit, {"receivers": [HOOK, MAIL], "gpu_job_idle": {"notify_users": name}},
+                               {"alice": "alice@test.internal"}))
+    diag = kit.error(text, message)
+    assert diag.path == "monitoring.gpu_job_idle.notify_users"
+    assert diag.line == kit.line_of(text, "notify_users:")
+
+
+def test_notify_users_without_any_users_address_warns(kit: Any) -> None:
+    data = with_users(kit, {"receivers": [MAIL], "gpu_job_idle": {"notify_users": "ops-mail"}}, {"alice": None})
+    text = kit.dump(data)
+    [warning] = [w for w in kit.load(text).warnings if w.path.startswith("monitoring")]
+    assert warning.message == "no user in users: has an email: no one is mailed about their idle jobs"
+    assert (warning.path, warning.line) == ("monitoring.gpu_job_idle.notify_users",
+                                            kit.line_of(text, "notify_users:"))

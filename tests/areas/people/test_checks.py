@@ -112,3 +112,14 @@ def test_a_system_accounts_name_is_refused_for_users_and_groups(kit: Any) -> Non
     data = _people(kit)
     data["groups"][0]["name"] = "docker"
     assert kit.error(data, "'docker' is a system group's name").path == "groups[0].name"
+
+
+def test_a_users_email_is_an_address(kit: Any) -> None:
+    data = _people(kit)
+    data["users"][0]["email"] = "alice@vision.example.org"
+    assert kit.load(data).manifest.users[0].email == "alice@vision.example.org"
+    data["users"][1]["email"] = "bob at example.org"
+    text = kit.dump(data)
+    diag = kit.error(text, "'bob at example.org' is not an e-mail address")
+    assert diag.path == "users[1].email"
+    assert diag.line == kit.line_of(text, "email: bob at example.org")
