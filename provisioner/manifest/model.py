@@ -31,7 +31,12 @@ USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SLURM_TIME_RE = re.compile(r"^(INFINITE|UNLIMITED|\d+|\d+:\d{2}(:\d{2})?|\d+-\d+(:\d{2}(:\d{2})?)?)$")
 SIZE_RE = re.compile(r"^\d+(\.\d+)?[KMGT]?$")
-EMAIL_RE = re.compile(r"^[^@\s<>]+@[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")
+# An address as Alertmanager's `to:` takes it: a dot-atom before the @ without the braces
+# that would make the address a Go template, and no commas, quotes or spaces that would make
+# it a list or a display name (net/mail.ParseAddressList).
+EMAIL_RE = re.compile(
+    r"^[A-Za-z0-9!#$%&'*+/=?^_`|~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`|~-]+)*@[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$"
+)
 SSH_KEY_RE = re.compile(
     r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)@openssh\.com) "
     r"[A-Za-z0-9+/=]+( .*)?$"
