@@ -31,6 +31,12 @@ USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SLURM_TIME_RE = re.compile(r"^(INFINITE|UNLIMITED|\d+|\d+:\d{2}(:\d{2})?|\d+-\d+(:\d{2}(:\d{2})?)?)$")
 SIZE_RE = re.compile(r"^\d+(\.\d+)?[KMGT]?$")
+# An address as Alertmanager's `to:` takes it: a dot-atom before the @ without the braces
+# that would make the address a Go template, and no commas, quotes or spaces that would make
+# it a list or a display name (net/mail.ParseAddressList).
+EMAIL_RE = re.compile(
+    r"^[A-Za-z0-9!#$%&'*+/=?^_`|~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`|~-]+)*@[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$"
+)
 SSH_KEY_RE = re.compile(
     r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)@openssh\.com) "
     r"[A-Za-z0-9+/=]+( .*)?$"
@@ -105,6 +111,15 @@ def ssh_public_keys(v: list[str]) -> list[str]:
 SshPublicKey = Annotated[str, AfterValidator(ssh_public_key)]
 
 
+def _email_address(value: str) -> str:
+    if not EMAIL_RE.match(value):
+        raise ValueError(f"{value!r} is not an e-mail address")
+    return value
+
+
+EmailAddress = Annotated[str, AfterValidator(_email_address)]
+
+
 # --------------------------------------------------------------------------- cluster
 class AdminUser(Strict):
     name: str = Field(description="login name")
@@ -169,6 +184,8 @@ class User(Strict):
         default="present", description="locked: no login, files kept (also what a user removed from users: gets)")
     account: str | None = Field(default=None, description="default Slurm account, one of slurm.accounts")
     accounts: list[str] = Field(default_factory=list, description="other Slurm accounts the user may charge")
+    email: EmailAddress | None = Field(
+        default=None, description="where monitoring.gpu_job_idle.notify_users mails the user about their idle jobs")
 
     @field_validator("comment")
     @classmethod
@@ -1100,7 +1117,6 @@ class Software(Strict):
 # --------------------------------------------------------------------------- monitoring
 PROM_DURATION_RE = re.compile(r"^(\d+y)?(\d+w)?(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?$")
 PROM_SIZE_RE = re.compile(r"^\d+(B|KB|MB|GB|TB|PB|EB)$")
-EMAIL_RE = re.compile(r"^[^@\s<>]+@[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")
 
 
 def _prom_duration(value: str) -> str:
@@ -1132,8 +1148,8 @@ def _no_inline(data: Any, keys: tuple[str, ...], what: str) -> Any:
 
 
 class EmailReceiver(Strict):
-    to: list[str] = Field(min_length=1)
-    sender: str = Field(description="From: address")
+    to: list[EmailAddress] = Field(min_length=1)
+    sender: EmailAddress = Field(description="From: address")
     smarthost: str = Field(description="SMTP server as host:port")
     require_tls: bool = True
     auth_username: str | None = None
@@ -1144,21 +1160,6 @@ class EmailReceiver(Strict):
     @classmethod
     def _inline(cls, data: Any) -> Any:
         return _no_inline(data, ("auth_password",), "SMTP passwords")
-
-    @field_validator("to")
-    @classmethod
-    def _to(cls, v: list[str]) -> list[str]:
-        for addr in v:
-            if not EMAIL_RE.match(addr):
-                raise ValueError(f"{addr!r} is not an e-mail address")
-        return v
-
-    @field_validator("sender")
-    @classmethod
-    def _sender(cls, v: str) -> str:
-        if not EMAIL_RE.match(v):
-            raise ValueError(f"{v!r} is not an e-mail address")
-        return v
 
     @field_validator("smarthost")
     @classmethod
@@ -1228,6 +1229,29 @@ class AlertReceiver(Strict):
         return self
 
 
+def _ratio(value: Any) -> Any:
+    """A share in (0, 1]: a number (not a YAML boolean), not a percentage."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{value!r} is not a number: give a ratio in (0, 1], e.g. 0.05 for 5%")
+    if not 0 < value <= 1:
+        raise ValueError(f"{value!r} is not a ratio in (0, 1] (5% is 0.05)")
+    return float(value)
+
+
+Ratio = Annotated[float, BeforeValidator(_ratio)]
+
+
+class GpuJobIdle(Strict):
+    """The GpuJobIdle alert: a Slurm job kept every GPU it holds on a node under a utilization
+    for a time; optionally also mailed to the job's user."""
+
+    utilization_below: Ratio = Field(default=0.05, description="the share of the time a GPU is busy, in (0, 1]")
+    idle_for: PromDuration = Field(default="60m", description="how long every GPU of the job stays under it")
+    notify_users: str | None = Field(
+        default=None, description="an e-mail receiver of monitoring.receivers: the alert also goes to the job's "
+        "user (users[].email) through its server, sender and login; absent: to the receivers only")
+
+
 class Monitoring(Strict):
     nodes: list[str] = Field(
         default_factory=list, description="Prometheus/Alertmanager/Grafana nodes; default @services, else the head"
@@ -1240,6 +1264,7 @@ class Monitoring(Strict):
     )
     grafana: bool = True
     receivers: list[AlertReceiver] = Field(default_factory=list)
+    gpu_job_idle: GpuJobIdle = Field(default_factory=GpuJobIdle)
 
     @field_validator("retention_size")
     @classmethod

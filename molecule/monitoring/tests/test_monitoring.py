@@ -150,3 +150,28 @@ def test_a_stopped_node_exporter_makes_node_down_reach_alertmanager_and_the_rece
         assert others == []
     finally:
         gpu02.run("systemctl start prometheus-node-exporter")
+
+
+def test_an_idle_job_is_mailed_to_its_user_with_the_receivers_login() -> None:
+    """alice's job 12 holds gpu01's GPU 1, 0% busy (prepare.yml): GpuJobIdle fires after the
+    manifest's 15s with her name from the Slurm collector, and Alertmanager mails it to her
+    address through the receiver `mail`'s server and login (the SMTP sink records both)."""
+    def idle() -> list[dict[str, Any]]:
+        alerts = api("http://127.0.0.1:9093/api/v2/alerts", filter="alertname=GpuJobIdle")
+        return [a for a in alerts if a["status"]["state"] == "active"]
+
+    (alert,) = wait_for("GpuJobIdle in Alertmanager", idle, timeout=90)
+    assert {k: alert["labels"].get(k) for k in ("node", "hpc_job", "user", "account")} == {
+        "node": "monitoring-gpu01", "hpc_job": "12", "user": "alice", "account": "research"}
+    assert sorted(r["name"] for r in alert["receivers"]) == ["_user-alice", "sink"]
+
+    def mailed() -> list[dict[str, Any]]:
+        text = HEAD.run("cat /var/log/smtp-sink.jsonl").stdout
+        mails = [json.loads(line) for line in text.splitlines() if line.strip()]
+        return [m for m in mails if "GpuJobIdle" in m["data"]]
+
+    (mail, *more) = wait_for("GpuJobIdle mailed", mailed, timeout=60)
+    assert [m["to"] for m in (mail, *more)] == [["alice@cluster.test"]] * (1 + len(more))  # never to ops
+    assert mail["from"] == "alertmanager@cluster.test"
+    assert mail["auth"] == ["alertmanager", os.environ["MONITORING_TEST_SMTP_PASSWORD"]]
+    assert "To: alice@cluster.test" in mail["data"]

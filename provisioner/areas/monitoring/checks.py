@@ -1,6 +1,6 @@
-"""Whole-manifest checks of the monitoring area: the servers' selector, receiver names, and
-warnings about a setup that monitors but tells no one. Run by ``provisioner.validate`` on a
-structurally clean manifest."""
+"""Whole-manifest checks of the monitoring area: the servers' selector, receiver names, the
+receiver that mails users about their idle jobs, and warnings about a setup that monitors but
+tells no one. Run by ``provisioner.validate`` on a structurally clean manifest."""
 
 from __future__ import annotations
 
@@ -45,6 +45,26 @@ def check_receivers(m: Manifest, src: Source) -> list[Diagnostic]:
     return out
 
 
+def check_idle_notify(m: Manifest, src: Source) -> list[Diagnostic]:
+    """monitoring.gpu_job_idle.notify_users names an e-mail receiver (its server, sender and
+    login mail the users); with no user's e-mail address it mails no one, which is said."""
+    if m.monitoring is None or m.monitoring.gpu_job_idle.notify_users is None:
+        return []
+    name = m.monitoring.gpu_job_idle.notify_users
+    where = ("monitoring", "gpu_job_idle", "notify_users")
+    rcv = next((r for r in m.monitoring.receivers if r.name == name), None)
+    if rcv is None:
+        known = ", ".join(repr(r.name) for r in m.monitoring.receivers if r.email is not None) or "none"
+        return [src.diag(where, f"no receiver is named {name!r} (e-mail receivers: {known})")]
+    if rcv.email is None:
+        return [src.diag(where, f"receiver {name!r} is a webhook: users are mailed through an e-mail "
+                         "receiver's server, sender and login")]
+    if not any(u.email for u in m.users):
+        return [src.diag(where, "no user in users: has an email: no one is mailed about their idle jobs",
+                         "warning")]
+    return []
+
+
 def check_rdma_mountstats(m: Manifest, src: Source) -> list[Diagnostic]:
     """Say where the per-mount NFS series will be missing (the collector stays off there)."""
     if m.monitoring is None:
@@ -83,4 +103,5 @@ def check_cost(m: Manifest, src: Source) -> list[Diagnostic]:
     return out
 
 
-CHECKS: tuple[Check, ...] = (check_servers, check_receivers, check_rdma_mountstats, check_cost)
+CHECKS: tuple[Check, ...] = (check_servers, check_receivers, check_idle_notify, check_rdma_mountstats,
+                             check_cost)

@@ -26,7 +26,7 @@ from provisioner.areas.storage.base import StorageError
 from provisioner.areas.storage.nfs import mount_proto, mounts_for
 from provisioner.errors import ProvisionError
 from provisioner.manifest.load import Loaded
-from provisioner.manifest.model import AlertReceiver, Manifest, Monitoring, Node
+from provisioner.manifest.model import AlertReceiver, EmailReceiver, Manifest, Monitoring, Node
 from provisioner.manifest.select import select_nodes
 from provisioner.manifest.source import PathKey
 from provisioner.state import StateDir
@@ -231,24 +231,29 @@ def secret_file_var(key: str) -> str:
     return "{{ provision_state_dir }}/secrets/" + f"{SECRETS_SUBDIR}/{key}"
 
 
+def _email_vars(receiver: str, e: EmailReceiver, to: list[str]) -> dict[str, Any]:
+    """One e-mail configuration of ``alertmanager_receivers``: the server, sender and login of
+    the manifest's receiver ``receiver``, its password as the path of that receiver's secret."""
+    email: dict[str, Any] = {"to": to, "sender": e.sender, "smarthost": e.smarthost, "require_tls": e.require_tls}
+    if e.auth_username:
+        email["auth_username"] = e.auth_username
+    if e.auth_password_env is not None or e.auth_password_file is not None:
+        email["auth_password_file"] = secret_file_var(f"{receiver}.auth_password")
+    return email
+
+
 def receiver_vars(m: Manifest) -> list[dict[str, Any]]:
     """``alertmanager_receivers``: what alertmanager.yml.j2 needs, secrets as file paths on the
     control machine (the role reads them there, in tasks that log nothing). Settings that are
-    not used are left out."""
+    not used are left out. The manifest's receivers, routed by severity, then the users'
+    (:func:`user_receiver_vars`)."""
     if m.monitoring is None:
         return []
     out: list[dict[str, Any]] = []
     for rcv in m.monitoring.receivers:
         entry: dict[str, Any] = {"name": rcv.name, "severities": list(rcv.severities)}
         if rcv.email is not None:
-            e = rcv.email
-            email: dict[str, Any] = {"to": list(e.to), "sender": e.sender, "smarthost": e.smarthost,
-                                     "require_tls": e.require_tls}
-            if e.auth_username:
-                email["auth_username"] = e.auth_username
-            if e.auth_password_env is not None or e.auth_password_file is not None:
-                email["auth_password_file"] = secret_file_var(f"{rcv.name}.auth_password")
-            entry["email"] = email
+            entry["email"] = _email_vars(rcv.name, rcv.email, list(rcv.email.to))
         if rcv.webhook is not None:
             w = rcv.webhook
             webhook: dict[str, Any] = (
@@ -258,7 +263,48 @@ def receiver_vars(m: Manifest) -> list[dict[str, Any]]:
                 webhook["bearer_token_file"] = secret_file_var(f"{rcv.name}.bearer_token")
             entry["webhook"] = webhook
         out.append(entry)
-    return out
+    return out + user_receiver_vars(m)
+
+
+# --------------------------------------------------------------------------- idle GPUs
+IDLE_ALERT = "GpuJobIdle"  # roles/prometheus/templates/provision-alerts.yml.j2
+# Alertmanager receivers of the users: a prefix no manifest receiver name can have (they
+# start with a letter), so the two never collide.
+USER_RECEIVER_PREFIX = "_user-"
+
+
+def idle_percent(m: Manifest) -> int | float:
+    """``prometheus_alert_idle_gpu_percent``: monitoring.gpu_job_idle.utilization_below in
+    percent, whole where it is (5, not 5.000000000000001 or 5.0: the alert's text shows it)."""
+    percent = round(_section(m).gpu_job_idle.utilization_below * 100, 6)
+    return int(percent) if percent.is_integer() else percent
+
+
+def notify_receiver(m: Manifest) -> AlertReceiver | None:
+    """The e-mail receiver whose server, sender and login mail the users about their idle
+    jobs (monitoring.gpu_job_idle.notify_users); None when users get no mail or the name is
+    not an e-mail receiver (the area's checks report that)."""
+    if m.monitoring is None or m.monitoring.gpu_job_idle.notify_users is None:
+        return None
+    name = m.monitoring.gpu_job_idle.notify_users
+    return next((r for r in m.monitoring.receivers if r.name == name and r.email is not None), None)
+
+
+def user_receiver_vars(m: Manifest) -> list[dict[str, Any]]:
+    """One receiver per user with an e-mail address, when monitoring.gpu_job_idle.notify_users
+    names an e-mail receiver: routed on the alert's ``user`` label (GpuJobIdle only), mailed
+    through that receiver's server with its sender and login (its password by reference, as
+    the receiver has it). Users without an address get nothing; the operators' routes are
+    unchanged (every route continues), so they still get the alert too."""
+    rcv = notify_receiver(m)
+    if rcv is None or rcv.email is None:
+        return []
+    return [
+        {"name": f"{USER_RECEIVER_PREFIX}{u.name}",
+         "matchers": [f'alertname="{IDLE_ALERT}"', f'user="{u.name}"'],
+         "email": _email_vars(rcv.name, rcv.email, [u.email])}
+        for u in m.users if u.email is not None
+    ]
 
 
 def read_secret(ref: SecretRef, environ: Mapping[str, str] | None = None) -> str:

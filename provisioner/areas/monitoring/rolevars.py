@@ -21,7 +21,8 @@ from provisioner.manifest.model import Manifest, Node
 LIGHT_KEYS = frozenset({
     "prometheus_cluster", "prometheus_servers", "prometheus_node_targets", "prometheus_dcgm_targets",
     "prometheus_expected", "prometheus_scrape_interval", "prometheus_retention",
-    "prometheus_retention_size", "alertmanager_receivers",
+    "prometheus_retention_size", "prometheus_alert_idle_gpu_percent", "prometheus_alert_idle_gpu_for",
+    "alertmanager_receivers",
 })
 
 
@@ -46,6 +47,8 @@ def cluster_vars(m: Manifest) -> dict[str, Any]:
         "prometheus_scrape_interval": mon_cfg.scrape_interval,
         "prometheus_retention": mon_cfg.retention,
         "prometheus_retention_size": mon_cfg.retention_size or "",
+        "prometheus_alert_idle_gpu_percent": mon.idle_percent(m),
+        "prometheus_alert_idle_gpu_for": mon_cfg.gpu_job_idle.idle_for,
         "alertmanager_receivers": mon.receiver_vars(m),
         "gpu_metrics_source": mon_cfg.gpu_metrics,
         "grafana_enabled": mon_cfg.grafana,

@@ -114,3 +114,69 @@ def test_the_mountstats_warning_names_many_nodes_in_one_short_line(kit: Any) -> 
     assert len(loaded.manifest.nodes) == 61
     warning = next(w.message for w in loaded.warnings if "mountstats" in w.message)
     assert "collector stays off on gpu[01-60], so" in warning and len(warning) < 300
+
+
+# --------------------------------------------------------------------------- gpu_job_idle
+MAIL = {"name": "ops-mail", "email": {"to": ["ops@test.internal"], "sender": "am@test.internal",
+                                      "smarthost": "mail.test.internal:587"}}
+HOOK = {"name": "chat", "webhook": {"url": "https://relay.test.internal/h"}}
+
+
+def with_users(kit: Any, section: dict[str, Any], emails: dict[str, str | None]) -> dict[str, Any]:
+    data = manifest(kit, section)
+    data["users"] = [{"name": name, "uid": 2001 + i, **({"email": email} if email else {})}
+                     for i, (name, email) in enumerate(emails.items())]
+    return data
+
+
+def test_idle_settings_and_the_users_mail_validate_without_warnings(kit: Any) -> None:
+    loaded = kit.load(with_users(kit, {
+        "receivers": [HOOK, MAIL],
+        "gpu_job_idle": {"utilization_below": 0.1, "idle_for": "2h", "notify_users": "ops-mail"},
+    }, {"alice": "alice@test.internal", "bob": None}))
+    assert loaded.warnings == []
+    idle = loaded.manifest.monitoring.gpu_job_idle
+    assert (idle.utilization_below, idle.idle_for, idle.notify_users) == (0.1, "2h", "ops-mail")
+    assert [u.email for u in loaded.manifest.users] == ["alice@test.internal", None]
+
+
+def test_idle_defaults(kit: Any) -> None:
+    idle = kit.load(manifest(kit, {"receivers": [MAIL]})).manifest.monitoring.gpu_job_idle
+    assert (idle.utilization_below, idle.idle_for, idle.notify_users) == (0.05, "60m", None)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("utilization_below", 5, "5 is not a ratio in (0, 1] (5% is 0.05)"),
+    ("utilization_below", 0, "0 is not a ratio in (0, 1]"),
+    ("utilization_below", -0.1, "-0.1 is not a ratio in (0, 1]"),
+    ("utilization_below", True, "True is not a number: give a ratio in (0, 1]"),
+    ("utilization_below", "5%", "'5%' is not a number: give a ratio in (0, 1]"),
+    ("idle_for", "1 hour", "'1 hour' is not a Prometheus duration"),
+    ("idle_for", 60, "Input should be a valid string"),
+])
+def test_bad_idle_settings_are_positioned(kit: Any, field: str, value: Any, message: str) -> None:
+    text = kit.dump(manifest(kit, {"receivers": [MAIL], "gpu_job_idle": {field: value}}))
+    diag = kit.error(text, message)
+    assert diag.path == f"monitoring.gpu_job_idle.{field}"
+    assert diag.line == kit.line_of(text, f"{field}:")
+
+
+@pytest.mark.parametrize("name, message", [
+    ("ops-mial", "no receiver is named 'ops-mial' (e-mail receivers: 'ops-mail')"),
+    ("chat", "receiver 'chat' is a webhook: users are mailed through an e-mail receiver's server"),
+])
+def test_notify_users_names_an_email_receiver(kit: Any, name: str, message: str) -> None:
+    text = kit.dump(with_users(kit, {"receivers": [HOOK, MAIL], "gpu_job_idle": {"notify_users": name}},
+                               {"alice": "alice@test.internal"}))
+    diag = kit.error(text, message)
+    assert diag.path == "monitoring.gpu_job_idle.notify_users"
+    assert diag.line == kit.line_of(text, "notify_users:")
+
+
+def test_notify_users_without_any_users_address_warns(kit: Any) -> None:
+    data = with_users(kit, {"receivers": [MAIL], "gpu_job_idle": {"notify_users": "ops-mail"}}, {"alice": None})
+    text = kit.dump(data)
+    [warning] = [w for w in kit.load(text).warnings if w.path.startswith("monitoring")]
+    assert warning.message == "no user in users: has an email: no one is mailed about their idle jobs"
+    assert (warning.path, warning.line) == ("monitoring.gpu_job_idle.notify_users",
+                                            kit.line_of(text, "notify_users:"))

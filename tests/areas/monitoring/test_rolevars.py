@@ -196,6 +196,87 @@ def test_amtool_accepts_the_examples_configuration(
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def idle_settings(kit: Any, **idle: Any) -> Manifest:
+    """The test manifest with these monitoring.gpu_job_idle settings."""
+    data = yaml.safe_load((DATA / "cluster.yaml").read_text())
+    data["monitoring"]["gpu_job_idle"] = idle
+    m: Manifest = kit.load(data).manifest
+    return m
+
+
+def idle_mail(kit: Any) -> Manifest:
+    """The test manifest whose GpuJobIdle also mails the users through the receiver ops:
+    alice and carol have an address, bob has none."""
+    data = yaml.safe_load((DATA / "cluster.yaml").read_text())
+    data["monitoring"]["gpu_job_idle"] = {"notify_users": "ops"}
+    data["users"] = [{"name": "alice", "uid": 2001, "email": "alice@lab.mon.test"}, {"name": "bob", "uid": 2002},
+                     {"name": "carol", "uid": 2003, "email": "carol@lab.mon.test"}]
+    m: Manifest = kit.load(data).manifest
+    return m
+
+
+def routes(amtool: str, path: Path, *labels: str) -> list[str]:
+    """The receivers Alertmanager's routing tree sends an alert with ``labels`` to (amtool's
+    own answer from the rendered file, no Alertmanager running)."""
+    proc = subprocess.run([amtool, "config", "routes", "test", f"--config.file={path}", *labels],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout.strip().split(",")
+
+
+def test_idle_jobs_are_mailed_to_their_user_too(
+    tmp_path: Path, kit: Any, amtool: str, variables: Callable[..., dict[str, Any]],
+    renderer_with: Callable[[dict[str, str]], Any],
+) -> None:
+    m = idle_mail(kit)
+    path = render_alertmanager(tmp_path, m, variables, renderer_with)
+    proc = subprocess.run([amtool, "check-config", str(path)], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert " - 5 receivers" in proc.stdout  # _unrouted, chat, ops, and one per user with an address
+    idle = ["alertname=GpuJobIdle", "severity=warning", "node=gpu01", "hpc_job=12"]
+    assert routes(amtool, path, *idle, "user=alice") == ["ops", "_user-alice"]
+    assert routes(amtool, path, *idle, "user=carol") == ["ops", "_user-carol"]
+    assert routes(amtool, path, *idle, "user=bob") == ["ops"]  # no address: the operators only
+    assert routes(amtool, path, *idle) == ["ops"]  # no Slurm collector: no user label
+    assert routes(amtool, path, "alertname=GpuXidError", "severity=warning", "user=alice") == ["ops"]
+    assert routes(amtool, path, "alertname=NodeDown", "severity=critical", "node=gpu01") == ["chat", "ops"]
+
+    config = yaml.safe_load(path.read_text())
+    receivers = {r["name"]: r for r in config["receivers"]}
+    ops = receivers["ops"]["email_configs"][0]
+    assert receivers["_user-alice"]["email_configs"] == [{**ops, "to": "alice@lab.mon.test"}]
+    assert receivers["_user-carol"]["email_configs"] == [{**ops, "to": "carol@lab.mon.test"}]
+    # the users' mail holds the one SMTP password the operators' receiver already has, from
+    # the same file in the state directory: no other secret, and nothing new to prepare
+    assert [ref.key for ref in mon.secret_refs(m)] == ["chat.url", "chat.bearer_token", "ops.auth_password"]
+    entries = {r["name"]: r for r in rolevars.cluster_vars(m)["alertmanager_receivers"]}
+    assert entries["_user-alice"]["email"]["auth_password_file"] == mon.secret_file_var("ops.auth_password")
+    assert entries["_user-alice"]["matchers"] == ['alertname="GpuJobIdle"', 'user="alice"']
+
+
+def test_without_notify_users_no_user_is_mailed(kit: Any) -> None:
+    m = idle_mail(kit)
+    assert m.monitoring is not None
+    m.monitoring.gpu_job_idle.notify_users = None
+    assert [r["name"] for r in mon.receiver_vars(m)] == ["chat", "ops"]
+
+
+@pytest.mark.parametrize("ratio, duration, percent", [(0.05, "60m", 5), (0.07, "90m", 7), (0.025, "2h", 2.5),
+                                                      (1, "5m", 100)])
+def test_idle_thresholds_come_from_the_manifest(kit: Any, ratio: float, duration: str, percent: float) -> None:
+    v = rolevars.cluster_vars(idle_settings(kit, utilization_below=ratio, idle_for=duration))
+    assert (v["prometheus_alert_idle_gpu_percent"], v["prometheus_alert_idle_gpu_for"]) == (percent, duration)
+    assert type(v["prometheus_alert_idle_gpu_percent"]) is type(percent)  # 5, not 5.0, in the alert's text
+
+
+def test_the_idle_defaults_are_the_roles(cluster: Manifest) -> None:
+    v = rolevars.cluster_vars(cluster)
+    defaults = yaml.safe_load((ROOT / "roles/prometheus/defaults/main.yml").read_text())
+    for key in ("prometheus_alert_idle_gpu_percent", "prometheus_alert_idle_gpu_for"):
+        assert v[key] == defaults[key], key
+
+
 def test_alertmanager_arguments(kit: Any, variables: Callable[..., dict[str, Any]], renderer: Any) -> None:
     data = kit.base()
     data["monitoring"] = {"nodes": ["head01", "node02"]}

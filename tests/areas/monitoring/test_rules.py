@@ -106,3 +106,41 @@ def test_thresholds_are_role_variables(cluster: Manifest, render_rules: Callable
                                        variable: str, value: Any, needle: str) -> None:
     text = (render_rules(cluster, **{variable: value}) / "provision-alerts.yml").read_text()
     assert needle in text
+
+
+IDLE_CASE = """
+rule_files: [provision-records.yml, provision-alerts.yml, provision-expected.yml]
+evaluation_interval: 1m
+tests:
+  - name: GpuJobIdle at the manifest's 2.5% for 30m (job 30 at 2%, job 31 at 3%, idle at the default 5%)
+    interval: 1m
+    input_series:
+      - series: 'provision_gpu_utilization_ratio{node="gpu01", gpu="0", uuid="GPU-a0", hpc_job="30"}'
+        values: '0.02x40'
+      - series: 'provision_gpu_utilization_ratio{node="gpu01", gpu="1", uuid="GPU-a1", hpc_job="31"}'
+        values: '0.03x40'
+    alert_rule_test:
+      - eval_time: 29m
+        alertname: GpuJobIdle
+        exp_alerts: []
+      - eval_time: 31m
+        alertname: GpuJobIdle
+        exp_alerts:
+          - exp_labels: {severity: warning, node: gpu01, hpc_job: "30"}
+            exp_annotations:
+              description: "Slurm job 30 has kept every GPU it holds on gpu01 under 2.5% busy for 30m: GPUs paid
+                for and idle. Ask its owner, or end it (scancel 30)."
+              summary: "Job 30 holds GPUs on gpu01 and leaves them idle"
+"""
+
+
+def test_the_idle_threshold_and_time_come_from_the_manifest(tmp_path: Path, kit: Any, promtool: str,
+                                                            render_rules: Callable[..., Path]) -> None:
+    """monitoring.gpu_job_idle reaches the rule through the area's role variables."""
+    data = yaml.safe_load((HERE / "data" / "cluster.yaml").read_text())
+    data["monitoring"]["gpu_job_idle"] = {"utilization_below": 0.025, "idle_for": "30m"}
+    folder = render_rules(kit.load(data).manifest)
+    case = tmp_path / "idle.test.yml"
+    case.write_text(IDLE_CASE)
+    proc = run_tests(promtool, folder, [case])
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 
 def _people(kit: Any) -> dict[str, Any]:
     data: dict[str, Any] = kit.base(storage=True)
@@ -112,3 +114,25 @@ def test_a_system_accounts_name_is_refused_for_users_and_groups(kit: Any) -> Non
     data = _people(kit)
     data["groups"][0]["name"] = "docker"
     assert kit.error(data, "'docker' is a system group's name").path == "groups[0].name"
+
+
+def test_a_users_email_is_an_address(kit: Any) -> None:
+    data = _people(kit)
+    data["users"][0]["email"] = "alice.b+gpu@vision.example.org"
+    assert kit.load(data).manifest.users[0].email == "alice.b+gpu@vision.example.org"
+    data["users"][1]["email"] = "bob at example.org"
+    text = kit.dump(data)
+    diag = kit.error(text, "'bob at example.org' is not an e-mail address")
+    assert diag.path == "users[1].email"
+    assert diag.line == kit.line_of(text, "email: bob at example.org")
+
+
+@pytest.mark.parametrize("address", [
+    "{{ .CommonLabels.user }}@example.org",  # Alertmanager would render it as a template
+    "alice,bob@example.org", '"alice"@example.org', "Alice <alice@example.org>",  # a list, a display name
+    "alice..b@example.org", ".alice@example.org", "alice@-example.org", "alice@",
+])
+def test_an_email_alertmanager_would_misread_is_refused(kit: Any, address: str) -> None:
+    data = _people(kit)
+    data["users"][1]["email"] = address
+    assert kit.error(data, "is not an e-mail address").path == "users[1].email"
