@@ -11,7 +11,17 @@ from dataclasses import dataclass
 
 from provisioner.areas.storage import fabric, mergerfs, nfs, snapshots, zfs
 from provisioner.manifest.model import Manifest, NetworkName, Node
-from provisioner.verify.check import Check, CheckList, NodeChecks, Outcome, Ring, judged
+from provisioner.verify.check import (
+    Check,
+    CheckList,
+    Judge,
+    NodeChecks,
+    Outcome,
+    Output,
+    Ring,
+    judged,
+    stderr_hint,
+)
 from provisioner.verify.parsers import ParseError
 
 # the generated NFS options the kernel shows in the mount table (findmnt)
@@ -252,6 +262,17 @@ def snapshot_verdict(dataset: str, policy: dict[str, int]) -> Callable[[Snapshot
     return verdict
 
 
+def snapshot_judge(dataset: str, policy: dict[str, int]) -> Judge:
+    """:func:`snapshot_verdict`, and a failed ``zfs list`` (no such dataset) fails with its error."""
+    listed = judged(parse_snapshot_list, snapshot_verdict(dataset, policy))
+
+    def judge(out: Output) -> Outcome:
+        if not out.error and out.rc != 0:
+            return Outcome("FAIL", f"cannot list the snapshots of {dataset}{stderr_hint(out)}")
+        return listed(out)
+    return judge
+
+
 def snapshot_command(dataset: str) -> str:
     return f"echo now=$(date -u +%s); zfs list -H -o name -t snapshot -d 1 {shlex.quote(dataset)}"
 
@@ -349,8 +370,8 @@ def checks(m: Manifest) -> NodeChecks:
                 out.add(f"zfs:{pool.name}", f"zpool status -v {shlex.quote(pool.name)}",
                         judged(parse_zpool_status, pool_verdict(pool.name)), "kernel")
                 for dataset, policy in zfs.snapshot_policies(pool).items():
-                    out.add(f"snapshots:{dataset}", snapshot_command(dataset),
-                            judged(parse_snapshot_list, snapshot_verdict(dataset, policy)), "kernel")
+                    out.add(f"snapshots:{dataset}", snapshot_command(dataset), snapshot_judge(dataset, policy),
+                            "kernel")
         return out.checks
 
     return node_checks

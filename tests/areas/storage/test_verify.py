@@ -264,3 +264,6 @@ def test_snapshot_age_is_checked_on_each_policy_d_dataset(kit: Any) -> None:
     assert check.judge(Output(stdout=f"now={now}\ntank/data@manual\n")).detail == (
         "tank/data has no provision snapshot (systemctl status provision-zfs-snapshot@*)")
     assert check.judge(Output(stdout="tank/data@manual\n")).status == "FAIL"  # no clock line
+    missing = Output(rc=1, stdout=f"now={now}\n", stderr="cannot open 'tank/data': dataset does not exist\n")
+    assert check.judge(missing).detail == (
+        "cannot list the snapshots of tank/data (cannot open 'tank/data': dataset does not exist)")
