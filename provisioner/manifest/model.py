@@ -812,9 +812,25 @@ class VdevGroup(Strict):
     disks: list[str] = Field(min_length=1)
 
 
+class SnapshotPolicy(Strict):
+    """How many snapshots of each frequency a dataset keeps (0: none taken). The frequencies
+    are provisioner.areas.storage.snapshots.PERIODS (a unit test keeps the two equal)."""
+
+    hourly: int = Field(default=0, ge=0, le=10000)
+    daily: int = Field(default=0, ge=0, le=10000)
+    weekly: int = Field(default=0, ge=0, le=10000)
+    monthly: int = Field(default=0, ge=0, le=10000)
+
+    def kept(self) -> dict[str, int]:
+        """The frequencies kept, with their counts (empty: no snapshots)."""
+        return {f: n for f, n in self.model_dump().items() if n > 0}
+
+
 class Dataset(Strict):
     name: str
     properties: dict[str, PropertyValue] = Field(default_factory=dict)
+    snapshots: SnapshotPolicy | None = Field(
+        default=None, description="snapshot retention; unset: the pool's snapshots, {}: none")
 
     @field_validator("name")
     @classmethod
@@ -840,6 +856,8 @@ class ZfsPool(Strict):
     force: bool = Field(default=False, description="allow creating the pool on disks with data")
     properties: dict[str, PropertyValue] = Field(default_factory=_default_pool_properties)
     datasets: list[Dataset] = Field(default_factory=list)
+    snapshots: SnapshotPolicy | None = Field(
+        default=None, description="snapshot retention of the datasets that set none of their own")
 
     @field_validator("name")
     @classmethod

@@ -1,7 +1,8 @@
 """The VM lab: `provision apply` onto qemu guests with real kernels, then assertions there.
 
 What containers cannot show is proven here: the zfs role builds the manifest's pool of
-mirrors from virtual disks and refuses a disk with a filesystem on it; the scratch role
+mirrors from virtual disks and refuses a disk with a filesystem on it, and its snapshot
+service takes and prunes snapshots on the real datasets (never one it did not take); the scratch role
 partitions, formats and mounts store2's blank disk by id and refuses one with a filesystem; kernel NFS exports
 datasets and the head mounts them (over RDMA on soft-RoCE from store1, over TCP on the data
 network from store2, whose addresses the common role configured); MergerFS unions NFS
@@ -52,8 +53,10 @@ import yaml
 from emulators.ipmi import IpmiEmulator
 
 from lab.labvm import DATA, FABRIC, LAB_IMAGES, MGMT, Disk, Netns, Nic, Ssh, Timings, Vm, VmSpec
-from provisioner.areas.storage import fabric
+from provisioner.areas.storage import fabric, snapshots
 from provisioner.validate import load_manifest
+from provisioner.verify import catalog
+from provisioner.verify.check import Output
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -384,6 +387,55 @@ def test_datasets_have_the_manifest_properties(lab: Lab) -> None:
     assert got[("tank/b", "compression")] == "zstd"
     assert got[("tank/a", "compression")] == "lz4"  # the pool default the role sets
     assert got[("tank/a", "atime")] == "off"
+
+
+def test_snapshots_are_taken_and_only_ours_beyond_the_count_are_pruned(lab: Lab) -> None:
+    """Issue 31: the pool's policy (hourly: 2, daily: 1 in lab.yaml) on tank's real datasets.
+    apply took each dataset's first snapshot; one run of the hourly service takes another;
+    an operator's snapshot, a look-alike name and an old snapshot of ours beyond the count
+    are added; the next run destroys only ours beyond the count, and verify's check of the
+    newest snapshot's age passes (judged by the check verify runs, on store1's output)."""
+    store = lab.ssh["store1"]
+    datasets = ("tank/a", "tank/b")
+
+    def listed(dataset: str) -> list[str]:
+        return store.out(f"zfs list -H -o name -t snapshot -d 1 {dataset}").split()
+
+    def hourly(dataset: str) -> list[str]:
+        return [s.name for s in snapshots.ours(dataset, listed(dataset)) if s.frequency == "hourly"]
+
+    assert lab.applies["first"].returncode == 0, "the first apply failed"
+    # apply's --missing took one each; the hourly timer may have fired since (the lab is long)
+    first = {ds: hourly(ds) for ds in datasets}
+    assert all(1 <= len(names) <= 2 for names in first.values()), first
+    store.run("systemctl start provision-zfs-snapshot@hourly.service", timeout=120)
+    for ds in datasets:
+        now = hourly(ds)
+        assert len(now) == 2 and now[-1] not in first[ds], (ds, listed(ds))
+    foreign = ["tank/a@lab-operator", "tank/a@provision-hourly-keep"]
+    old = "tank/a@provision-hourly-20200101T000000Z"
+    store.run(f"zfs snapshot {foreign[0]} && zfs snapshot {foreign[1]} && zfs snapshot {old}")
+    before = hourly("tank/a")
+    assert len(before) == 3 and before[0] == old, before
+    store.run("sleep 1 && systemctl start provision-zfs-snapshot@hourly.service", timeout=120)
+    after = listed("tank/a")
+    kept = hourly("tank/a")
+    gone = set(before) - set(kept)
+    # the count (2) of ours stays: the old one and the oldest of the rest went, only those
+    assert len(kept) == 2 and old in gone and len(gone) == 2, (before, after)
+    assert all(g < k for g in gone for k in kept), (before, after)  # same prefix: names sort by time
+    assert set(foreign) <= set(after), after
+    prom = store.out("cat /var/lib/prometheus/node-exporter/provision_zfs_snapshots.prom")
+    assert 'provision_zfs_snapshot_run_success{frequency="hourly"} 1' in prom, prom
+    # verify's check, as `provision verify` builds and judges it, on the node's output
+    checks = catalog.plan(load_manifest(lab.manifest).manifest)
+    for ds in datasets:
+        (check,) = [c for c in checks if c.node == "store1" and c.name == f"snapshots:{ds}"]
+        assert check.command is not None
+        r = store.run(check.command.text, timeout=check.command.timeout)
+        outcome = check.judge(Output(r.returncode, r.stdout, r.stderr))
+        assert outcome.status == "PASS", outcome
+    store.run(f"zfs destroy {foreign[0]} && zfs destroy {foreign[1]}")
 
 
 # --------------------------------------------------------------------------- nfs + mergerfs
@@ -749,7 +801,7 @@ def test_verify_passes_on_the_whole_lab(lab: Lab) -> None:
                       for x in report["results"])
     print(f"[lab] provision verify:\n{shown}")
     expected = [
-        ("store1", "zfs:tank"),
+        ("store1", "zfs:tank"), ("store1", "snapshots:tank/a"), ("store1", "snapshots:tank/b"),
         *(("head1", f"{kind}:{path}") for kind in ("mount", "io") for path in ("/mnt/a", "/mnt/b", "/mnt/c", "/union")),
         ("pxe1", "mount:/mnt/c"), ("pxe1", "io:/mnt/c"),
         ("head1", "rdma.write_bw.roce"), ("store1", "rdma.write_bw.roce"),

@@ -1,5 +1,8 @@
 """ZFS role in a container: real files and units, no kernel module (see molecule.yml)."""
 
+import base64
+import json
+
 import pytest
 
 # testinfra's SSH backend over the inventory's connection (.config/molecule/config.yml)
@@ -56,3 +59,65 @@ def test_no_pool_was_pretended(host):
     # no kernel: nothing may claim the pool exists
     assert not host.file("/tank").exists
     assert not host.file("/etc/zfs/zpool.cache").exists
+
+
+PROGRAM = "/usr/local/lib/provision/provision_zfs_snapshot.py"
+CONFIG = "/etc/provision/zfs-snapshots.json"
+
+
+def test_snapshot_program_and_policies_installed(host):
+    program = host.file(PROGRAM)
+    assert program.is_file and program.user == "root" and program.mode == 0o644
+    assert "def to_destroy(" in program.content_string  # the package's own module
+    assert json.loads(host.file(CONFIG).content_string) == {
+        "datasets": {"tank/datasets": {"hourly": 3, "daily": 7}}}
+
+
+@pytest.mark.parametrize(("frequency", "calendar", "on"), [
+    ("hourly", "*-*-* *:00:00", True),
+    ("daily", "*-*-* 00:00:00", True),
+    ("weekly", "Mon *-*-* 00:00:00", False),
+    ("monthly", "*-*-01 00:00:00", False),
+])
+def test_snapshot_timer_per_frequency_the_policies_keep(host, frequency, calendar, on):
+    timer = f"provision-zfs-snapshot@{frequency}.timer"
+    assert host.service(timer).is_enabled is on
+    assert host.service(timer).is_running is on
+    assert f"OnCalendar={calendar} " in host.check_output(f"systemctl show -P TimersCalendar {timer}")
+    service = f"provision-zfs-snapshot@{frequency}.service"
+    assert host.check_output(f"systemctl show -P Triggers {timer}") == service
+    execs = host.check_output(f"systemctl show -P ExecStart {service}")
+    assert f"/usr/bin/python3 {PROGRAM} --config {CONFIG}" in execs and f" {frequency} " in execs
+
+
+FAKE_ZFS = """#!/usr/bin/python3
+import json, sys
+state = "/tmp/fake-zfs/snaps.json"
+snaps = json.load(open(state))
+if sys.argv[1] == "list":
+    print("\\n".join(s for s in snaps if s.split("@")[0] == sys.argv[-1]))
+elif sys.argv[1] == "snapshot":
+    snaps.append(sys.argv[2])
+elif sys.argv[1] == "destroy":
+    snaps.remove(sys.argv[2])
+json.dump(snaps, open(state, "w"))
+"""
+
+
+def test_the_installed_program_prunes_only_its_own_beyond_the_count(host):
+    """The node's program on the node's Python, against a stand-in zfs (no kernel here)."""
+    ours = [f"tank/datasets@provision-hourly-20250101T{h:02d}0000Z" for h in range(4)]
+    foreign = ["tank/datasets@before-upgrade", "tank/datasets@provision-hourly-keep"]
+    host.check_output("rm -rf /tmp/fake-zfs && mkdir -p /tmp/fake-zfs/bin /tmp/fake-zfs/prom")
+    for path, text in (("bin/zfs", FAKE_ZFS), ("snaps.json", json.dumps(ours + foreign))):
+        host.check_output(f"echo {base64.b64encode(text.encode()).decode()} | base64 -d > /tmp/fake-zfs/{path}")
+    host.check_output("chmod 755 /tmp/fake-zfs/bin/zfs")
+    run = host.run(f"PATH=/tmp/fake-zfs/bin:$PATH timeout 60 /usr/bin/python3 {PROGRAM} --config {CONFIG} "
+                   "--textfile-dir /tmp/fake-zfs/prom hourly")
+    assert run.rc == 0, run.stderr
+    left = json.loads(host.file("/tmp/fake-zfs/snaps.json").content_string)
+    (taken,) = [s for s in left if s not in ours + foreign]
+    assert set(left) == {*foreign, ours[2], ours[3], taken}  # 3 hourly kept, foreign untouched
+    prom = host.file("/tmp/fake-zfs/prom/provision_zfs_snapshots.prom").content_string
+    assert 'provision_zfs_snapshot_run_success{frequency="hourly"} 1' in prom
+    host.check_output("rm -rf /tmp/fake-zfs")

@@ -88,6 +88,8 @@ def zfs_node_vars(m: Manifest, node: Node) -> dict[str, Any]:
     return {
         "zfs_pools": zfs_pool_vars(m, node),
         "zfs_arc_max_bytes": zfs.arc_max_bytes(node.hardware.memory_gb, m.zfs.arc_max_percent),
+        "zfs_snapshots": {ds: policy for pool in m.zfs.pools if pool.node == node.name
+                          for ds, policy in zfs.snapshot_policies(pool).items()},
     }
 
 

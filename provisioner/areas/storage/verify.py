@@ -1,5 +1,5 @@
 """The storage area's verify checks: RDMA bandwidth on the fabric, NFS and MergerFS mounts with
-a short write/read through each, ZFS pool health."""
+a short write/read through each, ZFS pool health, the age of each dataset's newest snapshot."""
 
 from __future__ import annotations
 
@@ -9,9 +9,19 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from provisioner.areas.storage import fabric, mergerfs, nfs
+from provisioner.areas.storage import fabric, mergerfs, nfs, snapshots, zfs
 from provisioner.manifest.model import Manifest, NetworkName, Node
-from provisioner.verify.check import Check, CheckList, NodeChecks, Outcome, Ring, judged
+from provisioner.verify.check import (
+    Check,
+    CheckList,
+    Judge,
+    NodeChecks,
+    Outcome,
+    Output,
+    Ring,
+    judged,
+    stderr_hint,
+)
 from provisioner.verify.parsers import ParseError
 
 # the generated NFS options the kernel shows in the mount table (findmnt)
@@ -142,6 +152,21 @@ def parse_zpool_status(text: str) -> PoolStatus:
     )
 
 
+@dataclass(frozen=True)
+class SnapshotList:
+    now: int  # the node's clock, seconds since the epoch
+    names: tuple[str, ...]  # dataset@snapshot
+
+
+def parse_snapshot_list(text: str) -> SnapshotList:
+    """``now=<epoch>`` then ``zfs list -H -o name -t snapshot`` (:func:`snapshot_command`)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines or not re.fullmatch(r"now=\d+", lines[0]):
+        raise ParseError("no 'now=<seconds>' line first")
+    names = tuple(line for line in lines[1:] if "@" in line)
+    return SnapshotList(int(lines[0].removeprefix("now=")), names)
+
+
 # --------------------------------------------------------------------------- verdicts
 def write_bw_verdict(fraction: float) -> Callable[[WriteBw], Outcome]:
     def verdict(w: WriteBw) -> Outcome:
@@ -218,6 +243,38 @@ def pool_verdict(pool: str) -> Callable[[PoolStatus], Outcome]:
             return Outcome("FAIL", f"{pool}: {', '.join(problems)}")
         return Outcome("PASS", f"{pool} ONLINE" + (f"; {s.scan}" if s.scan else ""))
     return verdict
+
+
+def snapshot_verdict(dataset: str, policy: dict[str, int]) -> Callable[[SnapshotList], Outcome]:
+    """PASS while the newest snapshot of ours is younger than twice the shortest period kept
+    (the same limit as the ZfsSnapshotLate alert)."""
+    limit = snapshots.max_age(policy)
+
+    def verdict(listed: SnapshotList) -> Outcome:
+        newest = snapshots.newest(dataset, listed.names)
+        if newest == 0:
+            return Outcome("FAIL", f"{dataset} has no provision snapshot (systemctl status provision-zfs-snapshot@*)")
+        age = listed.now - newest
+        if snapshots.late(policy, newest, listed.now):
+            return Outcome("FAIL", f"{dataset}: newest provision snapshot is {age // 60} min old, "
+                                   f"more than {limit // 60} min")
+        return Outcome("PASS", f"{dataset}: newest provision snapshot {max(age, 0) // 60} min old")
+    return verdict
+
+
+def snapshot_judge(dataset: str, policy: dict[str, int]) -> Judge:
+    """:func:`snapshot_verdict`, and a failed ``zfs list`` (no such dataset) fails with its error."""
+    listed = judged(parse_snapshot_list, snapshot_verdict(dataset, policy))
+
+    def judge(out: Output) -> Outcome:
+        if not out.error and out.rc != 0:
+            return Outcome("FAIL", f"cannot list the snapshots of {dataset}{stderr_hint(out)}")
+        return listed(out)
+    return judge
+
+
+def snapshot_command(dataset: str) -> str:
+    return f"echo now=$(date -u +%s); zfs list -H -o name -t snapshot -d 1 {shlex.quote(dataset)}"
 
 
 def io_command(path: str, node: str) -> str:
@@ -312,6 +369,9 @@ def checks(m: Manifest) -> NodeChecks:
             if pool.node == node.name:
                 out.add(f"zfs:{pool.name}", f"zpool status -v {shlex.quote(pool.name)}",
                         judged(parse_zpool_status, pool_verdict(pool.name)), "kernel")
+                for dataset, policy in zfs.snapshot_policies(pool).items():
+                    out.add(f"snapshots:{dataset}", snapshot_command(dataset), snapshot_judge(dataset, policy),
+                            "kernel")
         return out.checks
 
     return node_checks

@@ -1,5 +1,6 @@
 """ZFS, pure: the vdev layout of a pool spec, the ``zpool create`` arguments, drift between
-an existing pool (``zpool status -P``) and the manifest, importable pools, ARC sizing."""
+an existing pool (``zpool status -P``) and the manifest, importable pools, ARC sizing, the
+snapshot policy of each dataset (what the policies mean: ``snapshots``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner.areas.storage.base import BY_ID_DIR, StorageError
-from provisioner.manifest.model import ZfsPool
+from provisioner.manifest.model import SnapshotPolicy, ZfsPool
 from provisioner.manifest.ranges import expand_all
 
 
@@ -183,6 +184,18 @@ def create_args(pool: ZfsPool) -> list[str]:
     args.append(pool.name)
     args += vdev_args(pool_layout(pool))
     return args
+
+
+def snapshot_policies(pool: ZfsPool) -> dict[str, dict[str, int]]:
+    """``{pool/dataset: {frequency: count}}`` of the pool's datasets that keep snapshots:
+    a dataset's own ``snapshots`` else the pool's; one that keeps nothing is left out."""
+    out: dict[str, dict[str, int]] = {}
+    for ds in pool.datasets:
+        policy: SnapshotPolicy | None = ds.snapshots if ds.snapshots is not None else pool.snapshots
+        kept = policy.kept() if policy is not None else {}
+        if kept:
+            out[f"{pool.name}/{ds.name}"] = kept
+    return out
 
 
 def arc_max_bytes(memory_gb: int, percent: int) -> int:

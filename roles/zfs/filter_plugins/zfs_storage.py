@@ -1,4 +1,5 @@
-"""Filters of the zfs role: thin wrappers over provisioner.areas.storage.decide (the tested logic).
+"""Filters of the zfs role: thin wrappers over provisioner.areas.storage.decide (the tested logic),
+and the path of the node program the role installs (provisioner.areas.storage.snapshots).
 
 They run on the controller, where the provisioner package is installed (the venv that
 runs ansible-playbook); from a plain checkout the repository root is put on sys.path.
@@ -13,9 +14,15 @@ from typing import Any
 
 try:
     from provisioner.areas.storage import decide as storage
+    from provisioner.areas.storage import snapshots
 except ImportError:  # pragma: no cover - running from a checkout without the package
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
     from provisioner.areas.storage import decide as storage
+    from provisioner.areas.storage import snapshots
+
+# The programs the role copies onto nodes: modules of the package, standard library only,
+# so a node runs the very code the unit tests check (the copy module reads them here).
+_PROGRAMS = {"snapshot": snapshots}
 
 
 def zfs_importable_pools(text: str) -> list[str]:
@@ -120,6 +127,20 @@ def zfs_zpool_module_args(create_args: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def zfs_program_path(name: str) -> str:
+    """The controller path of a program the role installs: ``'snapshot' | zfs_program_path``."""
+    module = _PROGRAMS.get(str(name))
+    if module is None or module.__file__ is None:
+        raise ValueError(f"zfs_program_path: no program {name!r}; known: {sorted(_PROGRAMS)}")
+    return str(Path(module.__file__).resolve())
+
+
+def zfs_snapshot_timers(policies: Mapping[str, Mapping[str, int]]) -> list[dict[str, Any]]:
+    """One ``{frequency, enabled}`` per frequency there is: enabled where a policy keeps it."""
+    kept = {f for policy in policies.values() for f, n in policy.items() if int(n) > 0}
+    return [{"frequency": f, "enabled": f in kept} for f in snapshots.PERIODS]
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -127,4 +148,6 @@ class FilterModule:
             "zfs_layout_drift": zfs_layout_drift,
             "zfs_disk_safety": zfs_disk_safety,
             "zfs_zpool_module_args": zfs_zpool_module_args,
+            "zfs_program_path": zfs_program_path,
+            "zfs_snapshot_timers": zfs_snapshot_timers,
         }

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from provisioner.areas.storage import snapshots
 from provisioner.manifest import Manifest
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -76,6 +77,8 @@ def written_by_collectors(gpu: ModuleType, slurm: ModuleType, zpool: ModuleType)
         slurm.render(slurm.parse_sinfo((DATA / "slurm/sinfo-drained-down.txt").read_text()),
                      slurm.parse_squeue((DATA / "slurm/squeue-pending.txt").read_text()), now=1.0),
         zpool.render(zpool.parse_status((DATA / "zpool/degraded-errors.txt").read_text()), now=1.0),
+        # the zfs role's snapshot program (provisioner/areas/storage/snapshots.py)
+        snapshots.metrics_text({"tank/a": 1}, {"tank/a": {"hourly": 2}}, {"hourly": (True, 1.0)}),
     ]
     return {m for t in texts for m in re.findall(r"^# TYPE (\S+)", t, re.M)}
 

@@ -26,7 +26,7 @@ EXAMPLES = ["llm-200k.yaml", "music-lab.yaml"]
 ROLES = ("scratch", "zfs", "nfs_server", "nfs_client", "mergerfs", "ofed")
 GROUP_KEYS = {
     "scratch": {"scratch_volume"},
-    "zfs": {"zfs_pools", "zfs_arc_max_bytes"},
+    "zfs": {"zfs_pools", "zfs_arc_max_bytes", "zfs_snapshots"},
     "nfs_server": {"nfs_server_exports", "nfs_server_threads", "nfs_server_vers3", "nfs_server_rdma"},
     "nfs_client": {"nfs_client_mounts", "nfs_client_rdma"},
     "mergerfs": {"mergerfs_unions"},
@@ -122,6 +122,8 @@ def test_llm_head_pool(llm: Manifest) -> None:
         {"name": "tank/checkpoints", "properties": {"compression": "zstd", "recordsize": "1M"}},
         {"name": "tank/home", "properties": {"quota": "2T", "recordsize": "128K"}},
     ]
+    assert v["zfs_snapshots"] == {"tank/checkpoints": {"daily": 7},
+                                  "tank/home": {"hourly": 24, "daily": 14, "weekly": 8, "monthly": 12}}
 
 
 def test_llm_exports_and_nfsd(llm: Manifest) -> None:

@@ -243,3 +243,27 @@ def test_zpool_status() -> None:
     assert (bad.state, bad.data_errors, bad.device_errors, bad.scan_errors) == ("DEGRADED", True, 1, 3)
     with pytest.raises(ParseError, match="state"):
         verify.parse_zpool_status("cannot open 'tank': no such pool\n")
+
+
+def test_snapshot_age_is_checked_on_each_policy_d_dataset(kit: Any) -> None:
+    data = kit.base(storage=True)
+    data["zfs"]["pools"][0]["datasets"] = [{"name": "data", "snapshots": {"hourly": 24, "daily": 7}},
+                                           {"name": "tmp"}]
+    checks = catalog.plan(kit.load(data).manifest)
+    assert [n for n in names(checks, "head01") if n.startswith("snapshots:")] == ["snapshots:tank/data"]
+    check = by_name(checks, "head01", "snapshots:tank/data")
+    assert check.needs == "kernel"
+    assert check.command is not None and "zfs list -H -o name -t snapshot -d 1 tank/data" in check.command.text
+    now = 1764226800  # 2025-11-27 07:00 UTC
+    listed = "tank/data@manual\ntank/data@provision-daily-20251127T000000Z\n"
+    fresh = f"now={now}\n{listed}tank/data@provision-hourly-20251127T060000Z\n"
+    assert check.judge(Output(stdout=fresh)) == Outcome("PASS", "tank/data: newest provision snapshot 60 min old")
+    # only the daily one, 7 h old: more than twice the shortest period (hourly) kept
+    assert check.judge(Output(stdout=f"now={now}\n{listed}")) == Outcome(
+        "FAIL", "tank/data: newest provision snapshot is 420 min old, more than 120 min")
+    assert check.judge(Output(stdout=f"now={now}\ntank/data@manual\n")).detail == (
+        "tank/data has no provision snapshot (systemctl status provision-zfs-snapshot@*)")
+    assert check.judge(Output(stdout="tank/data@manual\n")).status == "FAIL"  # no clock line
+    missing = Output(rc=1, stdout=f"now={now}\n", stderr="cannot open 'tank/data': dataset does not exist\n")
+    assert check.judge(missing).detail == (
+        "cannot list the snapshots of tank/data (cannot open 'tank/data': dataset does not exist)")

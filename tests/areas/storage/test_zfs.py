@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from provisioner.areas.storage import base, zfs
+from provisioner.areas.storage import base, snapshots, zfs
 from provisioner.manifest import Manifest
 from provisioner.manifest.model import ZfsPool
 
@@ -329,7 +329,7 @@ def zfs_filters() -> dict[str, Any]:
 def test_zfs_role_filter_plugin_uses_this_logic() -> None:
     filters = zfs_filters()
     assert set(filters) == {"zfs_importable_pools", "zfs_layout_drift", "zfs_disk_safety",
-                            "zfs_zpool_module_args"}
+                            "zfs_zpool_module_args", "zfs_program_path", "zfs_snapshot_timers"}
     assert filters["zfs_importable_pools"]("   pool: tank\n") == ["tank"]
     verdict = filters["zfs_disk_safety"]([{"item": "a", "rc": 0, "stdout": lsblk(pttype="dos")}],
                                          [{"item": "a", "rc": 0, "stdout": ""}], False)
@@ -337,6 +337,17 @@ def test_zfs_role_filter_plugin_uses_this_logic() -> None:
     expected = {"data": [{"type": "mirror", "disks": ["x", "y"]}]}
     drift = filters["zfs_layout_drift"](STATUS_LLM, expected)
     assert "data: mirror(x, y) is in the manifest but not in the pool" in drift
+
+
+def test_the_role_installs_the_snapshot_module_itself_and_a_timer_per_frequency() -> None:
+    filters = zfs_filters()
+    assert filters["zfs_program_path"]("snapshot") == str(Path(snapshots.__file__).resolve())
+    with pytest.raises(ValueError, match="no program 'other'"):
+        filters["zfs_program_path"]("other")
+    timers = filters["zfs_snapshot_timers"]({"tank/a": {"hourly": 24, "daily": 7}, "tank/b": {"daily": 1}})
+    assert timers == [{"frequency": "hourly", "enabled": True}, {"frequency": "daily", "enabled": True},
+                      {"frequency": "weekly", "enabled": False}, {"frequency": "monthly", "enabled": False}]
+    assert not any(t["enabled"] for t in filters["zfs_snapshot_timers"]({}))
 
 
 def zpool_module_argv(margs: dict[str, Any]) -> list[str]:
