@@ -277,8 +277,11 @@ def test_ssh_adopt_fails_on_a_fresh_node_and_passes_once_the_role_ran() -> None:
         "pam_systemd.so is in sshd's session stack: it moves adopted sessions out of the job's cgroup",
         "pam_slurm_adopt.so is not installed",
         "slurm.conf has no PrologFlags=Contain (no PrologFlags): no extern step to adopt into"]
-    assert verify.adopt_verdict(verify.parse_sections(role_edits(fresh))) == Outcome(
-        "PASS", "SSH: admins (pam_access), then only users with a job here (pam_slurm_adopt)")
+    passed = Outcome("PASS", "SSH: admins (pam_access), then only users with a job here (pam_slurm_adopt)")
+    assert verify.adopt_verdict(verify.parse_sections(role_edits(fresh))) == passed
+    # what the role left on the molecule scenario's compute node
+    recorded = (DATA / "pam-sshd-debian-12-adopted.txt").read_text()
+    assert verify.adopt_verdict(verify.parse_sections(recorded)) == passed
 
 
 def test_ssh_adopt_follows_includes_and_names_what_is_missing() -> None:
