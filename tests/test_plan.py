@@ -199,6 +199,10 @@ def test_an_area_newer_than_the_state_is_no_change_until_it_has_something_for_th
     assert {n.status for n in compute(m, state, PLAYS).nodes} == {"unchanged"}
     data["users"] = [{"name": "alice", "uid": 2001}]
     node01 = by_name(compute(kit.load(data).manifest, state, PLAYS))["node01"]
+    # slurm too: people bring pam_slurm_adopt to the compute nodes (slurm.ssh_only_with_job)
+    assert (node01.status, node01.sections) == ("changed", ["people", "slurm"])
+    data["slurm"]["ssh_only_with_job"] = False
+    node01 = by_name(compute(kit.load(data).manifest, state, PLAYS))["node01"]
     assert (node01.status, node01.sections) == ("changed", ["people"])
 
 

@@ -1051,6 +1051,11 @@ class Slurm(Strict):
                     "every slurmd node, and TmpFS (the file system whose size slurmd reports as TmpDisk); a "
                     "folder on the compute nodes' scratch, e.g. /scratch/slurm; unset: jobs share /tmp")
     containers: SlurmContainers = Field(default_factory=SlurmContainers)
+    ssh_only_with_job: bool | None = Field(
+        default=None,
+        description="SSH to a compute node only for users with a running job there, into that job's cgroup "
+                    "(pam_slurm_adopt); admins, root and cluster.ssh.user always get in; unset: on when users: "
+                    "lists anyone")
 
 
 class NvidiaDriver(Strict):

@@ -2,7 +2,8 @@
 on every node, homes made on the NFS server (the head) with their owner, mode and keys,
 carol locked by the manifest and bob locked after side_effect took him out, files kept;
 the manifest's accounts and QOS in slurmdbd, a job under the user's account and QOS, a QOS
-the account lacks refused and a QOS limit holding a job.
+the account lacks refused and a QOS limit holding a job; SSH to a compute node only with a job
+there (pam_slurm_adopt: refused without one, into the job's cgroup with one, root always).
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ from __future__ import annotations
 import os
 import shlex
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 import testinfra
+
+from provisioner.areas.slurm import verify
 
 testinfra_hosts = ["ansible://slurm-head"]
 
@@ -121,3 +125,68 @@ def wait_reason(host: Any, job: str) -> str:
             return reason.split("|", 1)[1]
         time.sleep(2)
     return reason
+
+
+# --------------------------------------------------------------------------- SSH only with a job
+# The node's own sshd (port 22 on the scenario's network; Ansible's connection is a separate
+# sshd without PAM), reached from the head with a key made here. slurm-gpu02: slurm-gpu01's
+# one CPU is held by side_effect's long job, and alice's job must start at once.
+NODE = "slurm-gpu02"
+KEY = "/root/.ssh/provision-adopt-test"
+SSH = (f"timeout 30 ssh -i {KEY} -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
+       "-o ConnectTimeout=10")
+REFUSED = "Access denied by pam_slurm_adopt: you have no active jobs on this node"
+
+
+@pytest.fixture(scope="module")
+def ssh_keys(host: Any) -> Any:
+    """The test key in root's and alice's authorized keys on the node. alice's home comes from
+    the homes export on a real node (kernel NFS: the lab); here it is made for the test."""
+    host.check_output(f"install -d -m 0700 /root/.ssh && (test -f {KEY} || ssh-keygen -q -t ed25519 -N '' -f {KEY})")
+    public = host.check_output(f"cat {KEY}.pub")
+    target = node(NODE)
+    target.check_output(
+        f"install -d -m 0700 -o alice -g vision /home/alice /home/alice/.ssh && "
+        f"echo {shlex.quote(public)} > /home/alice/.ssh/authorized_keys && "
+        "chown alice:vision /home/alice/.ssh/authorized_keys && "
+        f"install -d -m 0700 /root/.ssh && echo {shlex.quote(public)} > /root/.ssh/authorized_keys2")
+    yield
+    target.run("rm -rf /home/alice /root/.ssh/authorized_keys2")
+
+
+def test_verify_finds_the_admins_then_pam_slurm_adopt_in_sshd_on_a_compute_node() -> None:
+    """`provision verify`'s slurm.ssh_adopt on the node. With PROVISION_PAM_CAPTURE=FILE its
+    command's output is written to FILE (tests/areas/slurm/data/pam-sshd-debian-12-adopted.txt)."""
+    out = node(NODE).run(verify.ADOPT_COMMAND)
+    capture = os.environ.get("PROVISION_PAM_CAPTURE")
+    if capture:
+        Path(capture).write_text(out.stdout)
+    assert verify.adopt_verdict(verify.parse_sections(out.stdout)).status == "PASS", out.stdout
+    rules = node(NODE).file("/etc/security/access-slurm-adopt.conf").content_string.splitlines()
+    assert rules[-2:] == ["+:root:ALL", "-:ALL:ALL"]  # no admin users in this manifest
+    assert not node("slurm-head").file("/etc/security/access-slurm-adopt.conf").exists  # the head: no
+
+
+def test_a_user_without_a_job_on_the_node_is_refused_and_root_gets_in(host: Any, ssh_keys: Any) -> None:
+    # ssh's own 255 is reported as rc=N on stdout: testinfra takes a 255 for its connection failing
+    refused = host.run(f"{SSH} alice@{NODE} true 2>&1; echo rc=$?")
+    assert refused.stdout.splitlines()[-1] == "rc=255" and REFUSED in refused.stdout, refused.stdout
+    root = host.run(f"{SSH} root@{NODE} cat /proc/self/cgroup")
+    assert root.rc == 0, root.stderr
+    assert "step_extern" not in root.stdout  # root is never adopted into a job
+
+
+def test_a_user_with_a_job_on_the_node_lands_in_its_extern_step(host: Any, ssh_keys: Any) -> None:
+    job = _as(host, "alice", f"sbatch --parsable --chdir=/tmp -o /dev/null -t 5 -w {NODE} --wrap 'sleep 120'")
+    assert job.rc == 0, job.stderr
+    job_id = job.stdout.strip()
+    try:
+        deadline = time.monotonic() + 30
+        while host.check_output(f"squeue -h -j {job_id} -o %T") != "RUNNING":
+            assert time.monotonic() < deadline, "alice's job did not start"
+            time.sleep(1)
+        inside = host.run(f"{SSH} alice@{NODE} cat /proc/self/cgroup")
+        assert inside.rc == 0, inside.stderr
+        assert f"/job_{job_id}/step_extern" in inside.stdout, inside.stdout
+    finally:
+        host.run(f"scancel {job_id}")

@@ -4,7 +4,7 @@ cgroup v2 fencing). Run by ``provisioner.validate`` on a structurally clean mani
 
 from __future__ import annotations
 
-from provisioner.areas.slurm import accounts, containers
+from provisioner.areas.slurm import accounts, adopt, containers
 from provisioner.areas.slurm.decide import problems, version_conflicts
 from provisioner.areas.storage.scratch import local_path_problem
 from provisioner.errors import Diagnostic
@@ -48,5 +48,10 @@ def check_slurm_containers(m: Manifest, src: Source) -> list[Diagnostic]:
     return [src.diag(path, message, "warning") for path, message in containers.problems(m)]
 
 
+def check_ssh_only_with_job(m: Manifest, src: Source) -> list[Diagnostic]:
+    """pam_slurm_adopt asked for where Slurm cannot adopt SSH sessions into jobs."""
+    return [src.diag(path, message, severity) for path, message, severity in adopt.problems(m)]
+
+
 CHECKS: tuple[Check, ...] = (check_slurm_problems, check_slurm_versions, check_slurm_accounts, check_job_tmp,
-                             check_slurm_containers)
+                             check_slurm_containers, check_ssh_only_with_job)

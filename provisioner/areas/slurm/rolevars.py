@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.areas.slurm import accounts, containers
+from provisioner.areas.slurm import accounts, adopt, containers
 from provisioner.areas.slurm import decide as slurm
 from provisioner.manifest.model import Manifest, Node
 
@@ -27,7 +27,7 @@ LIGHT_KEYS = frozenset({
     "slurm_nodes", "slurm_partitions", "slurm_def_mem_per_cpu", "slurm_proctrack_type",
     "slurm_task_plugin", "slurm_jobacct_gather_type", "slurm_constrain_cores",
     "slurm_constrain_memory", "slurm_constrain_devices", "slurm_fairshare", "slurm_prolog_dcgm",
-    "slurm_job_tmp",
+    "slurm_job_tmp", "slurm_ssh_admins", "slurm_prolog_contain",
 })
 
 
@@ -54,7 +54,7 @@ def cluster_vars(m: Manifest) -> dict[str, Any]:
         "slurm_prolog_dcgm": m.verify.prolog_diag,
         # job_container/tmpfs BasePath and TmpFS; "": jobs share the nodes' /tmp
         "slurm_job_tmp": m.slurm.job_tmp or "",
-    } | containers.cluster_vars(m)
+    } | containers.cluster_vars(m) | adopt.cluster_vars(m)
 
 
 def is_slurm_node(m: Manifest, node: Node) -> bool:
@@ -109,4 +109,4 @@ def node_vars(m: Manifest, node: Node) -> dict[str, Any]:
         "slurm_node_gres": gres,
         "slurm_node_expected": expected_hardware(node) if is_compute else {},
         "slurm_node_mounts": slurm.shared_mounts(m, node) if is_compute else [],
-    } | containers.node_vars(m, node)
+    } | containers.node_vars(m, node) | adopt.node_vars(m, node)

@@ -1,5 +1,7 @@
 """The Slurm area's verify checks, asked on the controller: a compute node's state and GRES,
-GPU device fencing (a one-GPU job), and NCCL between two nodes through ``srun --mpi=pmix``."""
+GPU device fencing (a one-GPU job), and NCCL between two nodes through ``srun --mpi=pmix``;
+on a compute node itself, that sshd's PAM stack lets only users with a job there in
+(pam_slurm_adopt)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from provisioner.areas.gpu.verify import ALL_REDUCE_MPI_GLOB, allreduce_verdict
+from provisioner.areas.slurm import adopt
 from provisioner.areas.slurm import decide as slurm
 from provisioner.areas.storage.fabric import shared_rdma_network
 from provisioner.manifest.model import Manifest, Node
@@ -57,6 +60,94 @@ def parse_scontrol_node(text: str) -> SlurmNode:
     gres = re.search(r"\bGres=(\S+)", text)
     reason = re.search(r"\bReason=(.*?)(?= [A-Za-z]+=|$)", text.strip())
     return SlurmNode(state.group(1), gres.group(1) if gres else "(null)", reason.group(1) if reason else "")
+
+
+# The PAM files sshd's stack is made of on Debian and Ubuntu, the module's file (Debian 12 puts it
+# in /lib/security, later releases under the multiarch directory) and slurm.conf's PrologFlags
+PAM_FILES = ("sshd", "common-account", "common-session-noninteractive", "common-session")
+ADOPT_COMMAND = (
+    "for f in " + " ".join(PAM_FILES) + "; do echo \"==> $f\"; cat /etc/pam.d/$f 2>/dev/null; done; "
+    "echo '==> module'; ls /lib/security/pam_slurm_adopt.so /lib/*/security/pam_slurm_adopt.so "
+    "/usr/lib/*/security/pam_slurm_adopt.so 2>/dev/null; "
+    "echo '==> prologflags'; scontrol show config 2>/dev/null | grep -i '^PrologFlags'; true"
+)
+
+
+@dataclass(frozen=True)
+class PamRule:
+    kind: str  # account, session, ... (a leading "-": skip when the module is missing)
+    control: str  # required, sufficient, [success=1 default=ignore], ...
+    module: str  # pam_unix.so
+    args: str = ""
+
+
+def parse_sections(text: str) -> dict[str, list[str]]:
+    """``==> NAME`` headed sections (the command above) -> their lines, comments and blank
+    lines left out (PAM ends a line at its ``#``)."""
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for raw in text.splitlines():
+        if raw.startswith("==> "):
+            current = sections.setdefault(raw[4:].strip(), [])
+            continue
+        line = raw.split("#", 1)[0].strip()
+        if line and current is not None:
+            current.append(line)
+    if "sshd" not in sections:
+        raise ParseError("no /etc/pam.d/sshd section in the answer")
+    return sections
+
+
+_RULE = re.compile(r"^(?P<kind>-?\w+)\s+(?P<control>\[[^\]]*\]|\S+)\s+(?P<module>\S+)\s*(?P<args>.*)$")
+
+
+def pam_stack(files: dict[str, list[str]], name: str, depth: int = 0) -> list[PamRule]:
+    """The rules of PAM service ``name`` in order, Debian's ``@include FILE`` and
+    ``TYPE include FILE`` lines expanded from ``files`` (a missing file adds nothing)."""
+    if depth > 8:
+        raise ParseError(f"/etc/pam.d includes nest too deep at {name}")
+    out: list[PamRule] = []
+    for line in files.get(name, []):
+        if line.startswith("@include"):
+            out += pam_stack(files, line.split(maxsplit=1)[1].strip(), depth + 1)
+            continue
+        m = _RULE.match(line)
+        if not m:
+            raise ParseError(f"not a PAM rule in /etc/pam.d/{name}: {line!r}")
+        if m.group("control") in ("include", "substack"):
+            out += [r for r in pam_stack(files, m.group("module"), depth + 1)
+                    if r.kind.lstrip("-") == m.group("kind").lstrip("-")]
+            continue
+        out.append(PamRule(m.group("kind"), m.group("control"), m.group("module").rsplit("/", 1)[-1],
+                           m.group("args").strip()))
+    return out
+
+
+def adopt_verdict(sections: dict[str, list[str]]) -> Outcome:
+    """sshd's account stack ends with pam_access (sufficient, its own rules file), then
+    pam_slurm_adopt (required: a missing module refuses, never lets everyone in); its session
+    stack has no pam_systemd; the module is installed; slurm.conf has PrologFlags=Contain."""
+    stack = pam_stack(sections, "sshd")
+    account = [r for r in stack if r.kind.lstrip("-") == "account"]
+    tail = [(r.module, r.control) for r in account[-2:]]
+    wrong: list[str] = []
+    if tail != [("pam_access.so", "sufficient"), ("pam_slurm_adopt.so", "required")]:
+        shown = ", ".join(f"{r.control} {r.module}" for r in account[-2:]) or "nothing"
+        wrong.append(f"sshd's account stack ends with {shown}, not sufficient pam_access.so then "
+                     "required pam_slurm_adopt.so")
+    elif "accessfile=" not in account[-2].args:
+        wrong.append("sshd's pam_access.so has no accessfile= (the admins' rules)")
+    if any(r.module == "pam_systemd.so" for r in stack if r.kind.lstrip("-") == "session"):
+        wrong.append("pam_systemd.so is in sshd's session stack: it moves adopted sessions out of the job's cgroup")
+    if not sections.get("module"):
+        wrong.append("pam_slurm_adopt.so is not installed")
+    flags = " ".join(sections.get("prologflags", []))
+    if "contain" not in flags.lower():
+        wrong.append(f"slurm.conf has no PrologFlags=Contain ({flags or 'no PrologFlags'}): no extern step "
+                     "to adopt into")
+    if wrong:
+        return Outcome("FAIL", "; ".join(wrong))
+    return Outcome("PASS", "SSH: admins (pam_access), then only users with a job here (pam_slurm_adopt)")
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -199,6 +290,8 @@ def checks(m: Manifest) -> NodeChecks:
         gres = f"gpu:{hw.gres_type}:{hw.count}" if hw is not None else ""
         out.add("slurm.node", f"scontrol show node {shlex.quote(node.name)} --oneliner",
                 judged(parse_scontrol_node, slurm_verdict(gres, drained_by)), host=m.head.name)
+        if adopt.is_adopt_node(m, node):
+            out.add("slurm.ssh_adopt", ADOPT_COMMAND, judged(parse_sections, adopt_verdict))
         if hw is not None:
             gpu_job_checks(m, node, drained_by, unfenced, gpu_ring, out)
         return out.checks

@@ -305,7 +305,9 @@ def test_molecule_manifests_match_examples_rules(kit: Any) -> None:
 
 
 def test_light_keys_are_cluster_vars(kit: Any) -> None:
-    v = rolevars.cluster_vars(example(kit, "music-lab.yaml"))
+    data = kit.example("music-lab.yaml")
+    data["users"] = [{"name": "trainee", "uid": 2001}]  # with people: pam_slurm_adopt's keys too
+    v = rolevars.cluster_vars(kit.load(data).manifest)
     assert set(v) >= rolevars.LIGHT_KEYS
     assert not {"slurm_accounting", "munge_key_file", "slurm_controller_host"} & rolevars.LIGHT_KEYS
 
@@ -365,3 +367,31 @@ def test_job_tmp_must_lie_on_every_compute_nodes_scratch(kit: Any) -> None:
         "use: scratch)")
     data["slurm"]["job_tmp"] = "scratch/slurm"
     assert "must be an absolute path" in kit.error(data, "absolute").message
+
+
+# --------------------------------------------------------------------------- SSH only with a job (issue 29 item 3)
+def test_ssh_only_with_job_renders_prolog_contain_and_the_admins_rule(kit: Any) -> None:
+    """With people in the manifest: PrologFlags=Contain (a daemon setting: restarts), and the
+    compute nodes' pam_access rules let root, the automation account and the admins in, and
+    nobody else (pam_slurm_adopt decides for them); the variables are the role's own."""
+    data = kit.base()
+    data["users"] = [{"name": "alice", "uid": 2001}]
+    m = kit.load(data).manifest
+    variables = role_vars(m, "node01")
+    emitted = set(rolevars.cluster_vars(m)) | set(rolevars.node_vars(m, m.node("node01")))
+    assert emitted - {"munge_key_file"} <= spec_options(ROLE, "main")
+    conf = keys(config_lines(render("slurm.conf.j2", variables)))
+    assert conf["PrologFlags"] == "Contain" and "JobContainerType" not in conf
+    assert "PrologFlags=Contain" in render("restart-keys.j2", variables)
+    assert config_lines(render("access-slurm-adopt.conf.j2", variables)) == ["+:root ops:ALL", "-:ALL:ALL"]
+    # with job_tmp too: one PrologFlags line
+    data["slurm"]["job_tmp"] = "/scratch/slurm"
+    conf = keys(config_lines(render("slurm.conf.j2", role_vars(kit.load(data).manifest, "node01"))))
+    assert (conf["PrologFlags"], conf["JobContainerType"]) == ("Contain", "job_container/tmpfs")
+
+
+def test_every_os_names_the_pam_slurm_adopt_package() -> None:
+    """Debian 12, Ubuntu 22.04 and 24.04 ship libpam-slurm-adopt from their slurm-wlm source
+    (packages.debian.org bookworm, packages.ubuntu.com jammy and noble)."""
+    for file in OS_VARS.values():
+        assert load_yaml(ROLE / "vars" / file)["slurm_os_pam_adopt_packages"] == ["libpam-slurm-adopt"]

@@ -3,9 +3,11 @@ nodes through srun."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from provisioner.areas.slurm import verify
 from provisioner.verify import catalog
@@ -233,3 +235,72 @@ def test_scontrol_node() -> None:
     assert drained.state == "IDLE+DRAIN" and drained.reason == "gpu count 1 < 2 [root@2026-11-23T05:00:00]"
     with pytest.raises(ParseError):
         verify.parse_scontrol_node("Node gpu09 not found\n")
+
+
+# --------------------------------------------------------------------------- slurm.ssh_adopt (issue 29 item 3)
+DATA = Path(__file__).parent / "data"
+TASKS = Path(__file__).resolve().parents[3] / "roles" / "slurm" / "tasks" / "ssh_adopt.yml"
+
+
+def role_edits(answer: str) -> str:
+    """``answer`` (the check's command on a fresh Debian 12 node) as it reads once the role's
+    ssh_adopt.yml ran: its block after ``@include common-account``, its session include, the
+    package's module and slurm.conf's PrologFlags. Taken from the task file, so the check and
+    the role cannot drift apart."""
+    tasks = {t["name"]: t for t in yaml.safe_load(TASKS.read_text())}
+    block = next(t["ansible.builtin.blockinfile"] for t in tasks.values() if "ansible.builtin.blockinfile" in t)
+    session = tasks["No pam_systemd in sshd's session stack (it conflicts with pam_slurm_adopt)"]
+    text = block["block"].replace("{{ slurm_ssh_access_file }}", "/etc/security/access-slurm-adopt.conf")
+    out = answer.replace("@include common-account\n", "@include common-account\n" + text, 1)
+    out = out.replace("@include common-session\n", session["ansible.builtin.lineinfile"]["line"] + "\n", 1)
+    out = out.replace("==> module\n", "==> module\n/lib/security/pam_slurm_adopt.so\n")
+    return out.replace("==> prologflags\n", "==> prologflags\nPrologFlags             = Alloc,Contain\n")
+
+
+def test_ssh_adopt_runs_on_compute_nodes_that_adopt_only(kit: Any) -> None:
+    data = kit.base()
+    assert "slurm.ssh_adopt" not in names(catalog.plan(kit.load(data).manifest, ["node01"]), "node01")
+    data["users"] = [{"name": "alice", "uid": 2001}]
+    checks = catalog.plan(kit.load(data).manifest, ["node01", "head01"])
+    check = by_name(checks, "node01", "slurm.ssh_adopt")
+    assert check.command is not None and check.command.host == "node01"  # on the node itself
+    assert "slurm.ssh_adopt" not in names(checks, "head01")
+
+
+def test_ssh_adopt_fails_on_a_fresh_node_and_passes_once_the_role_ran() -> None:
+    fresh = (DATA / "pam-sshd-debian-12.txt").read_text()
+    outcome = verify.adopt_verdict(verify.parse_sections(fresh))
+    assert outcome.status == "FAIL"
+    assert outcome.detail.split("; ") == [
+        "sshd's account stack ends with requisite pam_deny.so, required pam_permit.so, not sufficient "
+        "pam_access.so then required pam_slurm_adopt.so",
+        "pam_systemd.so is in sshd's session stack: it moves adopted sessions out of the job's cgroup",
+        "pam_slurm_adopt.so is not installed",
+        "slurm.conf has no PrologFlags=Contain (no PrologFlags): no extern step to adopt into"]
+    passed = Outcome("PASS", "SSH: admins (pam_access), then only users with a job here (pam_slurm_adopt)")
+    assert verify.adopt_verdict(verify.parse_sections(role_edits(fresh))) == passed
+    # what the role left on the molecule scenario's compute node
+    recorded = (DATA / "pam-sshd-debian-12-adopted.txt").read_text()
+    assert verify.adopt_verdict(verify.parse_sections(recorded)) == passed
+
+
+def test_ssh_adopt_follows_includes_and_names_what_is_missing() -> None:
+    adopted = role_edits((DATA / "pam-sshd-debian-12.txt").read_text())
+    # pam_systemd in the included file reaches sshd's stack
+    back = adopted.replace("pam_unix.so \n# end of pam-auth-update", "pam_unix.so \nsession optional pam_systemd.so\n"
+                           "# end of pam-auth-update", 1)
+    assert "pam_systemd.so is in sshd's session stack" in verify.adopt_verdict(verify.parse_sections(back)).detail
+    # the admins' rule after pam_slurm_adopt: order matters
+    access = "account    sufficient   pam_access.so accessfile=/etc/security/access-slurm-adopt.conf\n"
+    adopt = "account    required     pam_slurm_adopt.so\n"
+    swapped = adopted.replace(access + adopt, adopt + access)
+    assert swapped != adopted
+    assert verify.adopt_verdict(verify.parse_sections(swapped)).detail.startswith(
+        "sshd's account stack ends with required pam_slurm_adopt.so, sufficient pam_access.so")
+    no_file = adopted.replace(" accessfile=/etc/security/access-slurm-adopt.conf", "")
+    assert verify.adopt_verdict(verify.parse_sections(no_file)).detail == (
+        "sshd's pam_access.so has no accessfile= (the admins' rules)")
+    with pytest.raises(ParseError, match=r"no /etc/pam\.d/sshd"):
+        verify.parse_sections("==> module\n")
+    with pytest.raises(ParseError, match="not a PAM rule"):
+        verify.pam_stack({"sshd": ["account"]}, "sshd")
