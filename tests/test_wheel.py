@@ -119,8 +119,12 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             (src / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, src / rel)
     out = tmp_path_factory.mktemp("dist")
-    run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", out, src], timeout=BUILD_TIMEOUT,
-        what="build the wheel")
+    built = run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w", out, src], timeout=BUILD_TIMEOUT,
+                what="build the wheel")
+    # the build backend's own warnings (issue 27 item 17: setuptools' "project.license as a
+    # TOML table is deprecated" banners on every install)
+    shown = built.stdout + built.stderr
+    assert "DeprecationWarning" not in shown and "is deprecated" not in shown, shown[-4000:]
     wheels = list(out.glob("provisioner-*.whl"))
     assert len(wheels) == 1, wheels
     yield wheels[0]
