@@ -127,22 +127,27 @@ def test_a_signal_ends_every_ssh_of_a_remote_verb(processes_with: Callable[[str]
             "lifecycle": "configured"}
 
 
-class HoldingListener:
-    """Accepts connections on 127.0.0.1 and never answers (an sshd stalled before its banner)."""
+class LoopbackServer:
+    """A TCP server on 127.0.0.1 that keeps every connection open; ``greet`` says what it
+    does with one first (nothing: an sshd stalled before its banner), then ``seen`` is set."""
 
     def __init__(self) -> None:
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
-        self.accepted = threading.Event()
+        self.seen = threading.Event()
         self.conns: list[socket.socket] = []
         threading.Thread(target=self.serve, daemon=True).start()
+
+    def greet(self, conn: socket.socket) -> None:
+        """Nothing: the connection is accepted (the kernel does) and never answered."""
 
     def serve(self) -> None:
         with contextlib.suppress(OSError):
             while True:
                 conn, _ = self.sock.accept()
                 self.conns.append(conn)
-                self.accepted.set()
+                self.greet(conn)
+                self.seen.set()
 
     def close(self) -> None:
         self.sock.close()
@@ -156,13 +161,13 @@ def test_a_signal_while_apply_probes_its_nodes_records_the_run_and_frees_the_loc
     """A signal while apply waits for a stalled node's SSH banner (bounded, 10 s): one line,
     128 + the signal, the run recorded as interrupted, the lock free; at once, not after the
     banner's bound (the probe's thread was waited for: 10 s of silence after a Ctrl-C)."""
-    listener = HoldingListener()
+    listener = LoopbackServer()
     manifest: Path = write_cluster(port=listener.port)
     proc = subprocess.Popen([sys.executable, "-m", "provisioner.cli", "apply", str(manifest), "--yes"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
                             start_new_session=True)
     try:
-        assert listener.accepted.wait(60), "apply never probed the node"
+        assert listener.seen.wait(60), "apply never probed the node"
         proc.send_signal(sig)
         start = time.monotonic()
         out, err = proc.communicate(timeout=30)
@@ -285,29 +290,12 @@ def test_a_signal_at_each_step_of_a_roll_ends_it_in_one_line(
     assert all(r["finished"] for r in runs)
 
 
-class StallingImageServer:
+class StallingImageServer(LoopbackServer):
     """An HTTP server on 127.0.0.1 that starts sending a named image and stalls half-way."""
 
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.sent = threading.Event()
-        self.conns: list[socket.socket] = []
-        threading.Thread(target=self.serve, daemon=True).start()
-
-    def serve(self) -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                conn, _ = self.sock.accept()
-                self.conns.append(conn)
-                conn.recv(4096)
-                conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 4000000\r\n\r\n" + b"\0" * 200_000)
-                self.sent.set()
-
-    def close(self) -> None:
-        self.sock.close()
-        for c in self.conns:
-            c.close()
+    def greet(self, conn: socket.socket) -> None:
+        conn.recv(4096)
+        conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 4000000\r\n\r\n" + b"\0" * 200_000)
 
 
 def image_stand_ins(bin_dir: Path, marker: str, moment: str) -> None:
@@ -358,7 +346,7 @@ def test_a_signal_during_an_image_build_keeps_no_half_written_image(
                             env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
-        while not (server.sent.is_set() if server else processes_with(f"sleep {marker}")):
+        while not (server.seen.is_set() if server else processes_with(f"sleep {marker}")):
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, f"never reached the {moment}"
             time.sleep(0.05)
