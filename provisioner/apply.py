@@ -67,6 +67,7 @@ from provisioner.runner import (
     scan_for_secrets,
 )
 from provisioner.state import RunRecord, State, StateDir, atomic_write, now
+from provisioner.verify.remote import node_targets
 
 TARGETS_GROUP = "provision_targets"
 # The probe that keeps a node marked for install from being wiped when it already runs an
@@ -117,8 +118,7 @@ class Installs:
 
 
 def ssh_targets(loaded: Loaded, names: list[str]) -> list[SshTarget]:
-    ssh = loaded.manifest.cluster.ssh
-    return [SshTarget(n, str(loaded.manifest.node(n).ip), ssh.port, ssh.user, ssh.private_key) for n in names]
+    return list(node_targets(loaded.manifest, names).values())
 
 
 def meet_new_nodes(loaded: Loaded, state: StateDir, names: list[str], opts: ApplyOptions) -> None:

@@ -22,10 +22,9 @@ from provisioner.gate import GATE_PREFIX, Admission, AdmitSteps, Finding, admit,
 from provisioner.manifest.load import Loaded
 from provisioner.plan import compute, load_plays
 from provisioner.rolling import REASON_PREFIX, Roll, Steps, batches, roll
-from provisioner.runner import SshTarget
 from provisioner.state import StateDir
 from provisioner.verify import catalog
-from provisioner.verify.remote import children_end_with_the_command, ssh_executor
+from provisioner.verify.remote import children_end_with_the_command, node_targets, ssh_executor
 from provisioner.verify.run import Execute, verify
 
 
@@ -156,8 +155,7 @@ def run_gate(loaded: Loaded, state: StateDir, nodes: list[str], out: Console, re
         return 0
     out.print(f"acceptance gate ({', '.join(m.verify.gate)}) on {', '.join(configured)}", highlight=False,
               markup=False)
-    ssh = m.cluster.ssh
-    targets = {n.name: SshTarget(n.name, str(n.ip), ssh.port, ssh.user, ssh.private_key) for n in m.nodes}
+    targets = node_targets(m, m.node_names())
     admitted = admit(configured, m.verify.gate, admit_steps(loaded, ssh_executor(targets, state.known_hosts)))
     report.gate = admitted
     out.print(gate_table(admitted))
@@ -213,9 +211,7 @@ def run_rolling(loaded: Loaded, state: StateDir, args: argparse.Namespace, out: 
         return 0
     out.print(f"rolling {', '.join(rolling)} in batches of {args.batch}", highlight=False, markup=False)
     state.ensure()  # known_hosts
-    ssh = m.cluster.ssh
-    targets = {n.name: SshTarget(n.name, str(n.ip), ssh.port, ssh.user, ssh.private_key) for n in m.nodes}
-    execute = ssh_executor(targets, state.known_hosts)
+    execute = ssh_executor(node_targets(m, m.node_names()), state.known_hosts)
     with children_end_with_the_command():  # a signal ends every ssh first: no drain lands after it
         result = roll(batches(rolling, args.batch), steps(loaded, state, args, out, execute, report.ran),
                       m.cluster.allow_reboot)

@@ -12,9 +12,8 @@ from provisioner.drain import Drained, drain_node, node_reason, resume_node
 from provisioner.errors import ProvisionError
 from provisioner.gate import resume_refusal
 from provisioner.manifest.ranges import listed
-from provisioner.runner import SshTarget
 from provisioner.state import StateDir
-from provisioner.verify.remote import children_end_with_the_command, ssh_executor
+from provisioner.verify.remote import children_end_with_the_command, node_targets, ssh_executor
 from provisioner.verify.run import Execute
 
 
@@ -32,9 +31,8 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     state = StateDir.beside(args.manifest, args.state_dir)
     state.load_for(m.cluster.name)  # refused when it is another cluster's
     state.ensure()  # known_hosts
-    head, ssh = m.head, m.cluster.ssh
-    execute = ssh_executor({head.name: SshTarget(head.name, str(head.ip), ssh.port, ssh.user, ssh.private_key)},
-                           state.known_hosts, grace=5)
+    head = m.head
+    execute = ssh_executor(node_targets(m, [head.name]), state.known_hosts, grace=5)
     failed = []
     results = []
     for node in nodes:

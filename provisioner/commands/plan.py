@@ -14,9 +14,8 @@ from provisioner.content import project_root
 from provisioner.display import print_live, print_plan
 from provisioner.manifest.model import Manifest
 from provisioner.plan import compute, load_plays
-from provisioner.runner import SshTarget
 from provisioner.state import State, StateDir
-from provisioner.verify.remote import children_end_with_the_command, ssh_executor
+from provisioner.verify.remote import children_end_with_the_command, node_targets, ssh_executor
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -49,9 +48,7 @@ def read_live(m: Manifest, state: State, state_dir: StateDir) -> list[live.LiveR
     services = registry.live_drifts(m)
     if not services:
         return []
-    ssh = m.cluster.ssh
-    nodes = {s.node(m).name: s.node(m) for s in services}
-    targets = {name: SshTarget(name, str(n.ip), ssh.port, ssh.user, ssh.private_key) for name, n in nodes.items()}
+    targets = node_targets(m, {s.node(m).name for s in services})
     with children_end_with_the_command():
         return live.read(m, state, ssh_executor(targets, state_dir.known_hosts, grace=5))
 

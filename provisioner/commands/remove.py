@@ -15,9 +15,8 @@ from provisioner.drain import Drained, drain_node
 from provisioner.errors import ProvisionError
 from provisioner.manifest.ranges import RangeError, expand_all
 from provisioner.remove import DRAIN_REASON, removal_problems
-from provisioner.runner import SshTarget
 from provisioner.state import StateDir
-from provisioner.verify.remote import children_end_with_the_command, ssh_executor
+from provisioner.verify.remote import children_end_with_the_command, node_targets, ssh_executor
 
 
 def confirm(console: Console, nodes: list[str], yes: bool) -> None:
@@ -80,10 +79,8 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if m.slurm.enabled:
         drains = {}
         state.ensure()  # known_hosts
-        ssh = m.cluster.ssh
         head = m.head
-        execute = ssh_executor({head.name: SshTarget(head.name, str(head.ip), ssh.port, ssh.user, ssh.private_key)},
-                               state.known_hosts, grace=5)
+        execute = ssh_executor(node_targets(m, [head.name]), state.known_hosts, grace=5)
         for node in nodes:
             drained = drains[node] = drain_node(head.name, node, execute, args.drain_timeout, DRAIN_REASON)
             out.print(f"{node}: {drained.detail}", highlight=False, markup=False, style=None if drained.ok else "red")

@@ -17,9 +17,8 @@ from provisioner.commands.common import guarded, load
 from provisioner.drain import why_failed
 from provisioner.errors import ProvisionError
 from provisioner.prometheus import query_range
-from provisioner.runner import SshTarget
 from provisioner.state import StateDir, atomic_write
-from provisioner.verify.remote import children_end_with_the_command, ssh_executor
+from provisioner.verify.remote import children_end_with_the_command, node_targets, ssh_executor
 
 SACCT_TIMEOUT = 120  # seconds for sacct on the controller
 QUERY_TIMEOUT = 60  # seconds per Prometheus range query
@@ -63,9 +62,8 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     state = StateDir.beside(args.manifest, args.state_dir)
     state.load_for(m.cluster.name)  # refused when it is another cluster's
     state.ensure()  # known_hosts
-    head, ssh = usage.controller(m), m.cluster.ssh
-    execute = ssh_executor({head.name: SshTarget(head.name, str(head.ip), ssh.port, ssh.user, ssh.private_key)},
-                           state.known_hosts, grace=5)
+    head = usage.controller(m)
+    execute = ssh_executor(node_targets(m, [head.name]), state.known_hosts, grace=5)
 
     def run_sacct(command: str) -> str:
         result = execute(head.name, command, SACCT_TIMEOUT)

@@ -13,7 +13,6 @@ from rich.table import Table
 from provisioner.commands.common import guarded, limit, load
 from provisioner.manifest.model import Manifest
 from provisioner.manifest.ranges import listed
-from provisioner.runner import SshTarget
 from provisioner.state import StateDir
 from provisioner.status import (
     NODE_PROBE,
@@ -30,7 +29,7 @@ from provisioner.status import (
     rows,
     slurm_text,
 )
-from provisioner.verify.remote import children_end_with_the_command, ssh_executor
+from provisioner.verify.remote import children_end_with_the_command, node_targets, ssh_executor
 from provisioner.verify.run import Execute
 
 MAX_PARALLEL = 32
@@ -82,10 +81,9 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     slurm_problem = ""
     if not args.no_probe:
         state_dir.ensure()  # known_hosts
-        ssh = m.cluster.ssh
         hosts = sorted(set(names) | ({m.head.name} if m.slurm.enabled else set()))
-        targets = {n: SshTarget(n, str(m.node(n).ip), ssh.port, ssh.user, ssh.private_key) for n in hosts}
-        execute = ssh_executor(targets, state_dir.known_hosts, grace=PROBE_TIMEOUT - PROBE_COMMAND_TIMEOUT)
+        execute = ssh_executor(node_targets(m, hosts), state_dir.known_hosts,
+                               grace=PROBE_TIMEOUT - PROBE_COMMAND_TIMEOUT)
         probes, slurm, slurm_problem = probe(m, names, execute)
     run_ = pending_run(state)
     pending = None

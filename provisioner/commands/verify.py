@@ -11,10 +11,9 @@ from rich.console import Console
 from provisioner.commands.common import guarded, limit, load
 from provisioner.errors import ProvisionError
 from provisioner.manifest.model import Manifest
-from provisioner.runner import SshTarget
 from provisioner.state import StateDir, atomic_write
 from provisioner.verify import catalog, report
-from provisioner.verify.remote import children_end_with_the_command, ssh_executor
+from provisioner.verify.remote import children_end_with_the_command, node_targets, ssh_executor
 from provisioner.verify.run import verify
 
 JUNIT_MARK = '<testsuites name="provision verify '  # what report.junit writes first after the declaration
@@ -69,9 +68,7 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     checks = catalog.plan(with_options(m, getattr(args, "burn_in", None), getattr(args, "level", None)), names)
     hosts = sorted(set(names) | {c.command.host for c in checks if c.command} |
                    {c.command.setup[0] for c in checks if c.command and c.command.setup})
-    ssh = m.cluster.ssh
-    targets = {n: SshTarget(n, str(m.node(n).ip), ssh.port, ssh.user, ssh.private_key) for n in hosts}
-    execute = ssh_executor(targets, state.known_hosts)
+    execute = ssh_executor(node_targets(m, hosts), state.known_hosts)
     results = verify(checks, names, execute, m.verify.command_timeout)
     if args.junit is not None:
         try:

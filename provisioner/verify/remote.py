@@ -16,10 +16,11 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from provisioner.interrupts import Signals
+from provisioner.manifest.model import Manifest
 from provisioner.runner import SshTarget, ssh_path_option
 from provisioner.verify.check import Output
 from provisioner.verify.run import TIMED_OUT, Execute
@@ -132,6 +133,13 @@ def close_shared(folder: Path) -> None:
             subprocess.run(["ssh", "-o", ssh_path_option("ControlPath", socket), "-O", "exit", "shared"],
                            capture_output=True, timeout=CLOSE_TIMEOUT, check=False, stdin=subprocess.DEVNULL)
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def node_targets(m: Manifest, names: Iterable[str]) -> dict[str, SshTarget]:
+    """How to reach each of ``names`` over SSH: its management address and the manifest's SSH
+    settings (port, user, key)."""
+    ssh = m.cluster.ssh
+    return {n: SshTarget(n, str(m.node(n).ip), ssh.port, ssh.user, ssh.private_key) for n in names}
 
 
 def ssh_executor(targets: dict[str, SshTarget], known_hosts: Path, grace: float = GRACE) -> Execute:
