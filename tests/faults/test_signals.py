@@ -35,6 +35,24 @@ from provisioner.cli import interrupted  # noqa: E402
 DELAYS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.45, 0.6, 0.8, 1.0, 1.3)  # seconds after the start: imports take ~0.3-1 s
 
 
+def wait_for(reached: Callable[[], bool], proc: subprocess.Popen[str], what: str, step: float = 0.05) -> None:
+    """Until ``reached()`` (60 s at most), while the command still runs."""
+    deadline = time.monotonic() + 60
+    while not reached():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, what
+        time.sleep(step)
+
+
+def survivors(processes_with: Callable[[str], list[int]], marker: str) -> list[int]:
+    """The stand-ins' processes (``sleep <marker>``) still running after the command ended:
+    killed here, so a failing test leaves none, and returned for the test to judge."""
+    leftovers = processes_with(f"sleep {marker}")
+    for pid in leftovers:
+        os.kill(pid, signal.SIGKILL)
+    return leftovers
+
+
 def interpreter_start(err: str) -> bool:
     """A KeyboardInterrupt traceback from the interpreter's own start-up (its site module, or
     runpy reading the module to run), before any code of ours ran: no program can catch it."""
@@ -105,20 +123,14 @@ def test_a_signal_ends_every_ssh_of_a_remote_verb(processes_with: Callable[[str]
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
                             env=env, start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while not processes_with(f"sleep {marker}"):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "no ssh started"
-            time.sleep(0.1)
+        wait_for(lambda: bool(processes_with(f"sleep {marker}")), proc, "no ssh started", step=0.1)
         proc.send_signal(sig)  # to the command alone, as kill(1) or a service manager sends it
         out, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    leftovers = processes_with(f"sleep {marker}")
-    for pid in leftovers:
-        os.kill(pid, signal.SIGKILL)
+    leftovers = survivors(processes_with, marker)
     assert leftovers == []
     assert proc.returncode == 128 + sig, (out, err)
     assert err == ("interrupted (Ctrl-C)\n" if sig == signal.SIGINT else f"interrupted by {sig.name}\n")
@@ -260,11 +272,7 @@ def test_a_signal_at_each_step_of_a_roll_ends_it_in_one_line(
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
                             env=env, start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while not processes_with(f"sleep {marker}"):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, f"never reached the {moment}"
-            time.sleep(0.05)
+        wait_for(lambda: bool(processes_with(f"sleep {marker}")), proc, f"never reached the {moment}")
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=30)
     finally:
@@ -273,9 +281,7 @@ def test_a_signal_at_each_step_of_a_roll_ends_it_in_one_line(
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    leftovers = processes_with(f"sleep {marker}")
-    for pid in leftovers:
-        os.kill(pid, signal.SIGKILL)
+    leftovers = survivors(processes_with, marker)
     assert leftovers == []
     assert proc.returncode == 128 + sig, (out, err)
     assert "Traceback" not in err and err.count("\n") == 1, err
@@ -345,11 +351,8 @@ def test_a_signal_during_an_image_build_keeps_no_half_written_image(
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
                             env=env, start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while not (server.seen.is_set() if server else processes_with(f"sleep {marker}")):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, f"never reached the {moment}"
-            time.sleep(0.05)
+        wait_for(lambda: server.seen.is_set() if server else bool(processes_with(f"sleep {marker}")), proc,
+                 f"never reached the {moment}")
         time.sleep(0.2)  # the download is under way
         proc.send_signal(sig)
         proc.wait(timeout=30)  # not communicate(): a child left behind would hold its pipes open
@@ -359,9 +362,7 @@ def test_a_signal_during_an_image_build_keeps_no_half_written_image(
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    leftovers = processes_with(f"sleep {marker}")
-    for pid in leftovers:
-        os.kill(pid, signal.SIGKILL)
+    leftovers = survivors(processes_with, marker)
     out, err = proc.communicate(timeout=10)
     assert leftovers == []
     assert proc.returncode == 128 + sig, (out, err)
