@@ -68,7 +68,8 @@ from provisioner.areas.storage import scratch as storage_scratch
 from provisioner.areas.storage import verify as storage_verify
 from provisioner.manifest.checks import Check
 from provisioner.manifest.load import Loaded
-from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 from provisioner.state import StateDir
 from provisioner.verify.check import NodeChecks
 

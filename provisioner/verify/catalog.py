@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from provisioner.areas import registry
-from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 from provisioner.verify.check import Check, NodeChecks
 
 

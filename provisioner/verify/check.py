@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from provisioner.manifest.model import Node
+from provisioner.manifest.nodes import Node
 from provisioner.verify.parsers import NodeContext, ParseError
 
 Status = Literal["PASS", "FAIL", "SKIP"]

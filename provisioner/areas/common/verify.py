@@ -6,7 +6,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 from provisioner.verify.check import Check, CheckList, NodeChecks, Outcome, Ring, judged
 from provisioner.verify.parsers import ParseError
 

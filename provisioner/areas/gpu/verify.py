@@ -12,7 +12,8 @@ from typing import Literal
 from provisioner.areas.gpu import burn, dcgm
 from provisioner.areas.gpu import decide as gpu
 from provisioner.areas.gpu.rolevars import docker_nodes
-from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 from provisioner.verify import parsers
 from provisioner.verify.check import (
     Check,

@@ -23,7 +23,8 @@ from typing import Any
 
 from provisioner.manifest import ranges
 from provisioner.manifest.load import Loaded
-from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 from provisioner.manifest.select import SelectorError, select_nodes, selects
 from provisioner.state import StateDir
 

@@ -11,7 +11,8 @@ from typing import Any
 
 from provisioner.areas.slurm import accounts, adopt, containers
 from provisioner.areas.slurm import decide as slurm
-from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 
 # The integrator puts `provision_state_dir` (the state directory on the control machine)
 # into group_vars/all; provision apply creates the key there with slurm.ensure_munge_key.

@@ -15,7 +15,8 @@ from provisioner.areas.gpu.verify import ALL_REDUCE_MPI_GLOB, allreduce_verdict
 from provisioner.areas.slurm import adopt
 from provisioner.areas.slurm import decide as slurm
 from provisioner.areas.storage.fabric import shared_rdma_network
-from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 from provisioner.verify import parsers
 from provisioner.verify.check import (
     Check,

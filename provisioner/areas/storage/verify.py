@@ -10,7 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from provisioner.areas.storage import fabric, mergerfs, nfs, snapshots, zfs
-from provisioner.manifest.model import Manifest, NetworkName, Node
+from provisioner.manifest.fields import NetworkName
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 from provisioner.verify.check import (
     Check,
     CheckList,

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from provisioner.areas.slurm import decide as slurm
 from provisioner.manifest import Manifest
-from provisioner.manifest.model import Partition
+from provisioner.manifest.slurm import Partition
 
 
 def example(kit: Any, name: str) -> Manifest:
