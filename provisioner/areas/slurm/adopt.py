@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.areas.slurm.decide import cgroups_usable, controller, hostlist
+from provisioner.areas.slurm.decide import controller
+from provisioner.areas.slurm.hostlist import hostlist
+from provisioner.areas.slurm.releases import cgroups_usable
 from provisioner.manifest.model import Manifest
 from provisioner.manifest.nodes import Node
 

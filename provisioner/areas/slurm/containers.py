@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from provisioner.areas.slurm.decide import cgroup_plan
+from provisioner.areas.slurm.releases import cgroup_plan
 from provisioner.areas.storage.scratch import scratch_disks
 from provisioner.manifest.fields import OsName
 from provisioner.manifest.model import Manifest
