@@ -71,8 +71,8 @@ from provisioner.manifest.checks import Check
 from provisioner.manifest.load import Loaded
 from provisioner.manifest.model import Manifest
 from provisioner.manifest.nodes import Node
+from provisioner.nodecheck.check import NodeChecks
 from provisioner.state import StateDir
-from provisioner.verify.check import NodeChecks
 
 PrepareHook = Callable[[Loaded, StateDir], None]
 

@@ -18,8 +18,8 @@ from provisioner.areas.slurm.releases import cgroup_plan, cgroups_usable
 from provisioner.areas.storage.fabric import shared_rdma_network
 from provisioner.manifest.model import Manifest
 from provisioner.manifest.nodes import Node
-from provisioner.verify import parsers
-from provisioner.verify.check import (
+from provisioner.nodecheck import parsers
+from provisioner.nodecheck.check import (
     Check,
     CheckList,
     Judge,
@@ -31,7 +31,7 @@ from provisioner.verify.check import (
     run_first,
     stderr_hint,
 )
-from provisioner.verify.parsers import ParseError
+from provisioner.nodecheck.parsers import ParseError
 
 Fabric = Literal["infiniband", "roce", "ethernet"]
 
