@@ -54,9 +54,9 @@ from emulators.ipmi import IpmiEmulator
 
 from lab.labvm import DATA, FABRIC, LAB_IMAGES, MGMT, Disk, Netns, Nic, Ssh, Timings, Vm, VmSpec
 from provisioner.areas.storage import fabric, snapshots
+from provisioner.nodecheck.check import Output
 from provisioner.validate import load_manifest
 from provisioner.verify import catalog
-from provisioner.verify.check import Output
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
