@@ -11,6 +11,7 @@ inject OSError(ENOSPC) itself.)
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import resource
 import signal
@@ -88,3 +89,23 @@ def test_verify_junit_on_a_full_disk_names_the_file(write_cluster: Any, provisio
     assert r.returncode == 1, r.said
     assert r.stderr == f"error: --junit {junit}: File too large\n"
     assert leftovers(junit.parent) == [] and not junit.exists()
+
+
+def test_a_read_only_state_directory_is_one_line_and_plan_still_reads(write_cluster: Any, provision: Any) -> None:
+    """A state directory on a read-only file system: the verbs that must write there (the lock,
+    known_hosts) say so in one line that names it once ('X: X: Read-only file system' before);
+    plan, which writes nothing, still answers, and so do inventory's errors."""
+    manifest = write_cluster(slurm=True)
+    folder, state = manifest.parent, manifest.parent / ".provision"
+    said = (f"error: cannot set up the state directory {state}: Read-only file system; "
+            "choose another state directory with --state-dir\n")
+    for verb in (["apply", "--yes"], ["verify"], ["status"], ["drain", "n1"]):
+        r = provision(verb[0], str(manifest), *verb[1:], read_only=folder, timeout=60)
+        assert (r.returncode, r.stdout, r.stderr) == (1, "", said), (verb, r.said)
+    r = provision("plan", str(manifest), "--json", "--offline", read_only=folder)
+    assert r.returncode == 0 and json.loads(r.stdout)["targets"] == ["n1"], r.said
+    out = folder / "inventory" / "faults"
+    r = provision("inventory", str(manifest), read_only=folder)
+    assert (r.returncode, r.stdout) == (1, ""), r.said
+    assert r.stderr == f"error: cannot write the inventory in {out}: {folder}/inventory: Read-only file system\n"
+    assert sorted(p.name for p in folder.iterdir()) == ["cluster.yaml"]
