@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import resource
+import shutil
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -89,6 +90,50 @@ def test_verify_junit_on_a_full_disk_names_the_file(write_cluster: Any, provisio
     assert r.returncode == 1, r.said
     assert r.stderr == f"error: --junit {junit}: File too large\n"
     assert leftovers(junit.parent) == [] and not junit.exists()
+
+
+USAGE = Path(__file__).resolve().parents[1] / "areas" / "monitoring" / "data" / "usage"
+EARLIER_REPORT = "<!doctype html><title>GPU usage of usagetest</title><p>the report of last week</p>\n"
+
+
+def usage_report(tmp_path: Path) -> tuple[list[str], dict[str, str], Path]:
+    """`report usage --html` against a stand-in ssh on PATH that answers sacct with the usage
+    tests' data (it contacts nothing; Prometheus on a closed loopback port), and the page,
+    where an earlier report already is."""
+    folder = tmp_path / "site"
+    (folder / "bin").mkdir(parents=True)
+    shutil.copy(USAGE / "cluster.yaml", folder / "cluster.yaml")
+    (folder / "bin" / "ssh").write_text(f"#!/bin/sh\nexec cat '{USAGE / 'sacct.txt'}'\n")
+    (folder / "bin" / "ssh").chmod(0o755)
+    page = folder / "reports" / "usage.html"
+    page.parent.mkdir()
+    page.write_text(EARLIER_REPORT)
+    argv = ["report", "usage", str(folder / "cluster.yaml"), "--since", "2023-11-14T22:14:00+00:00", "--until",
+            "2023-11-15T00:14:00+00:00", "--json", "--html", str(page), "--prometheus", "http://127.0.0.1:1"]
+    return argv, {**os.environ, "PATH": f"{folder / 'bin'}:{os.environ['PATH']}"}, page
+
+
+def errors(stderr: str) -> list[str]:
+    """The error lines (the manifest's warnings aside)."""
+    return [line for line in stderr.splitlines() if ": warning: " not in line]
+
+
+def test_report_html_on_a_full_disk_or_read_only_folder_names_the_option(provision: Any, tmp_path: Path) -> None:
+    """report usage --html on a full disk said 'error: PATH: File too large', not which option's
+    file; the earlier report stays whole either way. (Its --json stays unprinted: the command
+    did not do all it was asked.)"""
+    argv, env, page = usage_report(tmp_path)
+    r = provision(*argv, env=env, preexec=file_size_limit(len(EARLIER_REPORT)), timeout=60)
+    assert r.returncode == 1 and r.stdout == "", r.said
+    assert errors(r.stderr) == [f"error: --html {page}: File too large"], r.stderr
+    assert page.read_text() == EARLIER_REPORT and leftovers(page.parent) == []
+    r = provision(*argv, env=env, read_only=page.parent, timeout=60)
+    assert r.returncode == 1 and r.stdout == "", r.said
+    assert errors(r.stderr) == [f"error: --html {page}: Read-only file system"], r.stderr
+    assert page.read_text() == EARLIER_REPORT and leftovers(page.parent) == []
+    r = provision(*argv, env=env, timeout=60)  # the same command on a writable folder writes the page
+    assert r.returncode == 0, r.said
+    assert json.loads(r.stdout)["total"]["gpu_h_allocated"] == 6.5 and page.read_text() != EARLIER_REPORT
 
 
 def test_a_read_only_state_directory_is_one_line_and_plan_still_reads(write_cluster: Any, provision: Any) -> None:
