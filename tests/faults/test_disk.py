@@ -136,6 +136,29 @@ def test_report_html_on_a_full_disk_or_read_only_folder_names_the_option(provisi
     assert json.loads(r.stdout)["total"]["gpu_h_allocated"] == 6.5 and page.read_text() != EARLIER_REPORT
 
 
+def test_image_prune_in_a_read_only_cache_names_the_file(write_cluster: Any, provision: Any) -> None:
+    """image prune on a read-only cache said 'error: PATH: Read-only file system' without
+    saying that it could not remove it, nor what it had removed before."""
+    manifest = write_cluster()
+    cache = manifest.parent / ".provision" / "images"
+    cache.mkdir(parents=True)
+    for age, key in enumerate(("cccc", "bbbb", "aaaa")):  # aaaa oldest
+        image = cache / f"debian-12-{key}.tar.gz"
+        image.write_bytes(b"x" * 1024)
+        os.utime(image, (1e9 - age * 3600, 1e9 - age * 3600))
+    (cache / "debian-12.tar.gz").symlink_to("debian-12-cccc.tar.gz")
+    before = sorted(p.name for p in cache.iterdir())
+    for json_flag in ([], ["--json"]):
+        r = provision("image", "prune", str(manifest), "--keep", "0", *json_flag, read_only=cache)
+        assert r.returncode == 1 and r.stdout == "", r.said
+        assert r.stderr == (f"error: cannot remove {cache}/debian-12-aaaa.tar.gz: Read-only file system; "
+                            "nothing was removed\n"), r.stderr
+        assert sorted(p.name for p in cache.iterdir()) == before
+    r = provision("image", "prune", str(manifest), "--keep", "0", "--json")
+    assert r.returncode == 0 and [e["names"] for e in json.loads(r.stdout)["removed"]] == [
+        ["debian-12-aaaa.tar.gz"], ["debian-12-bbbb.tar.gz"]], r.said
+
+
 def test_a_read_only_state_directory_is_one_line_and_plan_still_reads(write_cluster: Any, provision: Any) -> None:
     """A state directory on a read-only file system: the verbs that must write there (the lock,
     known_hosts) say so in one line that names it once ('X: X: Read-only file system' before);
