@@ -64,6 +64,27 @@ def test_apply_on_a_full_disk_says_which_file(write_cluster: Any, provision: Any
     assert not (state / "state.json").exists()
 
 
+@pytest.mark.parametrize("limit", [0, 3])
+def test_a_dry_run_on_a_full_temporary_folder_is_one_line_and_leaves_nothing(
+        write_cluster: Any, provision: Any, tmp_path: Path, limit: int) -> None:
+    """apply --check makes a scratch folder in TMPDIR. With no room there it said Python's
+    'No usable temporary directory found in [...]'; with room for part of the folder's mark
+    (its cluster's name) it went on with a mark no later dry run recognises, so the folder
+    was never pruned."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    r = provision("apply", str(write_cluster()), "--check", preexec=file_size_limit(limit),
+                  env={**os.environ, "TMPDIR": str(scratch)})
+    assert r.returncode == 1 and "Traceback" not in r.said, r.said
+    if limit == 0:  # tempfile's own probe (it writes a few bytes) finds no usable folder
+        assert r.stderr.startswith("error: cannot make the dry run's scratch folder: No usable temporary directory")
+    else:
+        assert r.stderr.startswith(f"error: cannot write {scratch}/provision-check-faults-"), r.stderr
+        assert "/check.lock: only 3 of 6 bytes written;" in r.stderr
+    assert r.stderr.endswith("; set TMPDIR to a writable folder with room\n") and r.stderr.count("\n") == 1
+    assert list(scratch.iterdir()) == []
+
+
 def test_image_build_on_a_full_disk_names_the_cache_file(write_cluster: Any, provision: Any, tmp_path: Path) -> None:
     """A named image whose download the cache's disk refused was said as 'cannot fetch the
     image URL: [Errno 27] File too large', as if the server had failed, without the file."""
