@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from provisioner.manifest.model import Manifest, Node
-from provisioner.verify.check import Check, CheckList, NodeChecks, Outcome, Ring, judged
+from provisioner.verify.check import Check, CheckList, Judge, NodeChecks, Outcome, Output, Ring, judged
 from provisioner.verify.parsers import ParseError
 
 NETWORKS = ("management", "data", "infiniband", "roce")  # the networks whose MTU is checked, in this order
@@ -164,6 +164,19 @@ def bond_command(name: str) -> str:
     return f"cat /proc/net/bonding/{name} && echo \"mtu=$(cat /sys/class/net/{name}/mtu)\""
 
 
+def management_bond_judge(name: str, judge: Judge) -> Judge:
+    """A management bond that is not there at all was never built: apply leaves the live
+    management link as it is (it carries the SSH session apply runs over), and the bond comes
+    with the node's install. Its failure says so."""
+    def judged_bond(out: Output) -> Outcome:
+        outcome = judge(out)
+        if outcome.status == "FAIL" and not out.error and "Bonding Mode:" not in out.stdout:
+            return Outcome("FAIL", f"{outcome.detail}; the management bond {name} is built by the node's "
+                                   "install, never on a live link: provision apply --reinstall NODE")
+        return outcome
+    return judged_bond
+
+
 def checks(m: Manifest) -> NodeChecks:
     """Every node: hosts, clock; per network it is on, ``mtu.<network>`` against the next node
     on that network (a ring in manifest order)."""
@@ -178,9 +191,10 @@ def checks(m: Manifest) -> NodeChecks:
             bond = node.bonds.get(iface.interface or "")
             network = m.networks.named(carried)
             if bond is not None and network is not None and iface.interface:
-                out.add(f"bond:{iface.interface}", bond_command(iface.interface),
-                        judged(parse_bonding, bond_verdict(iface.interface, bond.mode, bond.members, network.mtu)),
-                        "kernel")
+                judge = judged(parse_bonding, bond_verdict(iface.interface, bond.mode, bond.members, network.mtu))
+                if carried == "management":
+                    judge = management_bond_judge(iface.interface, judge)
+                out.add(f"bond:{iface.interface}", bond_command(iface.interface), judge, "kernel")
         for net in NETWORKS:
             network = getattr(m.networks, net)
             if network is None or net not in node.interfaces:

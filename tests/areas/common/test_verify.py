@@ -152,3 +152,27 @@ def test_a_bonded_node_gets_its_bond_checked(kit: Any) -> None:
     assert bond.command is not None and bond.command.text.startswith("cat /proc/net/bonding/bond0 && ")
     assert "mtu.data" in [c.name for c in checks if c.node == "node01"]  # the MTU end to end, over the bond
     assert not [c for c in checks if c.node == "head01" and c.name.startswith("bond:")]
+
+
+def test_a_management_bond_that_was_never_built_says_how_it_comes() -> None:
+    """apply never rebuilds the live management link: a missing management bond points at a
+    reinstall; a data bond's failure and a present management bond's stay as they were."""
+    inner = verify.judged(verify.parse_bonding, verify.bond_verdict("bond0", "802.3ad", ["eno1", "eno2"], 1500))
+    judge = verify.management_bond_judge("bond0", inner)
+    missing = Output(rc=1, stdout="", stderr="cat: /proc/net/bonding/bond0: No such file or directory\n")
+    assert judge(missing) == Outcome("FAIL", "no 'Bonding Mode:' line (no such bond?) (cat: /proc/net/bonding/"
+                                     "bond0: No such file or directory); the management bond bond0 is built by "
+                                     "the node's install, never on a live link: provision apply --reinstall NODE")
+    degraded = Output(stdout=BONDING_LACP.replace("ens1f0", "eno1").replace("52:54:00:aa:00:02", "eno2"))
+    assert judge(degraded) == inner(degraded) and judge(degraded).status == "FAIL"
+    unreachable = Output(error="unreachable")
+    assert judge(unreachable) == Outcome("FAIL", "unreachable")
+
+
+def test_a_management_bond_gets_its_check(kit: Any) -> None:
+    data = kit.base()
+    data["nodes"][1]["interfaces"]["management"]["interface"] = "bond0"
+    data["nodes"][1]["bonds"] = {"bond0": {"mode": "active-backup", "members": ["eno1", "eno2"]}}
+    checks = catalog.plan(kit.load(data).manifest)
+    bond = next(c for c in checks if c.node == "node02" and c.name == "bond:bond0")
+    assert bond.judge(Output(rc=1)).detail.endswith("provision apply --reinstall NODE")
