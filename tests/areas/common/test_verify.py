@@ -56,6 +56,30 @@ def test_mtu_pings_the_next_node_on_each_network(kit: Any) -> None:
     assert by_name(lonely, "head01", "mtu.infiniband").skip == "no other node on the infiniband network"
 
 
+
+def test_mtu_is_checked_out_of_every_nic_of_a_network(kit: Any) -> None:
+    """Two RoCE ports per node: each is pinned to its own NIC (the routes would send both
+    pings out of one) and pings the peer's port of the same rail; one NIC stays unpinned."""
+    data = kit.base()
+    data["networks"]["roce"] = {"cidr": "10.0.4.0/24", "mtu": 9000}
+    data["nodes"][1]["interfaces"]["roce"] = [{"ip": "10.0.4.21", "interface": "ens2f0"},
+                                              {"ip": "10.0.4.121", "interface": "ens2f1"}]
+    checks = catalog.plan(kit.load(data).manifest)
+    first, second = by_name(checks, "node02", "mtu.roce"), by_name(checks, "node02", "mtu.roce.2")
+    assert first.command is not None and second.command is not None
+    assert first.command.text == "ping -M do -s 8972 -c 3 -i 0.2 -W 2 -I ens2f0 10.0.4.21 2>&1"
+    assert second.command.text == "ping -M do -s 8972 -c 3 -i 0.2 -W 2 -I ens2f1 10.0.4.121 2>&1"
+    # a peer with one port fewer: the extra port pings the peer's first
+    m = kit.load(data).manifest
+    one = m.node("node01").model_copy(update={"interfaces": {
+        **m.node("node01").interfaces, "roce": m.node("node01").interfaces["roce"].model_copy(update={"more": []})}})
+    assert verify.mtu_pings(m.node("node02"), one, "roce", 9000) == [
+        ("mtu.roce", "ping -M do -s 8972 -c 3 -i 0.2 -W 2 -I ens2f0 10.0.4.21 2>&1"),
+        ("mtu.roce.2", "ping -M do -s 8972 -c 3 -i 0.2 -W 2 -I ens2f1 10.0.4.21 2>&1")]
+    assert verify.mtu_pings(one, m.node("node02"), "roce", 9000) == [
+        ("mtu.roce", "ping -M do -s 8972 -c 3 -i 0.2 -W 2 10.0.4.22 2>&1")]
+
+
 # --------------------------------------------------------------------------- parsers
 CHRONY_OK = """\
 Reference ID    : 0A0D070A (10.213.7.10)
