@@ -2,14 +2,18 @@
 
 Test modules are imported with ``--import-mode=importlib`` (see pyproject.toml), so helpers
 are handed out as fixtures rather than imported: ``kit`` builds, dumps and loads manifests
-and finds the line a value sits on; ``write_manifest`` writes one to a temporary file.
+and finds the line a value sits on; ``write_manifest`` writes one to a temporary file;
+``networkd`` has the real systemd-networkd read rendered .network/.netdev files.
 """
 
 from __future__ import annotations
 
 import copy
 import os
+import shutil
 import signal
+import subprocess
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -232,3 +236,33 @@ def write_manifest(tmp_path: Path, kit: Kit) -> Callable[..., Path]:
         return path
 
     return write
+
+
+NETWORKD = Path("/lib/systemd/systemd-networkd")
+
+
+def networkd_diagnostics(units: dict[str, str]) -> list[str]:
+    """What systemd-networkd (the real one, in a network and mount namespace of its own, its
+    /run/systemd a tmpfs, /run/systemd/network holding ``units`` by file name) says about those files while
+    it loads them: every line naming one of them (an unknown key, a value it cannot parse).
+    It runs 2 s; a bond it cannot create (no bonding module) does not matter here."""
+    script = ("set -e; mount -t tmpfs none /run/systemd; mount -t tmpfs none /etc/systemd/network; "
+              'mkdir /run/systemd/network /run/systemd/netif; cp "$0"/* /run/systemd/network/; '
+              f"SYSTEMD_LOG_LEVEL=debug SYSTEMD_LOG_TARGET=console timeout 2 {NETWORKD} || true")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, text in units.items():
+            (Path(tmp) / name).write_text(text)
+        run = subprocess.run(["unshare", "--mount", "--net", "sh", "-c", script, tmp], capture_output=True,
+                             text=True, timeout=30, check=False)
+    out = run.stdout + run.stderr
+    assert "Creating" in out or "loaded" in out or "Enumeration completed" in out, out[-2000:]
+    return [line for line in out.splitlines() if any(f"/run/systemd/network/{name}:" in line for name in units)]
+
+
+@pytest.fixture
+def networkd() -> Callable[[dict[str, str]], list[str]]:
+    """networkd(units) -> systemd-networkd's diagnostics about them (:func:`networkd_diagnostics`);
+    skipped without systemd-networkd, unshare or root."""
+    if not NETWORKD.exists() or shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("systemd-networkd, unshare and root are needed")
+    return networkd_diagnostics

@@ -125,3 +125,13 @@ def test_networkd_bond_files_are_the_decided_units(kit: Any) -> None:
     by_mac = ini(files["90-provision-data-bond0-m1.network"])["Match"]
     assert by_mac == {"PermanentMACAddress": "52:54:00:aa:00:02", "Type": "ether"}  # never the bond's MAC
     assert ini(files["90-provision-data-bond0.network"])["Network"]["Address"] == "10.0.2.21/24"
+
+
+@pytest.mark.parametrize("mode", ["802.3ad", "active-backup"])
+def test_systemd_networkd_accepts_the_data_units(kit: Any, networkd: Any, mode: str) -> None:
+    """The real systemd-networkd reads the data network's files (a bond's .netdev, its
+    .network, its members' .network; the tests above hold the role's templates to them)
+    and has nothing to say about any of them."""
+    (iface,) = bonded_interfaces(kit, mode)
+    plain = {"interface": "ens2f0np0", "address": "10.0.4.21/24", "mtu": 9000}
+    assert networkd(decide.networkd_data_files([iface, plain])) == []
