@@ -255,3 +255,17 @@ def test_ubuntu_comes_up_on_its_management_bond(kit: Any) -> None:
     assert bond["routes"] == [{"to": "default", "via": "10.0.0.1"}] and bond["mtu"] == 1500
     assert bond["parameters"] == {"mode": "active-backup", "mii-monitor-interval": 100}
     assert "set-name" not in str(net)  # no member is renamed to the bond's name
+
+
+def test_netplan_generates_the_management_bond_and_networkd_takes_it(kit: Any, netplan: Callable[..., dict[str, str]],
+                                                                     networkd: Callable[..., list[str]]) -> None:
+    m = mgmt_bond_manifest(kit, "ubuntu-24.04", ["52:54:00:00:00:21", "eno2"])
+    units = netplan(yaml.safe_load(files(plan_of(m))["/etc/netplan/50-provision.yaml"].content))
+    bond = units["10-netplan-bond0.network"]
+    assert "Address=10.0.0.21/24" in bond and "Gateway=10.0.0.1" in bond
+    assert "Bond=bond0" in units["10-netplan-bond0-m0.network"] and "Bond=bond0" in units["10-netplan-eno2.network"]
+    assert "Mode=802.3ad" in units["10-netplan-bond0.netdev"]
+    assert networkd(units) == []
+    # the check sees a file netplan refuses
+    with pytest.raises(AssertionError, match="bond0"):
+        netplan({"network": {"version": 2, "bonds": {"bond0": {"interfaces": ["nowhere"]}}}})
