@@ -19,7 +19,8 @@ import yaml
 
 from provisioner.areas.people import rolevars as people_vars
 from provisioner.areas.slurm import rolevars as slurm_vars
-from provisioner.areas.slurm.decide import controller, ensure_munge_key, slurm_nodes
+from provisioner.areas.slurm.decide import controller, slurm_nodes
+from provisioner.areas.slurm.munge import ensure_munge_key
 from provisioner.validate import load_manifest
 
 

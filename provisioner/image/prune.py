@@ -22,7 +22,7 @@ from provisioner.image.build import BUILD_TIMEOUT, PARTIAL_PREFIX, RAMDISK_WORK_
 from provisioner.image.proof import PROOF_SUFFIX
 from provisioner.image.proof import WORK_PREFIX as PROOF_WORK_PREFIX
 from provisioner.image.recipe import OS_IMAGES, RAMDISK
-from provisioner.manifest.model import IMAGE_EXTS
+from provisioner.manifest.cluster import IMAGE_EXTS
 
 _VERSIONED = re.compile(r"^(?P<os>" + "|".join(re.escape(o) for o in sorted(OS_IMAGES)) + r")-(?P<id>[^/]+?)"
                         r"(?P<ext>" + "|".join(re.escape(x) for x in IMAGE_EXTS) + r")$")

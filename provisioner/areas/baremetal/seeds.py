@@ -32,7 +32,8 @@ from provisioner.areas.baremetal.decide import (
     yaml_text,
 )
 from provisioner.areas.baremetal.deploy import networkd
-from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 
 
 # --------------------------------------------------------------------------- ubuntu

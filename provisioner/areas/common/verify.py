@@ -6,9 +6,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from provisioner.manifest.model import Manifest, NetworkName, Node
-from provisioner.verify.check import Check, CheckList, Judge, NodeChecks, Outcome, Output, Ring, judged
-from provisioner.verify.parsers import ParseError
+from provisioner.manifest.fields import NetworkName
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
+from provisioner.nodecheck.check import Check, CheckList, Judge, NodeChecks, Outcome, Output, Ring, judged
+from provisioner.nodecheck.parsers import ParseError
 
 # the networks whose MTU is checked, in this order
 NETWORKS: tuple[NetworkName, ...] = ("management", "data", "infiniband", "roce")
