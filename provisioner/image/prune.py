@@ -106,11 +106,25 @@ def scan(cache: Path) -> list[Entry]:
     return entries
 
 
+class RemoveError(Exception):
+    """A file the cache's file system would not remove (read-only, ...): which, why, and how
+    many of the stale entries were removed before it."""
+
+    def __init__(self, path: str, reason: str, removed: int) -> None:
+        self.path, self.reason, self.removed = path, reason, removed
+        super().__init__(f"{path}: {reason}")
+
+
 def remove(cache: Path, stale_entries: list[Stale]) -> None:
-    for s in stale_entries:
+    """Remove each stale entry (with its checksum file and proof record), in order; stop at the
+    first the file system refuses (:class:`RemoveError`)."""
+    for done, s in enumerate(stale_entries):
         for name in s.names:
             path = cache / name
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink(missing_ok=True)
+            try:
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink(missing_ok=True)
+            except OSError as exc:
+                raise RemoveError(exc.filename or str(path), exc.strerror or str(exc), done) from None
