@@ -2,14 +2,19 @@
 
 Test modules are imported with ``--import-mode=importlib`` (see pyproject.toml), so helpers
 are handed out as fixtures rather than imported: ``kit`` builds, dumps and loads manifests
-and finds the line a value sits on; ``write_manifest`` writes one to a temporary file.
+and finds the line a value sits on; ``write_manifest`` writes one to a temporary file;
+``networkd`` has the real systemd-networkd read rendered .network/.netdev files, ``netplan``
+netplan's own generator turn a netplan file into them.
 """
 
 from __future__ import annotations
 
 import copy
 import os
+import shutil
 import signal
+import subprocess
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -232,3 +237,60 @@ def write_manifest(tmp_path: Path, kit: Kit) -> Callable[..., Path]:
         return path
 
     return write
+
+
+NETWORKD = Path("/lib/systemd/systemd-networkd")
+
+
+def networkd_diagnostics(units: dict[str, str]) -> list[str]:
+    """What systemd-networkd (the real one, in a network and mount namespace of its own, its
+    /run/systemd a tmpfs, /run/systemd/network holding ``units`` by file name) says about those files while
+    it loads them: every line naming one of them (an unknown key, a value it cannot parse).
+    It runs 2 s; a bond it cannot create (no bonding module) does not matter here."""
+    script = ("set -e; mount -t tmpfs none /run/systemd; mount -t tmpfs none /etc/systemd/network; "
+              'mkdir /run/systemd/network /run/systemd/netif; cp "$0"/* /run/systemd/network/; '
+              f"SYSTEMD_LOG_LEVEL=debug SYSTEMD_LOG_TARGET=console timeout 2 {NETWORKD} || true")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, text in units.items():
+            (Path(tmp) / name).write_text(text)
+        run = subprocess.run(["unshare", "--mount", "--net", "sh", "-c", script, tmp], capture_output=True,
+                             text=True, timeout=30, check=False)
+    out = run.stdout + run.stderr
+    assert "Creating" in out or "loaded" in out or "Enumeration completed" in out, out[-2000:]
+    return [line for line in out.splitlines() if any(f"/run/systemd/network/{name}:" in line for name in units)]
+
+
+@pytest.fixture
+def networkd() -> Callable[[dict[str, str]], list[str]]:
+    """networkd(units) -> systemd-networkd's diagnostics about them (:func:`networkd_diagnostics`);
+    skipped without systemd-networkd, unshare or root."""
+    if not NETWORKD.exists() or shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("systemd-networkd, unshare and root are needed")
+    return networkd_diagnostics
+
+
+def netplan_generate(tool: str, config: dict[str, Any]) -> dict[str, str]:
+    """netplan's generator (``generate --root-dir``) over ``config`` written as
+    /etc/netplan/50-provision.yaml of a temporary root: the networkd units it writes, by
+    file name. A file it refuses fails the test with its words."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "etc/netplan").mkdir(parents=True)
+        path = root / "etc/netplan/50-provision.yaml"
+        path.write_text(yaml.safe_dump(config))
+        path.chmod(0o600)
+        run = subprocess.run([tool, "--root-dir", tmp], capture_output=True, text=True, timeout=30, check=False)
+        assert run.returncode == 0 and not run.stderr.strip(), run.stderr
+        return {p.name: p.read_text() for p in (root / "run/systemd/network").iterdir()}
+
+
+@pytest.fixture
+def netplan() -> Callable[[dict[str, Any]], dict[str, str]]:
+    """netplan(config) -> the networkd units netplan's generator makes of it
+    (:func:`netplan_generate`); $NETPLAN_GENERATE, netplan-generate (tests/testbed/setup.sh)
+    or the installed package's; skipped without one."""
+    tool = os.environ.get("NETPLAN_GENERATE") or shutil.which("netplan-generate") or next(
+        (p for p in ("/usr/libexec/netplan/generate", "/lib/netplan/generate") if os.access(p, os.X_OK)), None)
+    if tool is None:
+        pytest.skip("netplan's generator is not installed (tests/testbed/setup.sh: netplan-generate)")
+    return lambda config: netplan_generate(tool, config)

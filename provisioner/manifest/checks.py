@@ -99,7 +99,7 @@ def _nic_name_problems(node: Node, src: Source) -> list[Diagnostic]:
         if k and net not in MULTI_NIC_NETWORKS:
             out.append(src.diag(nic_path(node, net, k),
                                 f"{node.name}: one NIC on the {net} network; several NICs go on "
-                                f"{' or '.join(MULTI_NIC_NETWORKS)} (or bond the data network)"))
+                                f"{' or '.join(MULTI_NIC_NETWORKS)} (or bond the management or data network)"))
     return out
 
 
@@ -163,7 +163,9 @@ def check_rdma_devices(m: Manifest, src: Source) -> list[Diagnostic]:
     return out
 
 
-BONDED_NETWORKS: tuple[NetworkName, ...] = ("data",)  # the networks whose interface may be a bond (management: not yet)
+# the networks whose interface may be a bond; a management bond is built by the node's install
+# (installer seed or image), never reconfigured live (docs/baremetal.md, "A bonded management link")
+BONDED_NETWORKS: tuple[NetworkName, ...] = ("management", "data")
 
 
 def _bond_users(node: Node) -> dict[str, list[NetworkName]]:
@@ -172,7 +174,8 @@ def _bond_users(node: Node) -> dict[str, list[NetworkName]]:
 
 
 def check_bonds(m: Manifest, src: Source) -> list[Diagnostic]:
-    """Bonds (issue 28 item 2): each carries exactly one network, data; its MTU agrees with
+    """Bonds (issue 28 item 2): each carries exactly one network, management or data (a
+    management bond lists the NIC it PXE-boots from, the management ``mac``); its MTU agrees with
     that network's; no NIC is in two places (two bonds, or a bond and a network's own
     interface, by name or MAC, on this node or, by MAC, on another)."""
     out: list[Diagnostic] = []
@@ -201,13 +204,15 @@ def check_bonds(m: Manifest, src: Source) -> list[Diagnostic]:
                 add(first, src.diag(at, f"{node.name}: bond {bond_name} carries no network; name it as the "
                                         f"interface of one ({', '.join(BONDED_NETWORKS)}: interface: {bond_name})"))
             for net in nets:
-                if net == "management":
+                if net not in BONDED_NETWORKS:
                     add(first, src.diag(node_path(node, "interfaces", net, "interface"),
-                                        f"{node.name}: a bond on the management network is not built (the "
-                                        "installer's management link stays one NIC); bond the data network"))
-                elif net not in BONDED_NETWORKS:
-                    add(first, src.diag(node_path(node, "interfaces", net, "interface"),
-                                        f"{node.name}: bonds carry the data network, not {net}"))
+                                        f"{node.name}: bonds carry the {' or '.join(BONDED_NETWORKS)} network, "
+                                        f"not {net}"))
+            pxe = node.interfaces["management"].mac if "management" in nets else None
+            if pxe is not None and pxe not in bond.members and all(is_mac(x) for x in bond.members):
+                add(first, src.diag((*at, "members"),
+                                    f"{node.name}: the management MAC {pxe} (the NIC the node boots and "
+                                    f"installs over) is not a member of bond {bond_name}; list it among them"))
             if len(nets) > 1:
                 add(first, src.diag(at, f"{node.name}: bond {bond_name} is the interface of {' and '.join(nets)}; "
                                         "a bond carries one network"))
@@ -222,6 +227,8 @@ def check_bonds(m: Manifest, src: Source) -> list[Diagnostic]:
                 elif member in names:
                     add(first, src.diag(where, f"{node.name}: {member} is the {names[member]} network's own "
                                                "interface; a NIC is in one place"))
+                elif member == pxe:
+                    pass  # the management bond's own PXE NIC
                 elif member in macs:
                     add(first, src.diag(where, f"{node.name}: {member} is the MAC of the {macs[member]} "
                                                "network's interface; a NIC is in one place"))

@@ -641,7 +641,7 @@ def test_a_bond_carries_the_data_network(kit: Any) -> None:
 
 @pytest.mark.parametrize(("change", "needle", "message"), [
     (lambda d: d["nodes"][1]["bonds"].update(bond1={"members": ["ens2f0", "ens2f1"]}), "bond1:",
-     "node01: bond bond1 carries no network; name it as the interface of one (data: interface: bond1)"),
+     "node01: bond bond1 carries no network; name it as the interface of one (management, data: interface: bond1)"),
     (lambda d: d["nodes"][1]["bonds"]["bond0"].update(mtu=1500), "mtu: 1500",
      "node01: bond bond0 MTU 1500 disagrees with the data network's MTU 9000"),
     (lambda d: d["nodes"][1]["bonds"]["bond0"]["members"].__setitem__(1, "eno1"), "- eno1",
@@ -650,9 +650,12 @@ def test_a_bond_carries_the_data_network(kit: Any) -> None:
      "node01: ens1f1 is a member of bond bond0 too"),
     (lambda d: d["nodes"][1]["interfaces"]["data"].update(interface="bond7"), "interface: bond7",
      "node01: no bond bond7 under the node's bonds"),
-    (lambda d: d["nodes"][1]["interfaces"]["management"].update(interface="bond0"), "interface: bond0",
-     "node01: a bond on the management network is not built (the installer's management link stays one NIC); "
-     "bond the data network"),
+    (lambda d: d["nodes"][1]["bonds"]["bond0"]["members"].__setitem__(1, "52:54:00:00:00:21"), "- '52:54:00:00:00:21'",
+     "node01: 52:54:00:00:00:21 is the MAC of the management network's interface; a NIC is in one place"),
+    (lambda d: d["nodes"][1]["interfaces"]["management"].update(interface="bond0"), "bond0:",
+     "node01: bond bond0 is the interface of management and data; a bond carries one network"),
+    (lambda d: d["nodes"][1]["interfaces"].update(bmc={"ip": "10.0.1.21", "interface": "bond0"}), "interface: bond0#2",
+     "node01: bonds carry the management or data network, not bmc"),
 ])
 def test_bond_mistakes_are_errors_at_their_line(kit: Any, change: Any, needle: str, message: str) -> None:
     data = bonded(kit)
@@ -698,4 +701,37 @@ def test_several_nics_on_data_each_with_its_address(kit: Any) -> None:
     data["nodes"][1]["interfaces"]["management"] = [data["nodes"][1]["interfaces"]["management"],
                                                     {"ip": "10.0.0.121", "interface": "eno2"}]
     assert kit.error(data, "several NICs").message == (
-        "node01: one NIC on the management network; several NICs go on data or roce (or bond the data network)")
+        "node01: one NIC on the management network; several NICs go on data or roce "
+        "(or bond the management or data network)")
+
+
+def mgmt_bonded(kit: Any, members: list[str], **bond: Any) -> dict[str, Any]:
+    """node[01-02]'s management link is bond0 (the data network keeps its own NIC)."""
+    data = kit.base()
+    data["nodes"][1]["interfaces"]["management"]["interface"] = "bond0"
+    data["nodes"][1]["bonds"] = {"bond0": {"mode": "active-backup", "members": members, **bond}}
+    return data
+
+
+def test_a_bond_carries_the_management_network(kit: Any) -> None:
+    """Members by name, or by MAC with the NIC the node PXE-boots from among them."""
+    m = kit.load(mgmt_bonded(kit, ["eno1", "eno2"], mtu=1500)).manifest
+    assert m.node("node02").interfaces["management"].interface == "bond0"
+    data = mgmt_bonded(kit, ["52:54:00:00:00:21", "52:54:00:00:00:99"])
+    data["nodes"][1]["name"] = "node01"  # one node: a ranged entry would share the member MACs
+    assert kit.load(data).manifest.node("node01").bonds["bond0"].members[0] == "52:54:00:00:00:21"
+
+
+def test_a_management_bond_lists_its_pxe_nic(kit: Any) -> None:
+    data = mgmt_bonded(kit, ["52:54:00:00:00:98", "52:54:00:00:00:99"])
+    data["nodes"][1]["name"] = "node01"
+    text = kit.dump(data)
+    d = kit.error(text, "not a member")
+    assert d.message == ("node01: the management MAC 52:54:00:00:00:21 (the NIC the node boots and installs over) "
+                         "is not a member of bond bond0; list it among them")
+    assert d.path == "nodes[1].bonds.bond0.members"
+
+
+def test_a_management_bond_keeps_the_network_mtu(kit: Any) -> None:
+    d = kit.error(mgmt_bonded(kit, ["eno1", "eno2"], mtu=9000), "disagrees")
+    assert d.message == "node01: bond bond0 MTU 9000 disagrees with the management network's MTU 1500"

@@ -50,6 +50,8 @@ HOST_PACKAGES=(
   python3-venv
   # the VM lab (tests/lab) and the TCG speed probe scripts/test.sh prints (tcg_probe.py)
   qemu-system-x86 qemu-utils ipxe-qemu
+  # netplan's library, for netplan-generate below (a library: nothing runs)
+  libnetplan0
 )
 # shellcheck disable=SC2206
 HOST_PACKAGES+=(${TESTBED_EXTRA_PACKAGES:-})
@@ -254,9 +256,10 @@ else
 fi
 
 # ---------------------------------------------------------------------------
-# 1b. promtool and amtool (rule and config checks of the monitoring unit tests)
+# 1b. promtool and amtool (rule and config checks of the monitoring unit tests), netplan's
+#     generator (the netplan files of the network unit tests)
 # ---------------------------------------------------------------------------
-stage "promtool and amtool"
+stage "promtool, amtool and netplan-generate"
 # Only the two check tools, taken out of Debian's prometheus and prometheus-alertmanager
 # packages (~30 MB download, ~67 MB on disk): installing the packages would start a
 # Prometheus and an Alertmanager on this machine. /usr/local/bin/{promtool,amtool}.
@@ -283,6 +286,10 @@ install_check_tool promtool prometheus usr/bin/promtool
 # loopback port over a TSDB that promtool made (tests/areas/monitoring/test_usage.py).
 install_check_tool prometheus prometheus usr/bin/prometheus
 install_check_tool amtool prometheus-alertmanager usr/bin/amtool
+# netplan's generator alone (netplan.io would also bring its systemd generator, which writes
+# networkd units from /etc/netplan at boot): the unit tests render the Ubuntu netplan files
+# with it under a temporary root (tests/conftest.py, netplan).
+install_check_tool netplan-generate netplan.io usr/libexec/netplan/generate
 
 # ---------------------------------------------------------------------------
 # 2. containers.conf

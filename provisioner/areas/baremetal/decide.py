@@ -20,7 +20,12 @@ from typing import Any
 
 import yaml
 
-from provisioner.areas.common.decide import privileged_keys
+from provisioner.areas.common.decide import (
+    bond_member,
+    netplan_bond_parameters,
+    netplan_member_id,
+    privileged_keys,
+)
 from provisioner.manifest.cluster import AdminUser
 from provisioner.manifest.model import Manifest
 from provisioner.manifest.nodes import Node
@@ -76,8 +81,21 @@ class InstallServer:
 
 
 @dataclass(frozen=True)
+class MgmtBond:
+    """A bonded management link: its mode and members (``{"mac": ...}`` or ``{"name": ...}``).
+    The installed system comes up bonded; the node installs over the member it PXE-boots from
+    (the management ``mac``), so an LACP LAG needs its switch's LACP fallback (a port without
+    LACPDUs forwards on its own) for the PXE boot and the installer."""
+
+    name: str
+    mode: str
+    members: tuple[dict[str, str], ...]
+
+
+@dataclass(frozen=True)
 class NetSettings:
-    """The node's management interface as the installed system configures it."""
+    """The node's management interface as the installed system configures it (``bond``: its
+    management link is that bond, named ``interface``)."""
 
     hostname: str
     fqdn: str
@@ -90,6 +108,7 @@ class NetSettings:
     gateway: str | None
     dns: tuple[str, ...]
     mtu: int
+    bond: MgmtBond | None = None
 
     @property
     def cidr(self) -> str:
@@ -208,7 +227,17 @@ def net_settings(m: Manifest, node: Node) -> NetSettings:
         gateway=str(net.gateway) if net.gateway is not None else None,
         dns=tuple(str(d) for d in net.dns),
         mtu=net.mtu,
+        bond=mgmt_bond(node),
     )
+
+
+def mgmt_bond(node: Node) -> MgmtBond | None:
+    """The bond the node's management interface names, if any."""
+    name = node.interfaces["management"].interface
+    bond = node.bonds.get(name or "")
+    if name is None or bond is None:
+        return None
+    return MgmtBond(name, bond.mode, tuple(bond_member(x) for x in bond.members))
 
 
 def logins(m: Manifest) -> list[Login]:
@@ -285,10 +314,27 @@ def disk_match(disk_id: str, os_name: str) -> dict[str, str]:
 
 
 def netplan(net: NetSettings) -> dict[str, Any]:
+    """The management link in netplan: the NIC matched by its MAC (renamed when the manifest
+    names it), or the bond over its members (by name, or matched by MAC) with the address,
+    route and name servers on the bond."""
+    if net.bond is not None:
+        ethernets: dict[str, Any] = {}
+        ids = []
+        for n, member in enumerate(net.bond.members):
+            ident = netplan_member_id(net.bond.name, n, member)
+            ids.append(ident)
+            ethernets[ident] = ({"match": {"macaddress": member["mac"]}} if "mac" in member else {}) | {
+                "dhcp4": False, "dhcp6": False, "accept-ra": False, "link-local": [], "mtu": net.mtu}
+        bond = {"interfaces": ids, **_mgmt_addressing(net), "parameters": netplan_bond_parameters(net.bond.mode)}
+        return {"version": 2, "ethernets": ethernets, "bonds": {net.bond.name: bond}}
     eth: dict[str, Any] = {"match": {"macaddress": net.mac}}
     if net.interface:
         eth["set-name"] = net.interface
-    eth["addresses"] = [net.cidr]
+    return {"version": 2, "ethernets": {net.interface or "mgmt0": eth | _mgmt_addressing(net)}}
+
+
+def _mgmt_addressing(net: NetSettings) -> dict[str, Any]:
+    eth: dict[str, Any] = {"addresses": [net.cidr]}
     if net.gateway:
         eth["routes"] = [{"to": "default", "via": net.gateway}]
     nameservers: dict[str, Any] = {"search": [net.domain]}
@@ -296,4 +342,4 @@ def netplan(net: NetSettings) -> dict[str, Any]:
         nameservers["addresses"] = list(net.dns)
     eth["nameservers"] = nameservers
     eth["mtu"] = net.mtu
-    return {"version": 2, "ethernets": {net.interface or "mgmt0": eth}}
+    return eth

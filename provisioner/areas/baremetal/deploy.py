@@ -32,6 +32,7 @@ from provisioner.areas.baremetal.decide import (
     wiped_disks,
     yaml_text,
 )
+from provisioner.areas.common.decide import networkd_bond_member_unit, networkd_bond_netdev
 from provisioner.manifest.cluster import BUILT_IMAGE_EXT
 from provisioner.manifest.model import Manifest
 from provisioner.manifest.nodes import Node
@@ -120,13 +121,17 @@ def deploy_refusals(m: Manifest, node: Node, images: Mapping[str, ImageRef] | No
 
 def networkd(net: NetSettings) -> list[DeployFile]:
     """systemd-networkd files (Debian) for the management interface: matched by MAC,
-    renamed when the manifest names the interface, static address. A renamed interface is
+    renamed when the manifest names the interface (a bond: the bond, over its members),
+    static address. A renamed interface is
     configured by its new name only: the initramfs already gave the NIC its predictable
     name and left its udev record behind, so networkd could bring it up under that name
     before udev renames it, and udev never renames an interface that is up."""
     files: list[DeployFile] = []
     match = ["[Match]", f"MACAddress={net.mac}"]
-    if net.interface:
+    if net.bond is not None:
+        files += bond_networkd(net)
+        match = ["[Match]", f"Name={net.bond.name}"]
+    elif net.interface:
         files.append(DeployFile("/etc/systemd/network/10-provision-mgmt.link", "0644",
                                 f"[Match]\nMACAddress={net.mac}\n\n[Link]\nName={net.interface}\n"))
         match.append(f"Name={net.interface}")
@@ -137,6 +142,21 @@ def networkd(net: NetSettings) -> list[DeployFile]:
     lines.append(f"Domains={net.domain}")
     files.append(DeployFile("/etc/systemd/network/10-provision-mgmt.network", "0644", "\n".join(lines) + "\n"))
     return files
+
+
+def bond_networkd(net: NetSettings) -> list[DeployFile]:
+    """A bonded management link on Debian: the bond's .netdev and one .network per member
+    (matched by name or permanent MAC), the same units the common role writes for a data
+    bond; the bond's own .network carries the address (:func:`networkd`)."""
+    assert net.bond is not None
+    bond = {"interface": net.bond.name, "mtu": net.mtu,
+            "bond": {"mode": net.bond.mode, "members": list(net.bond.members)}}
+    out = [DeployFile(f"/etc/systemd/network/10-provision-mgmt-{net.bond.name}.netdev", "0644",
+                      networkd_bond_netdev(bond))]
+    out += [DeployFile(f"/etc/systemd/network/10-provision-mgmt-m{n}.network", "0644",
+                       networkd_bond_member_unit(bond, member))
+            for n, member in enumerate(net.bond.members)]
+    return out
 
 
 def identity_files(m: Manifest, node: Node) -> list[DeployFile]:

@@ -31,6 +31,7 @@ from provisioner.areas.baremetal.decide import (
     require_installable,
     yaml_text,
 )
+from provisioner.areas.baremetal.deploy import networkd
 from provisioner.manifest.model import Manifest
 from provisioner.manifest.nodes import Node
 
@@ -325,12 +326,31 @@ def debian_late_script(m: Manifest, node: Node, server: InstallServer) -> str:
         if login.name != "root":
             name = shlex.quote(login.name)
             out.append(f'chown {name}:"$(id -gn {name})" "$home/.ssh/authorized_keys"')
+    out += bonded_link_script(m, node)
     out += [
         "# report: the PXE server now boots this node from its disk",
         report_command(server, node.name, "/etc/ssh/ssh_host_*_key.pub"),
         "",
     ]
     return "\n".join(out)
+
+
+def bonded_link_script(m: Manifest, node: Node) -> list[str]:
+    """A bonded management link (none: nothing): the installer ran on the one member it
+    PXE-booted from, and netcfg wrote that NIC into ifupdown's interfaces file; the installed
+    system instead brings the bond up with systemd-networkd, from the same files an image
+    deploy writes (:func:`provisioner.areas.baremetal.deploy.networkd`), and ifupdown keeps
+    only the loopback."""
+    net = net_settings(m, node)
+    if net.bond is None:
+        return []
+    out = [f"# the management link: bond {net.bond.name} ({net.bond.mode}) with systemd-networkd"]
+    for f in networkd(net):
+        out += [f"cat > {f.path} <<'PROVISION_NET'", f.content.rstrip("\n"), "PROVISION_NET",
+                f"chmod {f.mode} {f.path}"]
+    out += ["printf 'auto lo\\niface lo inet loopback\\n' > /etc/network/interfaces",
+            "systemctl enable systemd-networkd"]
+    return out
 
 
 # --------------------------------------------------------------------------- ipxe

@@ -10,7 +10,9 @@ from provisioner.manifest.nodes import Node
 
 
 def hosts_entries(m: Manifest) -> list[dict[str, Any]]:
-    """Every address of every node, management first, for /etc/hosts on every node."""
+    """Every address of every node, management first, for /etc/hosts on every node: a
+    network's NIC as ``<node>-<net>`` (``-ib`` on InfiniBand), each further NIC on it as
+    ``<node>-<net><n>`` from 2 (gpu01-roce2: the node's second RoCE port)."""
     domain = m.cluster.domain
     entries: list[dict[str, Any]] = []
     for node in m.nodes:
@@ -18,10 +20,12 @@ def hosts_entries(m: Manifest) -> list[dict[str, Any]]:
     for net in ("data", "infiniband", "roce"):
         for node in m.nodes:
             iface = node.interfaces.get(net)
-            if iface is not None:
-                suffix = "ib" if net == "infiniband" else net
-                names = [f"{node.name}-{suffix}.{domain}", f"{node.name}-{suffix}"]
-                entries.append({"ip": str(iface.ip), "names": names})
+            if iface is None:
+                continue
+            suffix = "ib" if net == "infiniband" else net
+            for k, nic in enumerate(iface.nics()):
+                name = f"{node.name}-{suffix}{k + 1 if k else ''}"
+                entries.append({"ip": str(nic.ip), "names": [f"{name}.{domain}", name]})
     return entries
 
 

@@ -6,12 +6,14 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from provisioner.manifest.fields import NetworkName
 from provisioner.manifest.model import Manifest
 from provisioner.manifest.nodes import Node
-from provisioner.nodecheck.check import Check, CheckList, NodeChecks, Outcome, Ring, judged
+from provisioner.nodecheck.check import Check, CheckList, Judge, NodeChecks, Outcome, Output, Ring, judged
 from provisioner.nodecheck.parsers import ParseError
 
-NETWORKS = ("management", "data", "infiniband", "roce")  # the networks whose MTU is checked, in this order
+# the networks whose MTU is checked, in this order
+NETWORKS: tuple[NetworkName, ...] = ("management", "data", "infiniband", "roce")
 
 
 # --------------------------------------------------------------------------- parsers
@@ -165,6 +167,37 @@ def bond_command(name: str) -> str:
     return f"cat /proc/net/bonding/{name} && echo \"mtu=$(cat /sys/class/net/{name}/mtu)\""
 
 
+def management_bond_judge(name: str, judge: Judge) -> Judge:
+    """A management bond that is not there at all was never built: apply leaves the live
+    management link as it is (it carries the SSH session apply runs over), and the bond comes
+    with the node's install. Its failure says so."""
+    def judged_bond(out: Output) -> Outcome:
+        outcome = judge(out)
+        if outcome.status == "FAIL" and not out.error and "Bonding Mode:" not in out.stdout:
+            return Outcome("FAIL", f"{outcome.detail}; the management bond {name} is built by the node's "
+                                   "install, never on a live link: provision apply --reinstall NODE")
+        return outcome
+    return judged_bond
+
+
+def mtu_pings(node: Node, peer: Node, net: NetworkName, mtu: int) -> list[tuple[str, str]]:
+    """(check name, command) per NIC of ``node`` on ``net``: an unfragmented ping at the
+    network's MTU to the peer. One NIC: ``mtu.<net>`` to the peer's address there, as the
+    routes send it. Several (data, roce): each NIC its own check (``mtu.<net>``, then
+    ``mtu.<net>.2``...), sent out of that NIC (``-I``: the NICs share the network's prefix,
+    so the routes alone would send every ping out of one) to the peer's NIC of the same
+    place (the same rail), else the peer's first."""
+    nics = node.interfaces[net].nics()
+    targets = peer.interfaces[net].nics()
+    out = []
+    for k, nic in enumerate(nics):
+        pin = f"-I {nic.interface} " if len(nics) > 1 and nic.interface else ""
+        target = targets[k] if k < len(targets) else targets[0]
+        name = f"mtu.{net}" + (f".{k + 1}" if k else "")
+        out.append((name, f"ping -M do -s {mtu - 28} -c 3 -i 0.2 -W 2 {pin}{target.ip} 2>&1"))
+    return out
+
+
 def checks(m: Manifest) -> NodeChecks:
     """Every node: hosts, clock; per network it is on, ``mtu.<network>`` against the next node
     on that network (a ring in manifest order)."""
@@ -179,9 +212,10 @@ def checks(m: Manifest) -> NodeChecks:
             bond = node.bonds.get(iface.interface or "")
             network = m.networks.named(carried)
             if bond is not None and network is not None and iface.interface:
-                out.add(f"bond:{iface.interface}", bond_command(iface.interface),
-                        judged(parse_bonding, bond_verdict(iface.interface, bond.mode, bond.members, network.mtu)),
-                        "kernel")
+                judge = judged(parse_bonding, bond_verdict(iface.interface, bond.mode, bond.members, network.mtu))
+                if carried == "management":
+                    judge = management_bond_judge(iface.interface, judge)
+                out.add(f"bond:{iface.interface}", bond_command(iface.interface), judge, "kernel")
         for net in NETWORKS:
             network = getattr(m.networks, net)
             if network is None or net not in node.interfaces:
@@ -190,8 +224,8 @@ def checks(m: Manifest) -> NodeChecks:
             if peer is None:
                 out.skip(f"mtu.{net}", f"no other node on the {net} network")
                 continue
-            out.add(f"mtu.{net}", f"ping -M do -s {network.mtu - 28} -c 3 -i 0.2 -W 2 {peer.interfaces[net].ip} 2>&1",
-                    judged(parse_ping, ping_verdict(network.mtu, peer.name)), "kernel")
+            for name, command in mtu_pings(node, peer, net, network.mtu):
+                out.add(name, command, judged(parse_ping, ping_verdict(network.mtu, peer.name)), "kernel")
         return out.checks
 
     return node_checks

@@ -25,6 +25,7 @@ from typing import Any
 from provisioner.areas.storage.base import StorageError
 from provisioner.areas.storage.nfs import mount_proto, mounts_for
 from provisioner.errors import ProvisionError
+from provisioner.manifest.fields import RDMA_NETWORKS
 from provisioner.manifest.load import Loaded
 from provisioner.manifest.model import Manifest
 from provisioner.manifest.monitoring import AlertReceiver, EmailReceiver, Monitoring
@@ -156,11 +157,11 @@ def expectations(m: Manifest) -> dict[str, list[Any]]:
 
     ``gpus``: GPUs per GPU node (GpuMissing); ``nfs_mounts``: NFS mounts mounted at boot
     (NfsMountMissing; automounts are mounted on first access, so they are not expected);
-    ``zpools``: pools per storage node (ZfsPoolMissing); ``infiniband``: nodes with an
-    InfiniBand interface (InfinibandLinkDown).
+    ``zpools``: pools per storage node (ZfsPoolMissing); ``rdma_ports``: the RDMA ports
+    (:func:`rdma_ports`; InfinibandLinkDown, RoceLinkDown, RdmaLinkDegraded).
     """
     if not enabled(m):
-        return {"gpus": [], "nfs_mounts": [], "zpools": [], "infiniband": []}
+        return {"gpus": [], "nfs_mounts": [], "zpools": [], "rdma_ports": []}
     gpus = [{"node": n.name, "count": n.gpu_count} for n in m.nodes if n.gpu_count]
     mounts: list[dict[str, str]] = []
     seen: set[tuple[str, str]] = set()
@@ -174,8 +175,27 @@ def expectations(m: Manifest) -> dict[str, list[Any]]:
     order = {name: i for i, name in enumerate(m.node_names())}
     mounts.sort(key=lambda e: (order[e["node"]], e["mountpoint"]))
     zpools = [{"node": p.node, "zpool": p.name} for p in m.zfs.pools]
-    infiniband = [n.name for n in m.nodes if "infiniband" in n.interfaces]
-    return {"gpus": gpus, "nfs_mounts": mounts, "zpools": zpools, "infiniband": infiniband}
+    return {"gpus": gpus, "nfs_mounts": mounts, "zpools": zpools, "rdma_ports": rdma_ports(m)}
+
+
+def rdma_ports(m: Manifest) -> list[dict[str, str]]:
+    """The RDMA ports the manifest promises, ``{node, fabric, device}``: one per NIC on the
+    infiniband network, and on the roce network where it runs RDMA (``rdma: false``: a plain
+    Ethernet link, no RDMA device to watch). ``device`` is the NIC's ``rdma_device``; NICs
+    without one collapse into one entry per node and fabric with ``device: ""``, met by any
+    active port of the node that no named NIC claims. node_exporter's infiniband collector
+    lists InfiniBand and RoCE ports alike (/sys/class/infiniband, state ACTIVE = 4), so the
+    fabric comes from here, never from the port."""
+    out: list[dict[str, str]] = []
+    for node in m.nodes:
+        for fabric in RDMA_NETWORKS:
+            network = m.networks.named(fabric)
+            iface = node.interfaces.get(fabric)
+            if iface is None or network is None or (fabric == "roce" and not getattr(network, "rdma", True)):
+                continue
+            devices = dict.fromkeys(nic.rdma_device or "" for nic in iface.nics())
+            out += [{"node": node.name, "fabric": fabric, "device": device} for device in devices]
+    return out
 
 
 # --------------------------------------------------------------------------- receivers' secrets

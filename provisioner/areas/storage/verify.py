@@ -294,12 +294,12 @@ def write_bw_name(net: NetworkName) -> str:
     return "rdma.write_bw" if net == "infiniband" else f"rdma.write_bw.{net}"
 
 
-def fabric_args(m: Manifest, node: Node, net: NetworkName) -> str:
-    """ib_write_bw's options for ``node``'s NIC on ``net``: its RDMA device where the manifest
-    names it (``-d``), and on RoCE the GID index of RoCE v2 over IPv4 (``-x``): without it
-    perftest picks GID 0, the link-local one, which does not route."""
+def fabric_args(m: Manifest, node: Node, net: NetworkName, k: int = 0) -> str:
+    """ib_write_bw's options for ``node``'s ``k``-th NIC on ``net``: its RDMA device where the
+    manifest names it (``-d``), and on RoCE the GID index of RoCE v2 over IPv4 (``-x``): without
+    it perftest picks GID 0, the link-local one, which does not route."""
     args = []
-    device = node.interfaces[net].rdma_device
+    device = node.interfaces[net].nics()[k].rdma_device
     if device:
         args.append(f"-d {shlex.quote(device)}")
     roce = m.networks.roce
@@ -308,9 +308,10 @@ def fabric_args(m: Manifest, node: Node, net: NetworkName) -> str:
     return " ".join(args)
 
 
-def link_rate_command(node: Node, net: NetworkName) -> str:
-    """The port's rate from sysfs: the named RDMA device's, else the first device's."""
-    device = node.interfaces[net].rdma_device
+def link_rate_command(node: Node, net: NetworkName, k: int = 0) -> str:
+    """The port's rate from sysfs: the ``k``-th NIC's named RDMA device's, else the first
+    device's."""
+    device = node.interfaces[net].nics()[k].rdma_device
     pattern = f"/sys/class/infiniband/{shlex.quote(device)}/ports/1/rate" if device \
         else "/sys/class/infiniband/*/ports/1/rate"
     return f"for r in {pattern}; do echo \"rate=$(cat \"$r\")\"; break; done; "
@@ -326,21 +327,26 @@ def write_bw_fraction(m: Manifest, net: NetworkName) -> float:
 
 def rdma_checks(m: Manifest, node: Node, rings: dict[NetworkName, Ring], out: CheckList) -> None:
     """``rdma.write_bw`` (InfiniBand) and ``rdma.write_bw.roce`` against the next node of
-    each RDMA fabric's ring the node is on."""
+    each RDMA fabric's ring the node is on; a node's further RoCE NICs each their own
+    (``rdma.write_bw.roce.2``...), from that NIC's device to the peer's NIC of the same place
+    (the same rail), else the peer's first."""
     for net in fabric.node_rdma_networks(m, node):
-        name = write_bw_name(net)
         peer = rings[net].peer(node)
         if peer is None:
-            out.skip(name, f"no other node on the {net} network")
+            out.skip(write_bw_name(net), f"no other node on the {net} network")
             continue
-        # one try: the server listens already (its setup waited for that) and serves one client,
-        # so a failed try leaves nothing to try again against
-        args = f"{WRITE_BW_ARGS} {fabric_args(m, node, net)}".rstrip()
-        client = link_rate_command(node, net) + f"ib_write_bw {args} {peer.interfaces[net].ip}"
-        bw = write_bw_verdict(write_bw_fraction(m, net))
-        out.add(name, client, judged(parse_write_bw, bw), "kernel",
-                setup=(peer.name, write_bw_server(fabric_args=fabric_args(m, peer, net))),
-                again_if=WRITE_BW_CALIBRATION_FAILED)
+        targets = peer.interfaces[net].nics()
+        for k in range(len(node.interfaces[net].nics())):
+            name = write_bw_name(net) + (f".{k + 1}" if k else "")
+            pk = k if k < len(targets) else 0
+            # one try: the server listens already (its setup waited for that) and serves one
+            # client, so a failed try leaves nothing to try again against
+            args = f"{WRITE_BW_ARGS} {fabric_args(m, node, net, k)}".rstrip()
+            client = link_rate_command(node, net, k) + f"ib_write_bw {args} {targets[pk].ip}"
+            bw = write_bw_verdict(write_bw_fraction(m, net))
+            out.add(name, client, judged(parse_write_bw, bw), "kernel",
+                    setup=(peer.name, write_bw_server(fabric_args=fabric_args(m, peer, net, pk))),
+                    again_if=WRITE_BW_CALIBRATION_FAILED)
 
 
 def mount_checks(m: Manifest, node: Node, out: CheckList) -> None:

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from provisioner.areas.baremetal import decide as ic
+from provisioner.areas.baremetal import deploy, seeds
 from provisioner.areas.baremetal import media as im
-from provisioner.areas.baremetal import seeds
 from provisioner.manifest.model import Manifest
 from provisioner.manifest.nodes import Node
 from provisioner.validate import load_manifest
@@ -362,3 +362,53 @@ def test_debian_ipxe_script_answers_gateway_and_dns_when_the_network_has_none() 
 def test_media_needed() -> None:
     m, _node = debian_lab()
     assert im.media_for(installable(m)) == ["debian-12", "ubuntu-24.04"]
+
+
+# --------------------------------------------------------------------------- a bonded management link
+def mgmt_bonded(kit: Any, os_name: str) -> tuple[Manifest, Node]:
+    """node01 alone, installed over PXE with the installer, its management link bond0
+    (active-backup over the NIC it PXE-boots from and eno2)."""
+    data = kit.on_os(kit.base(), os_name, (1,))
+    node = data["nodes"][1]
+    node.update(name="node01", install="pxe", install_method="installer", install_disks=["ata-D_1"])
+    node["interfaces"]["management"]["interface"] = "bond0"
+    node["bonds"] = {"bond0": {"mode": "active-backup", "members": ["52:54:00:00:00:21", "eno2"]}}
+    m = kit.load(data).manifest
+    return m, m.node("node01")
+
+
+def test_ubuntu_installs_onto_its_management_bond(kit: Any) -> None:
+    """subiquity applies the autoinstall network (the bond) and curtin writes it to the
+    installed system: the node comes up bonded."""
+    m, node = mgmt_bonded(kit, "ubuntu-24.04")
+    net = user_data(m, node)["network"]
+    assert net["ethernets"]["bond0-m0"]["match"] == {"macaddress": "52:54:00:00:00:21"}
+    assert "match" not in net["ethernets"]["eno2"]
+    assert net["bonds"]["bond0"]["interfaces"] == ["bond0-m0", "eno2"]
+    assert net["bonds"]["bond0"]["addresses"] == ["10.0.0.21/24"]
+    assert net["bonds"]["bond0"]["parameters"]["mode"] == "active-backup"
+
+
+def test_debian_late_script_writes_the_bond_for_the_installed_system(kit: Any, tmp_path: Path) -> None:
+    """The installer runs on the PXE NIC alone; late.sh leaves the installed system the same
+    networkd files an image deploy writes, and ifupdown only the loopback. Its file-writing
+    lines run here under a temporary root."""
+    m, node = mgmt_bonded(kit, "debian-12")
+    late = seeds.debian_late_script(m, node, ic.install_server(m))
+    subprocess.run(["sh", "-n", "-c", late], check=True)
+    lines = seeds.bonded_link_script(m, node)
+    assert lines[-1] == "systemctl enable systemd-networkd" and lines[-1] in late
+    (tmp_path / "etc/systemd/network").mkdir(parents=True)
+    (tmp_path / "etc/network").mkdir(parents=True)
+    script = "set -e\n" + "\n".join(lines[:-1]).replace(" /etc/", f" {tmp_path}/etc/") + "\n"
+    subprocess.run(["sh", "-c", script], check=True, timeout=10)
+    written = {str(p.relative_to(tmp_path)): p.read_text() for p in tmp_path.rglob("*") if p.is_file()}
+    assert written.pop("etc/network/interfaces") == "auto lo\niface lo inet loopback\n"
+    assert written == {f.path.lstrip("/"): f.content for f in deploy.networkd(ic.net_settings(m, node))}
+    assert set(written) >= {"etc/systemd/network/10-provision-mgmt-bond0.netdev",
+                            "etc/systemd/network/10-provision-mgmt.network"}
+
+
+def test_a_single_nic_management_link_keeps_the_installers_own_configuration() -> None:
+    m, node = debian_lab()
+    assert seeds.bonded_link_script(m, node) == []

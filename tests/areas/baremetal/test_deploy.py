@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import configparser
 import json
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -195,3 +197,75 @@ def test_plan_shows_the_installer_method_apart(kit: Any) -> None:
     node01 = next(n for n in compute(kit.load(data).manifest, State(), []).nodes if n.name == "node01")
     assert node01.install == (
         "PXE install: wipes RAID1 over ata-D_1 + ata-E_1, writes the ubuntu-24.04 image (GPT: ESP + root)")
+
+
+# --------------------------------------------------------------------------- a bonded management link
+def mgmt_bond_manifest(kit: Any, os_name: str, members: list[str], mode: str = "802.3ad") -> Manifest:
+    """node01 alone (no range), its management link bond0 over ``members``."""
+    data = kit.on_os(kit.base(), os_name, (1,))
+    node = data["nodes"][1]
+    node.update(name="node01", install="pxe", install_disks=["ata-D_1"])
+    node["interfaces"]["management"]["interface"] = "bond0"
+    node["bonds"] = {"bond0": {"mode": mode, "members": members}}
+    return kit.load(data).manifest  # type: ignore[no-any-return]
+
+
+def networkd_units(p: deploy.DeployPlan) -> dict[str, str]:
+    return {Path(path).name: f.content for path, f in files(p).items() if "systemd/network" in path}
+
+
+def test_debian_comes_up_on_its_management_bond(kit: Any) -> None:
+    m = mgmt_bond_manifest(kit, "debian-12", ["52:54:00:00:00:21", "eno2"])
+    units = networkd_units(plan_of(m))
+    assert sorted(units) == ["10-provision-mgmt-bond0.netdev", "10-provision-mgmt-m0.network",
+                             "10-provision-mgmt-m1.network", "10-provision-mgmt.network"]  # no .link: no rename
+    parsed = {}
+    for name, text in units.items():
+        parsed[name] = configparser.ConfigParser(strict=False)
+        parsed[name].read_string(text)
+    netdev, bond = parsed["10-provision-mgmt-bond0.netdev"], parsed["10-provision-mgmt.network"]
+    assert (netdev["NetDev"]["Kind"], netdev["NetDev"]["Name"], netdev["Bond"]["Mode"]) == ("bond", "bond0", "802.3ad")
+    assert dict(bond["Match"]) == {"name": "bond0"}  # never by MAC: the bond borrows a member's
+    assert bond["Network"]["Address"] == "10.0.0.21/24" and bond["Network"]["Gateway"] == "10.0.0.1"
+    assert "RequiredForOnline" not in bond["Link"]  # boot waits for the management bond
+    m0, m1 = parsed["10-provision-mgmt-m0.network"], parsed["10-provision-mgmt-m1.network"]
+    assert m0["Match"]["PermanentMACAddress"] == "52:54:00:00:00:21" and m1["Match"]["Name"] == "eno2"
+    assert m0["Network"]["Bond"] == m1["Network"]["Bond"] == "bond0"
+    assert m0["Link"]["MTUBytes"] == bond["Link"]["MTUBytes"] == netdev["NetDev"]["MTUBytes"] == "1500"
+
+
+def test_systemd_networkd_accepts_the_management_bond_units(kit: Any, networkd: Callable[..., list[str]]) -> None:
+    m = mgmt_bond_manifest(kit, "debian-12", ["52:54:00:00:00:21", "eno2"], mode="active-backup")
+    units = networkd_units(plan_of(m))
+    assert networkd(units) == []
+    # the check sees a unit networkd would not take as written
+    units["10-provision-mgmt-bond0.netdev"] += "MIIMonitorSec=often\n"
+    assert any("often" in line for line in networkd(units))
+
+
+def test_ubuntu_comes_up_on_its_management_bond(kit: Any) -> None:
+    m = mgmt_bond_manifest(kit, "ubuntu-24.04", ["52:54:00:00:00:21", "52:54:00:00:00:99"], mode="active-backup")
+    net = yaml.safe_load(files(plan_of(m))["/etc/netplan/50-provision.yaml"].content)["network"]
+    assert net["ethernets"] == {
+        f"bond0-m{i}": {"match": {"macaddress": mac}, "dhcp4": False, "dhcp6": False, "accept-ra": False,
+                        "link-local": [], "mtu": 1500}
+        for i, mac in enumerate(["52:54:00:00:00:21", "52:54:00:00:00:99"])}
+    bond = net["bonds"]["bond0"]
+    assert bond["interfaces"] == ["bond0-m0", "bond0-m1"] and bond["addresses"] == ["10.0.0.21/24"]
+    assert bond["routes"] == [{"to": "default", "via": "10.0.0.1"}] and bond["mtu"] == 1500
+    assert bond["parameters"] == {"mode": "active-backup", "mii-monitor-interval": 100}
+    assert "set-name" not in str(net)  # no member is renamed to the bond's name
+
+
+def test_netplan_generates_the_management_bond_and_networkd_takes_it(kit: Any, netplan: Callable[..., dict[str, str]],
+                                                                     networkd: Callable[..., list[str]]) -> None:
+    m = mgmt_bond_manifest(kit, "ubuntu-24.04", ["52:54:00:00:00:21", "eno2"])
+    units = netplan(yaml.safe_load(files(plan_of(m))["/etc/netplan/50-provision.yaml"].content))
+    bond = units["10-netplan-bond0.network"]
+    assert "Address=10.0.0.21/24" in bond and "Gateway=10.0.0.1" in bond
+    assert "Bond=bond0" in units["10-netplan-bond0-m0.network"] and "Bond=bond0" in units["10-netplan-eno2.network"]
+    assert "Mode=802.3ad" in units["10-netplan-bond0.netdev"]
+    assert networkd(units) == []
+    # the check sees a file netplan refuses
+    with pytest.raises(AssertionError, match="bond0"):
+        netplan({"network": {"version": 2, "bonds": {"bond0": {"interfaces": ["nowhere"]}}}})

@@ -125,3 +125,31 @@ def test_networkd_bond_files_are_the_decided_units(kit: Any) -> None:
     by_mac = ini(files["90-provision-data-bond0-m1.network"])["Match"]
     assert by_mac == {"PermanentMACAddress": "52:54:00:aa:00:02", "Type": "ether"}  # never the bond's MAC
     assert ini(files["90-provision-data-bond0.network"])["Network"]["Address"] == "10.0.2.21/24"
+
+
+@pytest.mark.parametrize("mode", ["802.3ad", "active-backup"])
+def test_systemd_networkd_accepts_the_data_units(kit: Any, networkd: Any, mode: str) -> None:
+    """The real systemd-networkd reads the data network's files (a bond's .netdev, its
+    .network, its members' .network; the tests above hold the role's templates to them)
+    and has nothing to say about any of them."""
+    (iface,) = bonded_interfaces(kit, mode)
+    plain = {"interface": "ens2f0np0", "address": "10.0.4.21/24", "mtu": 9000}
+    assert networkd(decide.networkd_data_files([iface, plain])) == []
+
+
+@pytest.mark.parametrize("mode", ["802.3ad", "active-backup"])
+def test_netplan_generates_the_data_units_and_networkd_takes_them(kit: Any, netplan: Any, networkd: Any,
+                                                                  mode: str) -> None:
+    """Ubuntu: netplan's own generator accepts the role's netplan file (a bond and a plain
+    NIC) and writes the bond with its members; systemd-networkd has nothing to say about what
+    it wrote."""
+    (iface,) = bonded_interfaces(kit, mode)
+    plain = {"interface": "ens2f0np0", "address": "10.0.4.21/24", "mtu": 9000}
+    config = yaml.safe_load(render("netplan-data.yaml.j2", common_data_interfaces=[iface, plain]))
+    units = netplan(config)
+    assert "Kind=bond" in units["10-netplan-bond0.netdev"] and f"Mode={mode}" in units["10-netplan-bond0.netdev"]
+    assert "Address=10.0.2.21/24" in units["10-netplan-bond0.network"]
+    assert "Bond=bond0" in units["10-netplan-bond0-m1.network"]
+    assert "PermanentMACAddress=52:54:00:aa:00:02" in units["10-netplan-bond0-m1.network"]
+    assert "MTUBytes=9000" in units["10-netplan-ens2f0np0.network"]
+    assert networkd(units) == []

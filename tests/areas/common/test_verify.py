@@ -56,6 +56,30 @@ def test_mtu_pings_the_next_node_on_each_network(kit: Any) -> None:
     assert by_name(lonely, "head01", "mtu.infiniband").skip == "no other node on the infiniband network"
 
 
+
+def test_mtu_is_checked_out_of_every_nic_of_a_network(kit: Any) -> None:
+    """Two RoCE ports per node: each is pinned to its own NIC (the routes would send both
+    pings out of one) and pings the peer's port of the same rail; one NIC stays unpinned."""
+    data = kit.base()
+    data["networks"]["roce"] = {"cidr": "10.0.4.0/24", "mtu": 9000}
+    data["nodes"][1]["interfaces"]["roce"] = [{"ip": "10.0.4.21", "interface": "ens2f0"},
+                                              {"ip": "10.0.4.121", "interface": "ens2f1"}]
+    checks = catalog.plan(kit.load(data).manifest)
+    first, second = by_name(checks, "node02", "mtu.roce"), by_name(checks, "node02", "mtu.roce.2")
+    assert first.command is not None and second.command is not None
+    assert first.command.text == "ping -M do -s 8972 -c 3 -i 0.2 -W 2 -I ens2f0 10.0.4.21 2>&1"
+    assert second.command.text == "ping -M do -s 8972 -c 3 -i 0.2 -W 2 -I ens2f1 10.0.4.121 2>&1"
+    # a peer with one port fewer: the extra port pings the peer's first
+    m = kit.load(data).manifest
+    one = m.node("node01").model_copy(update={"interfaces": {
+        **m.node("node01").interfaces, "roce": m.node("node01").interfaces["roce"].model_copy(update={"more": []})}})
+    assert verify.mtu_pings(m.node("node02"), one, "roce", 9000) == [
+        ("mtu.roce", "ping -M do -s 8972 -c 3 -i 0.2 -W 2 -I ens2f0 10.0.4.21 2>&1"),
+        ("mtu.roce.2", "ping -M do -s 8972 -c 3 -i 0.2 -W 2 -I ens2f1 10.0.4.21 2>&1")]
+    assert verify.mtu_pings(one, m.node("node02"), "roce", 9000) == [
+        ("mtu.roce", "ping -M do -s 8972 -c 3 -i 0.2 -W 2 10.0.4.22 2>&1")]
+
+
 # --------------------------------------------------------------------------- parsers
 CHRONY_OK = """\
 Reference ID    : 0A0D070A (10.213.7.10)
@@ -152,3 +176,27 @@ def test_a_bonded_node_gets_its_bond_checked(kit: Any) -> None:
     assert bond.command is not None and bond.command.text.startswith("cat /proc/net/bonding/bond0 && ")
     assert "mtu.data" in [c.name for c in checks if c.node == "node01"]  # the MTU end to end, over the bond
     assert not [c for c in checks if c.node == "head01" and c.name.startswith("bond:")]
+
+
+def test_a_management_bond_that_was_never_built_says_how_it_comes() -> None:
+    """apply never rebuilds the live management link: a missing management bond points at a
+    reinstall; a data bond's failure and a present management bond's stay as they were."""
+    inner = verify.judged(verify.parse_bonding, verify.bond_verdict("bond0", "802.3ad", ["eno1", "eno2"], 1500))
+    judge = verify.management_bond_judge("bond0", inner)
+    missing = Output(rc=1, stdout="", stderr="cat: /proc/net/bonding/bond0: No such file or directory\n")
+    assert judge(missing) == Outcome("FAIL", "no 'Bonding Mode:' line (no such bond?) (cat: /proc/net/bonding/"
+                                     "bond0: No such file or directory); the management bond bond0 is built by "
+                                     "the node's install, never on a live link: provision apply --reinstall NODE")
+    degraded = Output(stdout=BONDING_LACP.replace("ens1f0", "eno1").replace("52:54:00:aa:00:02", "eno2"))
+    assert judge(degraded) == inner(degraded) and judge(degraded).status == "FAIL"
+    unreachable = Output(error="unreachable")
+    assert judge(unreachable) == Outcome("FAIL", "unreachable")
+
+
+def test_a_management_bond_gets_its_check(kit: Any) -> None:
+    data = kit.base()
+    data["nodes"][1]["interfaces"]["management"]["interface"] = "bond0"
+    data["nodes"][1]["bonds"] = {"bond0": {"mode": "active-backup", "members": ["eno1", "eno2"]}}
+    checks = catalog.plan(kit.load(data).manifest)
+    bond = next(c for c in checks if c.node == "node02" and c.name == "bond:bond0")
+    assert bond.judge(Output(rc=1)).detail.endswith("provision apply --reinstall NODE")

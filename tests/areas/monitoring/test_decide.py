@@ -82,15 +82,35 @@ def test_expectations(cluster: Manifest) -> None:
         # /home/shared is an automount: mounted on first access, not expected at boot
         "nfs_mounts": [{"node": "gpu01", "mountpoint": "/data"}, {"node": "gpu02", "mountpoint": "/data"}],
         "zpools": [{"node": "head01", "zpool": "tank"}],
-        "infiniband": ["head01", "gpu01", "gpu02"],
+        "rdma_ports": [{"node": "head01", "fabric": "infiniband", "device": ""},
+                       {"node": "gpu01", "fabric": "infiniband", "device": "mlx5_0"},
+                       {"node": "gpu01", "fabric": "roce", "device": "mlx5_2"},
+                       {"node": "gpu02", "fabric": "infiniband", "device": "mlx5_0"},
+                       {"node": "gpu02", "fabric": "roce", "device": "mlx5_2"}],
     }
+
+
+def test_rdma_ports_per_nic_and_fabric(kit: Any) -> None:
+    """Every NIC with its device; NICs without one once per node and fabric; a RoCE network
+    without RDMA has no port to watch."""
+    data = with_monitoring(kit)
+    data["networks"]["roce"] = {"cidr": "10.20.3.0/24", "mtu": 9000}
+    data["nodes"][1]["interfaces"]["roce"] = [
+        {"ip": "10.20.3.21", "interface": "ens2f0", "rdma_device": "mlx5_2"},
+        {"ip": "10.20.3.121", "interface": "ens2f1", "rdma_device": "mlx5_3"},
+        {"ip": "10.20.3.221", "interface": "ens3f0"}, {"ip": "10.20.3.231", "interface": "ens3f1"}]
+    m = kit.load(data).manifest
+    assert [p for p in mon.rdma_ports(m) if p["node"] == "node01"] == [
+        {"node": "node01", "fabric": "roce", "device": d} for d in ("mlx5_2", "mlx5_3", "")]
+    data["networks"]["roce"]["rdma"] = False
+    assert mon.rdma_ports(kit.load(data).manifest) == []
 
 
 def test_nothing_without_a_monitoring_section(kit: Any) -> None:
     m = kit.load(kit.base(storage=True)).manifest
     assert not mon.enabled(m)
     assert mon.monitored_nodes(m) == [] and mon.node_targets(m) == [] and mon.dcgm_targets(m) == []
-    assert mon.expectations(m) == {"gpus": [], "nfs_mounts": [], "zpools": [], "infiniband": []}
+    assert mon.expectations(m) == {"gpus": [], "nfs_mounts": [], "zpools": [], "rdma_ports": []}
     assert mon.secret_refs(m) == [] and mon.receiver_vars(m) == []
 
 

@@ -78,6 +78,26 @@ def test_write_bw_on_roce_uses_the_gid_index_and_the_devices(kit: Any) -> None:
     assert "rdma.write_bw.roce" not in names(checks, "node02") and "mtu.roce" in names(checks, "node02")
 
 
+def test_write_bw_runs_on_every_roce_port(kit: Any) -> None:
+    """Two RoCE ports per node: each its own pair test from its device to the peer's port on
+    the same rail (its device on the server side, its address for the client)."""
+    data = kit.base()
+    data["networks"]["roce"] = {"cidr": "10.0.4.0/24", "mtu": 9000}
+    data["nodes"][1]["interfaces"]["roce"] = [
+        {"ip": "10.0.4.21", "interface": "ens2f0", "rdma_device": "mlx5_2"},
+        {"ip": "10.0.4.121", "interface": "ens2f1", "rdma_device": "mlx5_3"}]
+    checks = catalog.plan(kit.load(data).manifest)  # node01 <-> node02
+    first, second = by_name(checks, "node02", "rdma.write_bw.roce"), by_name(checks, "node02", "rdma.write_bw.roce.2")
+    assert first.command is not None and second.command is not None
+    assert second.command.setup is not None and first.command.setup is not None
+    assert first.command.text.endswith("-d mlx5_2 -x 3 10.0.4.21")
+    assert second.command.text.endswith("-d mlx5_3 -x 3 10.0.4.121")
+    assert "/sys/class/infiniband/mlx5_3/ports/1/rate" in second.command.text
+    assert second.command.setup[0] == "node01" and "-d mlx5_3 -x 3 >" in second.command.setup[1]
+    assert "-d mlx5_2 -x 3 >" in first.command.setup[1]
+    assert "rdma.write_bw.roce.3" not in names(checks, "node02")
+
+
 def _fabric_pair(kit: Any) -> Check:
     data = kit.base()
     data["networks"]["infiniband"] = {"cidr": "10.0.3.0/24"}
