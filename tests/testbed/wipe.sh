@@ -28,7 +28,7 @@ pkill -x apt-cacher-ng 2>/dev/null || true
 rm -rf /var/cache/apt-cacher-ng /var/cache/provision-lab
 purge=(podman runc debootstrap apt-cacher-ng slirp4netns uidmap ipmitool tftp-hpa
   golang-github-containernetworking-plugin-dnsname python3-venv
-  qemu-system-x86 qemu-utils ipxe-qemu)
+  qemu-system-x86 qemu-utils ipxe-qemu libnetplan0)
 installed=()
 for p in "${purge[@]}"; do dpkg -s "$p" >/dev/null 2>&1 && installed+=("$p"); done
 if ((${#installed[@]})); then
@@ -37,6 +37,6 @@ if ((${#installed[@]})); then
 fi
 apt-get clean
 rm -rf /etc/containers/containers.conf /var/lib/containers /root/.cache/pip /root/.cache/molecule \
-  /root/.ansible .venv .cache /usr/local/bin/promtool /usr/local/bin/prometheus /usr/local/bin/amtool \
+  /root/.ansible .venv .cache /usr/local/bin/promtool /usr/local/bin/prometheus /usr/local/bin/amtool /usr/local/bin/netplan-generate \
   /usr/local/lib/provision-testbed
 echo "wiped: podman storage, apt-cacher-ng cache, VM image cache, test bed host packages, pip/molecule caches, .venv"
