@@ -36,6 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from provisioner.areas.backup import checks as backup_checks
+from provisioner.areas.backup import decide as backup_decide
+from provisioner.areas.backup import rolevars as backup
+from provisioner.areas.backup import verify as backup_verify
 from provisioner.areas.baremetal import checks as baremetal_checks
 from provisioner.areas.baremetal import decide as baremetal_decide
 from provisioner.areas.baremetal import deploy as baremetal_deploy
@@ -250,6 +254,9 @@ AREAS: tuple[Area, ...] = (
          checks=monitoring_checks.CHECKS, prepare=monitoring_decide.prepare_secrets,
          secret_envs=monitoring_decide.secret_env_names, secret_values=monitoring_decide.secret_values,
          image_packages=monitoring_decide.image_packages, usage=USAGE_REPORT),
+    Area("backup", backup.cluster_vars, backup.node_vars, backup.LIGHT_KEYS, groups=backup.groups,
+         checks=backup_checks.CHECKS, verify=backup_verify.checks, prepare=backup_decide.prepare_key,
+         secret_envs=backup_decide.secret_envs, secret_values=backup_decide.secret_values),
 )
 
 # validate reports the areas' findings in this order: the GPU stack first (as before the areas
