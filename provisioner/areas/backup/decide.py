@@ -6,9 +6,12 @@ the configuration of the head's tool (``tool.py``). The one edge is :func:`prepa
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import re
+import shlex
 import stat
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -192,6 +195,40 @@ def tool_config(m: Manifest, to: Mapping[str, Any] | None = None) -> dict[str, A
     }
 
 
+UPLOAD = f"{STAGING}/incoming/provision-state.tar.gz.enc"  # the admin host's part, on its way in
+ADMIN_PART = "provision-state"
+# what the admin host's part leaves out of .provision/: the node OS image cache (gigabytes,
+# rebuilt by `provision image build`) and the lock of a running command
+ADMIN_SKIP = frozenset({"images", "lock"})
+
+
+def make_command(to: Mapping[str, Any] | None, with_admin_part: bool) -> str:
+    """The shell line that makes a backup on the head (``provision backup``)."""
+    words = ["python3", TOOL_FILE, "make", CONFIG_FILE]
+    if to is not None:
+        words += ["--to", json.dumps(dict(to), sort_keys=True)]
+    if with_admin_part:
+        words += ["--extra", f"{ADMIN_PART}={UPLOAD}"]
+    return shlex.join(words)
+
+
+def upload_command() -> str:
+    """Reads the admin host's part from stdin into ``UPLOAD`` (root-only)."""
+    folder = shlex.quote(str(Path(UPLOAD).parent))
+    return f"umask 077 && mkdir -p {folder} && cat > {shlex.quote(UPLOAD)}"
+
+
+def restore_command(name: str, yes: bool, source: Mapping[str, Any] | None = None) -> str:
+    """The shell line that restores backup ``name`` on the head (``provision restore``);
+    ``source``: read it from there instead of the manifest's destination."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise BackupConfigError(f"--from {name!r}: give a backup's name, e.g. provision-backup-<cluster>-<time>")
+    words = ["python3", TOOL_FILE, "restore", CONFIG_FILE, name]
+    if source is not None:
+        words += ["--to", json.dumps(dict(source), sort_keys=True)]
+    return shlex.join([*words, "--yes"] if yes else words)
+
+
 def plan_lines(m: Manifest) -> list[str]:
     """The backup's words for ``plan``-like output: where, when, what, how many."""
     if m.backup is None:
@@ -297,6 +334,24 @@ def prepare_key(loaded: Loaded, state: StateDir) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
+
+
+def pack_admin(m: Manifest, state_dir: Path, out: Path) -> None:
+    """The admin host's part (edge): ``.provision/`` as a tar, encrypted with the operator's
+    passphrase (from its variable or file) before it is written to ``out``."""
+    key = read_key(section(m))
+    with tempfile.TemporaryDirectory(prefix="provision-backup-") as tmp:
+        folder = Path(tmp)
+        os.chmod(folder, 0o700)
+        key_file = folder / "key"
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, key.encode() + b"\n")
+        finally:
+            os.close(fd)
+        clear = folder / "provision-state.tar.gz"
+        tool.tar_folder(state_dir, clear, ADMIN_SKIP)
+        tool.encrypt(clear, out, key_file, section(m).timeout_s)
 
 
 def secret_values(state: StateDir) -> list[str]:

@@ -161,9 +161,10 @@ def changed(before: Stamps, after: Stamps) -> list[str]:
     return sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
 
 
-def tar_folder(root: Path, out: Path) -> None:
+def tar_folder(root: Path, out: Path, skip: frozenset[str] = frozenset()) -> None:
+    """``root`` as a gzipped tar; ``skip``: names of its own entries left out."""
     with tarfile.open(out, "w:gz") as tar:
-        tar.add(root, arcname=".")
+        tar.add(root, arcname=".", filter=lambda info: None if info.name[2:].split("/")[0] in skip else info)
 
 
 def tar_stable(root: Path, out: Path, tries: int = STABLE_TRIES, pause: float = 1.0) -> int:
@@ -313,8 +314,10 @@ def make_part(part: Mapping[str, Any], work: Path, timeout: float) -> Path:
     return out
 
 
-def make(config: Mapping[str, Any], now: dt.datetime) -> str:
-    """Make one backup at the destination, then prune ours beyond ``keep``; returns its name."""
+def make(config: Mapping[str, Any], now: dt.datetime, extra: Mapping[str, Path] | None = None) -> str:
+    """Make one backup at the destination, then prune ours beyond ``keep``; returns its name.
+    ``extra``: parts made elsewhere and already encrypted (the admin host's ``.provision/``),
+    name -> file; they are moved into the backup."""
     timeout = float(config["timeout_s"])
     name = backup_name(config["cluster"], now)
     staging = Path(config["staging"])
@@ -338,6 +341,12 @@ def make(config: Mapping[str, Any], now: dt.datetime) -> str:
                 stored = made.name
             meta_parts.append({"name": part["name"], "kind": part["kind"], "file": stored,
                                "encrypted": bool(part.get("encrypt"))})
+        for extra_name, path in (extra or {}).items():
+            if not re.fullmatch(r"[a-z][a-z0-9-]*", extra_name):
+                raise BackupError(f"--extra {extra_name!r}: a part's name is lower-case letters, digits and -")
+            stored = f"{extra_name}.tar.gz.enc"
+            shutil.move(str(path), work / stored)
+            meta_parts.append({"name": extra_name, "kind": "admin", "file": stored, "encrypted": True})
         meta = {"format": FORMAT, "cluster": config["cluster"], "created": now.isoformat(), "parts": meta_parts}
         (work / META).write_text(json.dumps(meta, indent=1) + "\n")
         (work / SUMS).write_text(render_sums(folder_sums(work)))
@@ -358,7 +367,9 @@ def restore_plan(config: Mapping[str, Any], meta: Mapping[str, Any]) -> list[str
     lines = [f"stop {unit}" for unit in config["services"]["stop"]]
     for part in meta["parts"]:
         spec = by_name.get(part["name"])
-        if spec is None:
+        if part["kind"] == "admin":
+            lines.append(f"leave {part['file']}: the admin host's copy, restored there (docs/backup.md)")
+        elif spec is None:
             lines.append(f"skip {part['name']}: this head does not take it")
         elif spec["kind"] == "database":
             lines.append(f"overwrite database {spec['database']} from {part['file']}")
@@ -415,17 +426,17 @@ def restore(config: Mapping[str, Any], name: str, yes: bool, out: Any) -> None:
         clear = fetched / "clear"
         clear.mkdir(mode=0o700)
         archives = {}
-        for part in meta["parts"]:
+        by_name = {p["name"]: p for p in config["parts"]}
+        for part in (p for p in meta["parts"] if p["name"] in by_name and p["kind"] != "admin"):
             src = folder / part["file"]
             if part["encrypted"]:
                 decrypt(src, clear / part["file"].removesuffix(".enc"), Path(config["key_file"]), timeout)
                 src = clear / part["file"].removesuffix(".enc")
             archives[part["name"]] = src
-        by_name = {p["name"]: p for p in config["parts"]}
         for unit in config["services"]["stop"]:
             run(["systemctl", "stop", unit], timeout)
         for part in meta["parts"]:  # in the order they were made: the config's order
-            if part["name"] in by_name:
+            if part["name"] in archives:
                 restore_part(by_name[part["name"]], archives[part["name"]], timeout)
         for unit in config["services"]["start"]:
             run(["systemctl", "start", unit], timeout)
@@ -440,12 +451,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("config", type=Path)
     parser.add_argument("name", nargs="?", default="")
     parser.add_argument("--yes", action="store_true", help="restore: overwrite what the plan lists")
+    parser.add_argument("--to", default="", help="make, restore: this destination (JSON) instead of the config's")
+    parser.add_argument("--extra", action="append", default=[], metavar="NAME=FILE",
+                        help="make: add this encrypted file as part NAME (moved into the backup)")
     args = parser.parse_args(argv)
     config = json.loads(args.config.read_text())
+    if args.to:
+        config = {**config, "destination": json.loads(args.to)}
     timeout = float(config["timeout_s"])
     try:
         if args.command == "make":
-            print(make(config, dt.datetime.now(UTC)))
+            extra = dict(item.split("=", 1) for item in args.extra)
+            print(make(config, dt.datetime.now(UTC), {k: Path(v) for k, v in extra.items()}))
         elif args.command == "list":
             for name in ours(Destination(config["destination"], timeout).names(), config["cluster"]):
                 print(name)

@@ -222,3 +222,25 @@ def test_removing_refuses_a_name_that_is_not_ours(tmp_path: Path) -> None:
     dest = tool.Destination({"kind": "local", "path": str(tmp_path)}, 10)
     with pytest.raises(tool.BackupError, match="not a backup of ours"):
         dest.remove("../etc")
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl here")
+def test_an_admin_part_is_carried_and_left_alone_by_a_restore(tmp_path: Path) -> None:
+    config, root = _head(tmp_path)
+    blob = tmp_path / "provision-state.tar.gz.enc"
+    blob.write_bytes(b"Salted__" + os.urandom(64))
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    other = tmp_path / "usb"
+    assert tool.main(["make", str(path), "--to", json.dumps({"kind": "local", "path": str(other)}),
+                      "--extra", f"provision-state={blob}"]) == 0
+    (name,) = [p.name for p in other.iterdir()]
+    assert not blob.exists() and (other / name / "provision-state.tar.gz.enc").is_file()
+    assert not (tmp_path / "dest").exists()  # --to: not the config's destination
+    config["destination"] = {"kind": "local", "path": str(other)}
+    out = io.StringIO()
+    with pytest.raises(tool.Refused):
+        tool.restore(config, name, yes=False, out=out)
+    assert "leave provision-state.tar.gz.enc: the admin host's copy" in out.getvalue()
+    tool.restore(config, name, yes=True, out=io.StringIO())
+    assert (root / "munge" / "munge.key").is_file()
