@@ -1449,7 +1449,8 @@ class Backup(Strict):
     key_env: str | None = Field(default=None, description="environment variable holding the operator's "
                                 "passphrase that encrypts the secrets")
     key_file: str | None = Field(default=None, description="file holding that passphrase (admin host)")
-    prometheus: bool | None = Field(default=None, description="a TSDB snapshot; unset: when monitoring is on")
+    prometheus: bool = Field(default=False, description="a TSDB snapshot of Prometheus on the head (needs its "
+                             "--web.enable-admin-api)")
     timeout_s: int = Field(default=3600, ge=60, le=86400, description="bound on one backup or restore")
 
     @model_validator(mode="before")

@@ -61,11 +61,11 @@ def test_to_refuses_anything_else(text: str) -> None:
 
 
 def test_parts_follow_the_manifest(kit: Any) -> None:
-    m = _lab(kit)
+    m = _lab(kit, prometheus=True)
     assert [(p["name"], p["encrypt"]) for p in decide.parts(m)] == [
         ("munge", True), ("slurmdbd", False), ("slurmctld", False), ("prometheus", False)]
     assert next(p for p in decide.parts(m) if p["name"] == "slurmctld")["stable"] is True
-    m = _lab(kit, prometheus=False)
+    m = _lab(kit)  # not by default: the snapshot API needs Prometheus' admin API
     assert "prometheus" not in [p["name"] for p in decide.parts(m)]
 
 
@@ -79,7 +79,7 @@ def test_no_accounting_no_database_part(kit: Any) -> None:
 
 
 def test_restore_stops_the_controller_first_and_starts_munge_first(kit: Any) -> None:
-    order = decide.services(_lab(kit))
+    order = decide.services(_lab(kit, prometheus=True))
     assert order["stop"] == ["prometheus", "slurmctld", "slurmdbd", "munge"]
     assert order["start"] == ["munge", "slurmdbd", "slurmctld", "prometheus"]
 
@@ -126,7 +126,7 @@ def test_the_tool_config_has_the_keys_path_never_a_secret(kit: Any, monkeypatch:
 
 def test_plan_lines_say_where_when_and_what(kit: Any) -> None:
     store2 = _lab(kit).node("store2")
-    assert decide.plan_lines(_lab(kit, keep=30)) == [
+    assert decide.plan_lines(_lab(kit, keep=30, prometheus=True)) == [
         f"backup of labhead daily at 02:30 UTC to root@{store2.ip}:/audio/backup, the newest 30 kept",
         "holds munge, slurmdbd, slurmctld, prometheus; encrypted: munge"]
 
