@@ -192,7 +192,10 @@ def untar_into(archive: Path, root: Path) -> None:
         else:
             child.unlink()
     with tarfile.open(archive, "r:gz") as tar:
-        tar.extractall(root, filter="tar")
+        if hasattr(tarfile, "tar_filter"):  # Python 3.11.4, 3.10.12 and later
+            tar.extractall(root, filter="tar")
+        else:  # Debian 12's 3.11.2: no filters; the archive matched its checksums
+            tar.extractall(root)
 
 
 # ------------------------------------------------------------------ the edges

@@ -9,6 +9,7 @@ import io
 import json
 import os
 import shutil
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -244,3 +245,22 @@ def test_an_admin_part_is_carried_and_left_alone_by_a_restore(tmp_path: Path) ->
     assert "leave provision-state.tar.gz.enc: the admin host's copy" in out.getvalue()
     tool.restore(config, name, yes=True, out=io.StringIO())
     assert (root / "munge" / "munge.key").is_file()
+
+
+def test_untar_works_on_a_python_without_extraction_filters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Debian 12's python3 (3.11.2) has no extraction filters: the molecule slurm scenario's
+    first restore failed there with a TypeError."""
+    (tmp_path / "src" / "sub").mkdir(parents=True)
+    (tmp_path / "src" / "sub" / "f").write_text("x")
+    tool.tar_folder(tmp_path / "src", tmp_path / "a.tar.gz")
+    monkeypatch.delattr(tarfile, "tar_filter")
+    real = tarfile.TarFile.extractall
+
+    def old_extractall(self: tarfile.TarFile, path: str | os.PathLike[str] = ".", members: Any = None, *,
+                       numeric_owner: bool = False, **kwargs: Any) -> None:
+        assert "filter" not in kwargs, "3.11.2's extractall takes no filter"
+        real(self, path, members, numeric_owner=numeric_owner)
+
+    monkeypatch.setattr(tarfile.TarFile, "extractall", old_extractall)
+    tool.untar_into(tmp_path / "a.tar.gz", tmp_path / "dst")
+    assert (tmp_path / "dst" / "sub" / "f").read_text() == "x"
