@@ -384,21 +384,17 @@ def restore_plan(config: Mapping[str, Any], meta: Mapping[str, Any]) -> list[str
     return lines
 
 
-def restore_part(spec: Mapping[str, Any], archive: Path, timeout: float) -> None:
+def restore_part(spec: Mapping[str, Any], archive: Path, timeout: float, work: Path) -> None:
+    """Put one part back; ``work``: a root-only folder for the database's uncompressed dump."""
     if spec["kind"] == "database":
-        load = [spec.get("load", "mysql")]
-        proc = subprocess.Popen(load, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        assert proc.stdin is not None
-        with gzip.open(archive, "rb") as dump:
-            shutil.copyfileobj(dump, proc.stdin)
-        proc.stdin.close()
+        sql = work / archive.name.removesuffix(".gz")
+        with gzip.open(archive, "rb") as src, sql.open("wb") as dst:
+            shutil.copyfileobj(src, dst)
         try:
-            err = proc.communicate(timeout=timeout)[1]
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise BackupError(f"{load[0]} did not finish within {timeout:.0f} s") from None
-        if proc.returncode != 0:
-            raise BackupError(f"{load[0]} failed (exit {proc.returncode}): {err.decode(errors='replace').strip()}")
+            with sql.open("rb") as f:
+                run([spec.get("load", "mysql")], timeout, stdin=f)  # bounded, and a failure says why
+        finally:
+            sql.unlink()
     elif spec["kind"] == "files":
         untar_into(archive, Path(spec["path"]))
     elif spec["kind"] == "prometheus":
@@ -440,7 +436,7 @@ def restore(config: Mapping[str, Any], name: str, yes: bool, out: Any) -> None:
             run(["systemctl", "stop", unit], timeout)
         for part in meta["parts"]:  # in the order they were made: the config's order
             if part["name"] in archives:
-                restore_part(by_name[part["name"]], archives[part["name"]], timeout)
+                restore_part(by_name[part["name"]], archives[part["name"]], timeout, clear)
         for unit in config["services"]["start"]:
             run(["systemctl", "start", unit], timeout)
     finally:

@@ -264,3 +264,30 @@ def test_untar_works_on_a_python_without_extraction_filters(tmp_path: Path, monk
     monkeypatch.setattr(tarfile.TarFile, "extractall", old_extractall)
     tool.untar_into(tmp_path / "a.tar.gz", tmp_path / "dst")
     assert (tmp_path / "dst" / "sub" / "f").read_text() == "x"
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl here")
+def test_the_database_part_goes_from_the_dump_into_the_loader(tmp_path: Path) -> None:
+    """The plumbing of the database part with stand-ins for mysqldump and mysql (the molecule
+    slurm scenario runs the real ones): the dump's bytes arrive in the loader's stdin, and
+    nothing is written beside the backup at the destination. The scenario's second run found
+    the loader's stdin flushed after it was closed ("flush of closed file")."""
+    config, _ = _head(tmp_path)
+    sql = b"CREATE DATABASE IF NOT EXISTS slurm_acct_db;\n" * 1000
+    (tmp_path / "dump.sql").write_bytes(sql)
+    dump = tmp_path / "fake-mysqldump"
+    dump.write_text(f"#!/bin/sh\ncat {tmp_path / 'dump.sql'}\n")
+    load = tmp_path / "fake-mysql"
+    load.write_text(f"#!/bin/sh\ncat > {tmp_path / 'loaded.sql'}\n")
+    for script in (dump, load):
+        script.chmod(0o755)
+    config["parts"].insert(1, {"name": "slurmdbd", "kind": "database", "database": "slurm_acct_db",
+                               "dump": str(dump), "load": str(load), "file": "slurmdbd.sql.gz", "encrypt": False})
+    name = tool.make(config, T0)
+    folder = tmp_path / "dest" / name
+    tool.restore(config, name, yes=True, out=io.StringIO())
+    assert (tmp_path / "loaded.sql").read_bytes() == sql
+    tool.check_folder(folder)  # the restore left the backup as it was
+    load.write_text("#!/bin/sh\necho 'ERROR 1045 (28000): Access denied' >&2; exit 1\n")
+    with pytest.raises(tool.BackupError, match="Access denied"):
+        tool.restore(config, name, yes=True, out=io.StringIO())
