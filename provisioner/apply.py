@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import fcntl
 import os
 import shutil
@@ -353,6 +354,40 @@ def prune_checks(folder: Path, cluster: str, keep: int = KEEP_CHECKS) -> list[Pa
     return removed
 
 
+SCRATCH_HINT = "set TMPDIR to a writable folder with room"
+
+
+def make_scratch(cluster: str) -> Path:
+    """A dry run's private scratch folder in the temporary folder; a full or read-only one is
+    one line, not Python's list of the folders it tried."""
+    try:
+        return Path(tempfile.mkdtemp(prefix=f"{CHECK_PREFIX}{cluster}-"))
+    except OSError as exc:  # FileNotFoundError: 'No usable temporary directory found in [...]'
+        raise ProvisionError(f"cannot make the dry run's scratch folder: {exc.strerror or exc}; "
+                             f"{SCRATCH_HINT}") from None
+
+
+def mark_scratch(root: Path, cluster: str) -> int:
+    """Write and hold the scratch folder's mark (its cluster's name: what :func:`prune_checks`
+    removes by); a mark the disk cut short would make the folder one no later run prunes, so
+    then the folder goes at once."""
+    path = root / CHECK_MARK
+    data = cluster.encode()
+    mark = -1
+    try:
+        mark = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(mark, fcntl.LOCK_EX)
+        written = os.write(mark, data)
+        if written != len(data):
+            raise OSError(errno.ENOSPC, f"only {written} of {len(data)} bytes written", str(path))
+        return mark
+    except OSError as exc:
+        if mark >= 0:
+            os.close(mark)
+        shutil.rmtree(root, ignore_errors=True)
+        raise ProvisionError(f"cannot write {path}: {exc.strerror or exc}; {SCRATCH_HINT}") from None
+
+
 @contextlib.contextmanager
 def scratch_state(state: StateDir, cluster: str) -> Iterator[StateDir]:
     """A scratch copy of the state directory for a dry run, in a private temporary folder:
@@ -360,10 +395,8 @@ def scratch_state(state: StateDir, cluster: str) -> Iterator[StateDir]:
     into the real state). On the way out the copies are
     removed; the run's log and inventory stay for the operator to read, those of the
     KEEP_CHECKS newest dry runs of the cluster."""
-    scratch = StateDir(Path(tempfile.mkdtemp(prefix=f"{CHECK_PREFIX}{cluster}-")))
-    mark = os.open(scratch.root / CHECK_MARK, os.O_RDWR | os.O_CREAT, 0o600)
-    fcntl.flock(mark, fcntl.LOCK_EX)
-    os.write(mark, cluster.encode())
+    scratch = StateDir(make_scratch(cluster))
+    mark = mark_scratch(scratch.root, cluster)
     try:
         scratch.ensure()
         if state.known_hosts.is_file():

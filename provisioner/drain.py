@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from provisioner.verify.check import Output
+from provisioner.nodecheck.check import Output
 from provisioner.verify.run import Execute
 
 COMMAND_TIMEOUT = 15  # seconds per scontrol/squeue call

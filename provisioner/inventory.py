@@ -21,7 +21,8 @@ from typing import Any
 from provisioner import overrides
 from provisioner.areas import registry
 from provisioner.errors import ProvisionError
-from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 
 # The files a write made, relative to its folder, one a line: the next write removes those it
 # no longer makes, and nothing else (Ansible skips a file whose name starts with a dot).

@@ -33,7 +33,8 @@ import yaml
 
 from provisioner.areas import registry
 from provisioner.errors import Diagnostic
-from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 from provisioner.manifest.select import SelectorError, select_nodes
 from provisioner.manifest.source import Source
 

@@ -38,7 +38,8 @@ from provisioner.areas import registry
 from provisioner.image import proof
 from provisioner.image.proof import AptRequest, ProofInput, Repository
 from provisioner.image.recipe import OS_IMAGES, OsImage, recipe
-from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 
 # The manifest field that makes each role run on a node (the inventory group of its play
 # comes from it): what a failed proof names. A test holds it complete for site.yml's roles.

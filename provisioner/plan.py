@@ -17,7 +17,8 @@ import yaml
 from provisioner import overrides
 from provisioner.areas import registry
 from provisioner.inventory import groups
-from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 from provisioner.state import State
 
 Status = Literal["new", "changed", "unchanged", "removed"]

@@ -16,7 +16,8 @@ from provisioner.areas import registry
 from provisioner.errors import ProvisionError
 from provisioner.image.build import ImageError, initramfs_names, read_sidecar
 from provisioner.image.recipe import RAMDISK
-from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 
 Check = registry.PreflightCheck
 

@@ -246,8 +246,8 @@ class StateDir:
             os.chmod(self.secrets, 0o700)
             self.known_hosts.touch(mode=0o600, exist_ok=True)
         except OSError as exc:
-            where = exc.filename or self.root
-            raise ProvisionError(f"cannot set up the state directory {self.root}: {where}: {_reason(exc)}; "
+            where = "" if exc.filename in (None, str(self.root)) else f"{exc.filename}: "
+            raise ProvisionError(f"cannot set up the state directory {self.root}: {where}{_reason(exc)}; "
                                  f"{STATE_DIR_HINT}") from None
 
     def remove_if_untouched(self) -> None:

@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from provisioner.manifest.model import Manifest
+from provisioner.nodecheck.check import Output
 from provisioner.state import RunRecord, State
-from provisioner.verify.check import Output
 
 NODE_PROBE = ("printf 'uptime=%s\\n' \"$(cut -d' ' -f1 /proc/uptime)\"; "
               "if command -v nvidia-smi >/dev/null 2>&1; then "

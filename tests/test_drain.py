@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from provisioner.drain import Drained, drain_node, parse_jobs, resume_node
-from provisioner.verify.check import Output
+from provisioner.nodecheck.check import Output
 
 REASON = "provision remove"
 

@@ -1,12 +1,13 @@
 """The layers of provisioner/ point one way (docs/design.md, "Layers"):
 
-    errors <- manifest <- (state, bmc, image, verify.check/parsers) <- areas
+    errors <- manifest <- (state, bmc, image, nodecheck) <- areas
            <- the engine (validate, inventory, plan, apply, verify, display, ...) <- commands <- cli
 
 Checked on the source with ``ast``: no import cycle among our modules, the manifest layer
-imports nothing above it, areas import only areas and what lies below them, the engine
-reaches the areas only through their registry (it imports no area by name), and every
-import statement sits at module level (an import inside a function is how cycles hide).
+imports nothing above it, what lies below the areas imports neither them nor the engine,
+areas import only areas and what lies below them, the engine reaches the areas only through
+their registry (it imports no area by name), and every import statement sits at module
+level (an import inside a function is how cycles hide).
 The CLI loads command modules by name (importlib.import_module), which is no import
 statement; so does the registry for the one area step that loads SSH and BMC libraries.
 """
@@ -25,9 +26,9 @@ PACKAGE = ROOT / "provisioner"
 # The one module below the manifest layer.
 BASE = ("provisioner.errors",)
 # What the areas build on besides the manifest layer: the state directory, the BMC drivers,
-# node images, and verify's generic pieces (a check, the output parsers).
+# node images, and what a check of a running node is (a check, the output parsers).
 BELOW_AREAS = ("provisioner.errors", "provisioner.state", "provisioner.bmc", "provisioner.image",
-               "provisioner.verify.check", "provisioner.verify.parsers")
+               "provisioner.nodecheck")
 AREAS = "provisioner.areas"
 REGISTRY = "provisioner.areas.registry"
 
@@ -157,6 +158,12 @@ def area_import_problems(module: str, targets: list[tuple[int, str]]) -> list[st
             if not within(target, AREAS, "provisioner.manifest", *BELOW_AREAS)]
 
 
+def below_areas_import_problems(module: str, targets: list[tuple[int, str]]) -> list[str]:
+    """What lies below the areas imports only the manifest layer and what lies below the areas."""
+    return [f"{module}:{line}: imports {target}" for line, target in targets
+            if not within(target, "provisioner.manifest", *BELOW_AREAS)]
+
+
 def engine_import_problems(module: str, targets: list[tuple[int, str]]) -> list[str]:
     """An engine module reaches the areas only through the registry."""
     return [f"{module}:{line}: imports {target}" for line, target in targets
@@ -172,11 +179,18 @@ def test_areas_import_nothing_above_them() -> None:
     assert bad == []
 
 
+def test_what_lies_below_the_areas_imports_nothing_above_it() -> None:
+    below = [m for m in MODULES if within(m, *BELOW_AREAS)]
+    assert {"provisioner.state", "provisioner.nodecheck.check", "provisioner.nodecheck.parsers"} <= set(below)
+    bad = [p for m in below for p in below_areas_import_problems(m, targets_of(m))]
+    assert bad == []
+
+
 def test_the_engine_imports_no_area_by_name() -> None:
     engine = [m for m in MODULES if in_engine(m)]
     assert {"provisioner.apply", "provisioner.inventory", "provisioner.plan", "provisioner.verify.catalog",
             "provisioner.commands.image", "provisioner.display", "provisioner.cli"} <= set(engine)
-    assert not any(in_engine(m) for m in ("provisioner.areas.gpu.verify", "provisioner.verify.check",
+    assert not any(in_engine(m) for m in ("provisioner.areas.gpu.verify", "provisioner.nodecheck.check",
                                           "provisioner.manifest.model", "provisioner.bmc.ops"))
     bad = [p for m in engine for p in engine_import_problems(m, targets_of(m))]
     assert bad == []
@@ -188,7 +202,12 @@ def test_the_import_rules_catch_what_they_forbid() -> None:
     assert engine_import_problems("provisioner.plan", [(3, REGISTRY), (4, "provisioner.state")]) == []
     assert area_import_problems("provisioner.areas.gpu.verify", [(5, "provisioner.verify.catalog")]) == [
         "provisioner.areas.gpu.verify:5: imports provisioner.verify.catalog"]
-    assert area_import_problems("provisioner.areas.gpu.verify", [(5, "provisioner.verify.check"),
+    assert area_import_problems("provisioner.areas.gpu.verify", [(5, "provisioner.verify.run")]) == [
+        "provisioner.areas.gpu.verify:5: imports provisioner.verify.run"]
+    assert below_areas_import_problems("provisioner.nodecheck.check", [(7, "provisioner.verify.catalog"),
+                                                                       (8, "provisioner.nodecheck.parsers")]) == [
+        "provisioner.nodecheck.check:7: imports provisioner.verify.catalog"]
+    assert area_import_problems("provisioner.areas.gpu.verify", [(5, "provisioner.nodecheck.check"),
                                                                  (6, "provisioner.areas.storage.decide")]) == []
 
 

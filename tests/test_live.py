@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from provisioner import live
+from provisioner.nodecheck.check import Output
 from provisioner.state import NodeState, State
-from provisioner.verify.check import Output
 
 DATA = Path(__file__).parent / "areas" / "slurm" / "data"
 

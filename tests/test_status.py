@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from provisioner.nodecheck.check import Output
 from provisioner.state import NodeState, RunRecord, State
 from provisioner.status import (
     NodeProbe,
@@ -16,7 +17,6 @@ from provisioner.status import (
     slurm_text,
     uptime_text,
 )
-from provisioner.verify.check import Output
 
 
 def test_parse_node_probe() -> None:

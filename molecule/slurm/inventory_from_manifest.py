@@ -24,7 +24,8 @@ from provisioner.areas.backup import decide as backup_decide
 from provisioner.areas.backup import rolevars as backup_vars
 from provisioner.areas.people import rolevars as people_vars
 from provisioner.areas.slurm import rolevars as slurm_vars
-from provisioner.areas.slurm.decide import controller, ensure_munge_key, slurm_nodes
+from provisioner.areas.slurm.decide import controller, slurm_nodes
+from provisioner.areas.slurm.munge import ensure_munge_key
 from provisioner.state import StateDir
 from provisioner.validate import load_manifest
 

@@ -6,6 +6,6 @@ node (``verify.py``).
 
 ``provisioner.areas.registry`` lists them, one entry per area, for the engine above, which
 imports no area by name. Areas import only areas, the manifest layer and what lies below
-them (``provisioner.errors``, ``state``, ``bmc``, ``image``, ``verify.check``,
-``verify.parsers``); docs/design.md, "Layers".
+them (``provisioner.errors``, ``state``, ``bmc``, ``image``, ``nodecheck``);
+docs/design.md, "Layers".
 """

@@ -65,6 +65,7 @@ from provisioner.areas.people import verify as people_verify
 from provisioner.areas.slurm import accounts as slurm_accounts
 from provisioner.areas.slurm import checks as slurm_checks
 from provisioner.areas.slurm import decide as slurm_decide
+from provisioner.areas.slurm import munge as slurm_munge
 from provisioner.areas.slurm import rolevars as slurm
 from provisioner.areas.slurm import verify as slurm_verify
 from provisioner.areas.storage import checks as storage_checks
@@ -73,9 +74,10 @@ from provisioner.areas.storage import scratch as storage_scratch
 from provisioner.areas.storage import verify as storage_verify
 from provisioner.manifest.checks import Check
 from provisioner.manifest.load import Loaded
-from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
+from provisioner.nodecheck.check import NodeChecks
 from provisioner.state import StateDir
-from provisioner.verify.check import NodeChecks
 
 PrepareHook = Callable[[Loaded, StateDir], None]
 
@@ -276,8 +278,8 @@ AREAS: tuple[Area, ...] = (
     Area("gpu", gpu.cluster_vars, gpu.node_vars, groups=gpu.groups, checks=gpu_checks.CHECKS,
          verify=gpu_verify.checks),
     Area("slurm", slurm.cluster_vars, slurm.node_vars, slurm.LIGHT_KEYS, groups=slurm.groups,
-         checks=slurm_checks.CHECKS, verify=slurm_verify.checks, prepare=slurm_decide.prepare_munge_key,
-         secret_values=slurm_decide.secret_values, image_roles=("munge", "slurm"), live=SLURMDBD_DRIFT),
+         checks=slurm_checks.CHECKS, verify=slurm_verify.checks, prepare=slurm_munge.prepare_munge_key,
+         secret_values=slurm_munge.secret_values, image_roles=("munge", "slurm"), live=SLURMDBD_DRIFT),
     Area("baremetal", baremetal.cluster_vars, baremetal.node_vars, baremetal.LIGHT_KEYS,
          checks=baremetal_checks.CHECKS, install=BAREMETAL_INSTALL),
     Area("monitoring", monitoring.cluster_vars, monitoring.node_vars, monitoring.LIGHT_KEYS, groups=monitoring.groups,

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from provisioner.bmc.base import BmcError
-from provisioner.manifest.model import Bmc as BmcConfig
+from provisioner.manifest.nodes import Bmc as BmcConfig
 
 
 class Secret:

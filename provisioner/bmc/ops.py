@@ -23,7 +23,7 @@ from provisioner.bmc.base import (
 from provisioner.bmc.credentials import resolve_password
 from provisioner.bmc.ipmi import IpmiBmc
 from provisioner.bmc.redfish import RedfishBmc
-from provisioner.manifest.model import Node
+from provisioner.manifest.nodes import Node
 
 T = TypeVar("T")
 BmcFactory = Callable[[Node], Bmc]

@@ -17,9 +17,9 @@ from rich.console import Console
 from provisioner.areas import registry
 from provisioner.commands.common import guarded, load
 from provisioner.errors import ProvisionError
+from provisioner.nodecheck.check import Output
 from provisioner.runner import SshTarget
 from provisioner.state import StateDir
-from provisioner.verify.check import Output
 from provisioner.verify.remote import GRACE, children_end_with_the_command, node_targets, ssh_argv, ssh_executor
 
 REFUSED = 2  # the tool's exit status for a restore it refused before changing anything

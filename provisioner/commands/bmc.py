@@ -19,7 +19,7 @@ from provisioner.bmc.ops import BmcRow
 from provisioner.commands.common import guarded, limit, load
 from provisioner.display import bmc_table
 from provisioner.errors import ProvisionError
-from provisioner.manifest.model import Node
+from provisioner.manifest.nodes import Node
 
 CHANGES = {
     "on": "power on",

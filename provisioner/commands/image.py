@@ -158,6 +158,18 @@ def mib(size: int) -> str:
     return f"{size / (1 << 20):.0f} MiB"
 
 
+def remove_stale(cache: Path, gone: list[cache_prune.Stale]) -> None:
+    """Remove ``gone``; a file the file system refuses is one line naming it and saying what
+    was removed before it."""
+    try:
+        cache_prune.remove(cache, gone)
+    except cache_prune.RemoveError as exc:
+        before = "nothing was removed" if exc.removed == 0 else (
+            f"{exc.removed} of {len(gone)} removed before it: "
+            + ", ".join(s.names[0] for s in gone[:exc.removed]))
+        raise ProvisionError(f"cannot remove {exc.path}: {exc.reason}; {before}") from None
+
+
 def run_prune(args: argparse.Namespace, out: Console, err: Console) -> int:
     """Remove (or with --dry-run, list) what :func:`provisioner.image.prune.stale` finds; the
     manifest only locates the cache, so a manifest that no longer validates can still prune."""
@@ -165,7 +177,7 @@ def run_prune(args: argparse.Namespace, out: Console, err: Console) -> int:
     gone = cache_prune.stale(cache_prune.scan(cache), args.keep, time.time())
     if args.json:  # {ok, cache, dry_run, removed: [{names, bytes, why}], bytes}
         if not args.dry_run:
-            cache_prune.remove(cache, gone)
+            remove_stale(cache, gone)
         print(json.dumps({"ok": True, "cache": str(cache), "dry_run": args.dry_run,
                           "removed": [{"names": list(s.names), "bytes": s.size, "why": s.why} for s in gone],
                           "bytes": sum(s.size for s in gone)}, indent=2))
@@ -175,7 +187,7 @@ def run_prune(args: argparse.Namespace, out: Console, err: Console) -> int:
         return 0
     verb = "would remove" if args.dry_run else "removed"
     if not args.dry_run:
-        cache_prune.remove(cache, gone)
+        remove_stale(cache, gone)
     for s in gone:
         out.print(f"{verb} {', '.join(s.names)} ({mib(s.size)}): {s.why}", markup=False)
     out.print(f"{cache}: {verb} {len(gone)}, {mib(sum(s.size for s in gone))}", markup=False)

@@ -41,6 +41,15 @@ def check_html_target(path: Path) -> None:
                                  "overwrite it (remove it, or name another file)")
 
 
+def write_html(path: Path, page: str) -> None:
+    """The whole report or nothing: an earlier one at ``path`` stays as it was when the disk
+    is full or read-only, and the error names the option and the file, as --junit's does."""
+    try:
+        atomic_write(path, page)
+    except OSError as exc:
+        raise ProvisionError(f"--html {path}: {exc.strerror or exc}") from None
+
+
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     with children_end_with_the_command():  # a signal ends the ssh first
         return _run(args, out, err)
@@ -76,7 +85,7 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     report = usage.gather(m, win, args.by, now, run_sacct, query, url or "", args.top)
     report = dataclasses.replace(report, sources={"slurm": f"sacct on {head.name}", "prometheus": url or "none"})
     if args.html is not None:
-        atomic_write(args.html, usage.render["html"](report))
+        write_html(args.html, usage.render["html"](report))
     kind = "json" if args.json else "csv" if args.csv else "table"
     print(usage.render[kind](report), end="")
     if kind == "csv" and report.notes:  # CSV stays machine-readable: the notes go to stderr

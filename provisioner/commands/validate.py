@@ -10,7 +10,7 @@ from rich.console import Console
 
 from provisioner.commands.common import guarded, load
 from provisioner.errors import Diagnostic, ManifestError
-from provisioner.manifest.model import Node
+from provisioner.manifest.nodes import Node
 from provisioner.validate import load_manifest
 
 

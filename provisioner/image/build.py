@@ -30,7 +30,7 @@ from typing import Any, BinaryIO
 
 from provisioner.errors import ProvisionError
 from provisioner.image.recipe import KEYRINGS, RAMDISK, ImageRecipe, build_environment, mmdebstrap_command
-from provisioner.manifest.model import BUILT_IMAGE_EXT, IMAGE_EXTS
+from provisioner.manifest.cluster import BUILT_IMAGE_EXT, IMAGE_EXTS
 
 BUILD_TIMEOUT = 3600.0
 FETCH_TIMEOUT = 60.0

@@ -22,7 +22,7 @@ from provisioner.image.build import BUILD_TIMEOUT, PARTIAL_PREFIX, RAMDISK_WORK_
 from provisioner.image.proof import PROOF_SUFFIX
 from provisioner.image.proof import WORK_PREFIX as PROOF_WORK_PREFIX
 from provisioner.image.recipe import OS_IMAGES, RAMDISK
-from provisioner.manifest.model import IMAGE_EXTS
+from provisioner.manifest.cluster import IMAGE_EXTS
 
 _VERSIONED = re.compile(r"^(?P<os>" + "|".join(re.escape(o) for o in sorted(OS_IMAGES)) + r")-(?P<id>[^/]+?)"
                         r"(?P<ext>" + "|".join(re.escape(x) for x in IMAGE_EXTS) + r")$")
@@ -106,11 +106,25 @@ def scan(cache: Path) -> list[Entry]:
     return entries
 
 
+class RemoveError(Exception):
+    """A file the cache's file system would not remove (read-only, ...): which, why, and how
+    many of the stale entries were removed before it."""
+
+    def __init__(self, path: str, reason: str, removed: int) -> None:
+        self.path, self.reason, self.removed = path, reason, removed
+        super().__init__(f"{path}: {reason}")
+
+
 def remove(cache: Path, stale_entries: list[Stale]) -> None:
-    for s in stale_entries:
+    """Remove each stale entry (with its checksum file and proof record), in order; stop at the
+    first the file system refuses (:class:`RemoveError`)."""
+    for done, s in enumerate(stale_entries):
         for name in s.names:
             path = cache / name
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink(missing_ok=True)
+            try:
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink(missing_ok=True)
+            except OSError as exc:
+                raise RemoveError(exc.filename or str(path), exc.strerror or str(exc), done) from None

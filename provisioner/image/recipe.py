@@ -18,7 +18,8 @@ import json
 import re
 from dataclasses import asdict, dataclass
 
-from provisioner.manifest.model import BUILT_IMAGE_EXT, OsName
+from provisioner.manifest.cluster import BUILT_IMAGE_EXT
+from provisioner.manifest.fields import OsName
 
 RECIPE_VERSION = 1
 # netbase: /etc/protocols and /etc/services, which mmdebstrap's apt variant leaves out and
@@ -83,7 +84,7 @@ UBUNTU_BOOT = ("ubuntu-keyring", "shim-signed", "grub-efi-amd64-signed")
 # (roles/common/vars/<OS>.yml; a test holds them equal).
 DEBIAN_COMPONENTS = ("main", "contrib", "non-free", "non-free-firmware")
 UBUNTU_COMPONENTS = ("main", "restricted", "universe", "multiverse")
-# One entry per OS of the manifest (provisioner.manifest.model.OsName; a test holds them equal).
+# One entry per OS of the manifest (provisioner.manifest.fields.OsName; a test holds them equal).
 # systemd-resolved: its own package in Debian 12 and Ubuntu 24.04 (noble split it out of
 # systemd 255); part of the systemd package in Ubuntu 22.04 (systemd 249), where no package
 # of that name exists. Ubuntu's netplan writes systemd-networkd files; Debian gets

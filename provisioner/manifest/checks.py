@@ -11,16 +11,10 @@ import ipaddress
 from collections.abc import Callable
 
 from provisioner.errors import Diagnostic
-from provisioner.manifest.model import (
-    MULTI_NIC_NETWORKS,
-    NETWORK_NAMES,
-    RDMA_NETWORKS,
-    Manifest,
-    Network,
-    NetworkName,
-    Node,
-    is_mac,
-)
+from provisioner.manifest.fields import NETWORK_NAMES, RDMA_NETWORKS, NetworkName
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.networks import Network
+from provisioner.manifest.nodes import MULTI_NIC_NETWORKS, Node, is_mac
 from provisioner.manifest.ranges import RangeError, expand
 from provisioner.manifest.select import SelectorError, select_nodes
 from provisioner.manifest.source import PathKey, Source

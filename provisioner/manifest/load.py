@@ -16,7 +16,8 @@ from pydantic import BaseModel, ValidationError
 
 from provisioner.errors import Diagnostic, ManifestError
 from provisioner.manifest.checks import run_checks
-from provisioner.manifest.model import Bmc, Interface, Manifest, Nic, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Bmc, Interface, Nic, Node
 from provisioner.manifest.ranges import RangeError, add_ip, add_mac, expand
 from provisioner.manifest.source import PathKey, Source
 

@@ -1,10 +1,10 @@
 """Which checks apply to which node: every area's verify checks, through the area registry.
 
 Pure: from the manifest only (docs/verify.md lists every check). Each area lists its own
-checks (``provisioner/areas/<area>/verify.py``, with :mod:`provisioner.verify.check`), only
+checks (``provisioner/areas/<area>/verify.py``, with :mod:`provisioner.nodecheck.check`), only
 where the manifest says they apply (GPU checks on GPU nodes, a mount's checks on the nodes
 that mount it, ...). Whether one can run there is decided per node from the context probe
-(:func:`provisioner.verify.check.skip_reason`): kernel-bound checks in a container and GPU
+(:func:`provisioner.nodecheck.check.skip_reason`): kernel-bound checks in a container and GPU
 checks without a GPU device say SKIP and why; they never say PASS.
 """
 
@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from provisioner.areas import registry
-from provisioner.manifest.model import Manifest, Node
-from provisioner.verify.check import Check, NodeChecks
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
+from provisioner.nodecheck.check import Check, NodeChecks
 
 
 @dataclass(frozen=True)

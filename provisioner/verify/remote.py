@@ -21,8 +21,8 @@ from pathlib import Path
 
 from provisioner.interrupts import Signals
 from provisioner.manifest.model import Manifest
+from provisioner.nodecheck.check import Output
 from provisioner.runner import SshTarget, ssh_path_option
-from provisioner.verify.check import Output
 from provisioner.verify.run import TIMED_OUT, Execute
 
 CONNECT_TIMEOUT = 10  # seconds for the SSH connection

@@ -24,9 +24,9 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
-from provisioner.verify import parsers
-from provisioner.verify.check import Check, Command, Outcome, Output, Status, skip_reason
-from provisioner.verify.parsers import NodeContext, ParseError
+from provisioner.nodecheck import parsers
+from provisioner.nodecheck.check import Check, Command, Outcome, Output, Status, skip_reason
+from provisioner.nodecheck.parsers import NodeContext, ParseError
 
 Execute = Callable[[str, str, int], Output]  # (host, shell text, timeout seconds) -> Output
 # A pair test whose tool says it could not measure (perftest's clock calibration on a node

@@ -10,7 +10,7 @@ import pytest
 
 from provisioner.areas import registry
 from provisioner.areas.baremetal import install as baremetal_install
-from provisioner.areas.slurm import decide as slurm
+from provisioner.areas.slurm.munge import MUNGE_KEY_NAME, ensure_munge_key
 from provisioner.state import StateDir
 
 
@@ -42,8 +42,8 @@ def test_secret_values_come_from_the_areas(tmp_path: Path) -> None:
     state = StateDir(tmp_path / ".provision")
     state.ensure()
     assert registry.secret_values(state) == []
-    slurm.ensure_munge_key(state.secrets / slurm.MUNGE_KEY_NAME)
-    raw = (state.secrets / slurm.MUNGE_KEY_NAME).read_bytes()
+    ensure_munge_key(state.secrets / MUNGE_KEY_NAME)
+    raw = (state.secrets / MUNGE_KEY_NAME).read_bytes()
     assert raw.hex() in registry.secret_values(state)
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from provisioner.bmc import BmcError
 from provisioner.bmc.credentials import Secret, resolve_password
-from provisioner.manifest.model import Bmc
+from provisioner.manifest.nodes import Bmc
 
 
 def env_bmc(var: str = "BMC_PW") -> Bmc:

@@ -11,7 +11,8 @@ from emulators.manifests import ipmi_bmc, manifest, node_dict, redfish_bmc
 from emulators.redfish import RedfishEmulator
 
 from provisioner.bmc import bmc_answers, bmc_power, bmc_pxe, bmc_status, make_bmc
-from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 
 
 @pytest.fixture(scope="module")

@@ -13,12 +13,12 @@ from provisioner.apply import ApplyOptions, Ran
 from provisioner.cli import main
 from provisioner.commands import apply as apply_cmd
 from provisioner.manifest.load import Loaded
+from provisioner.nodecheck import parsers
+from provisioner.nodecheck.check import Output
 from provisioner.plan import cluster_fingerprint, node_sections
 from provisioner.runner import SshTarget
 from provisioner.state import NodeState, RunRecord, State, StateDir
 from provisioner.validate import load_manifest
-from provisioner.verify import parsers
-from provisioner.verify.check import Output
 from provisioner.verify.run import Execute
 
 Capsys = pytest.CaptureFixture[str]

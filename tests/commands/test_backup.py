@@ -15,8 +15,8 @@ import pytest
 
 from provisioner.cli import main
 from provisioner.commands import backup as backup_cmd
+from provisioner.nodecheck.check import Output
 from provisioner.runner import SshTarget
-from provisioner.verify.check import Output
 from provisioner.verify.run import Execute
 
 Capsys = pytest.CaptureFixture[str]

@@ -10,8 +10,8 @@ import pytest
 
 from provisioner.cli import main
 from provisioner.commands import drain as drain_cmd
+from provisioner.nodecheck.check import Output
 from provisioner.runner import SshTarget
-from provisioner.verify.check import Output
 from provisioner.verify.run import Execute
 
 Capsys = pytest.CaptureFixture[str]
@@ -107,3 +107,37 @@ def test_resume_refuses_a_node_the_gate_holds_unless_forced(write_manifest: Any,
     sent.clear()
     assert main(["resume", str(path), "node01", "--force"]) == 0
     assert sent == ["scontrol update NodeName=node01 State=RESUME"]
+
+
+@pytest.mark.parametrize("verb", ["drain", "resume"])
+def test_an_unreachable_controller_is_tried_once_not_per_node(write_manifest: Any, kit: Any, verb: str,
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: Capsys) -> None:
+    """With the controller unreachable, drain (and resume) of N nodes tried it once per node,
+    each try waiting out SSH's connect timeout, and printed the same error N times (issue 27
+    build item 4: repeated errors capped)."""
+    data = kit.base()
+    more = {key: value for key, value in data["nodes"][-1].items() if key not in ("bmc", "interfaces")}
+    data["nodes"].append({**more, "name": "node[03-40]", "interfaces": {"management": {"ip": "10.0.0.103"}}})
+    path = write_manifest(data)
+    sent: list[str] = []
+
+    def executor(targets: dict[str, SshTarget], known_hosts: Path, grace: float = 0) -> Execute:
+        def execute(host: str, text: str, timeout: int) -> Output:
+            sent.append(text)
+            return Output(rc=255, error="ssh: connect to host 10.0.0.10 port 22: Connection timed out")
+        return execute
+
+    monkeypatch.setattr(drain_cmd, "ssh_executor", executor)
+    assert main([verb, str(path), "@compute"]) == 1
+    out, err = capsys.readouterr()
+    assert len(sent) == 1, (sent, out, err)
+    lines = out.replace("\n ", " ").splitlines()
+    assert len(lines) == 2 and lines[0].startswith("node01: ") and "Connection timed out" in lines[0], out
+    assert lines[1] == "node[02-40]: not tried: the controller head01 could not be reached or did not answer", out
+    assert err.strip() == f"{verb} failed on node[01-40]"
+    assert main([verb, str(path), "@compute", "--json"]) == 1
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 40 and [r["ok"] for r in rows] == [False] * 40
+    assert rows[-1] == {"node": "node40", "ok": False,
+                        "detail": "not tried: the controller head01 could not be reached or did not answer"}

@@ -13,10 +13,10 @@ import pytest
 
 from provisioner.cli import main
 from provisioner.commands import plan as plan_cmd
+from provisioner.nodecheck.check import Output
 from provisioner.plan import cluster_fingerprint, node_sections
 from provisioner.runner import SshTarget
 from provisioner.state import NodeState, State, StateDir
-from provisioner.verify.check import Output
 from provisioner.verify.run import Execute
 
 Capsys = pytest.CaptureFixture[str]

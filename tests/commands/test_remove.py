@@ -14,9 +14,9 @@ from provisioner.cli import main
 from provisioner.commands import remove as remove_cmd
 from provisioner.drain import Drained
 from provisioner.manifest.load import Loaded
+from provisioner.nodecheck.check import Output
 from provisioner.runner import SshTarget
 from provisioner.state import NodeState, State, StateDir
-from provisioner.verify.check import Output
 from provisioner.verify.run import Execute
 
 Capsys = pytest.CaptureFixture[str]

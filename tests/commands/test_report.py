@@ -11,8 +11,8 @@ import pytest
 
 from provisioner.cli import main
 from provisioner.commands import report as report_cmd
+from provisioner.nodecheck.check import Output
 from provisioner.runner import SshTarget
-from provisioner.verify.check import Output
 from provisioner.verify.run import Execute
 
 DATA = Path(__file__).resolve().parents[1] / "areas" / "monitoring" / "data" / "usage"

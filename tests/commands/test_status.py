@@ -23,10 +23,10 @@ from emulators.ssh import FakeSshServer, StallingProxy, new_host_key  # noqa: E4
 
 from provisioner.cli import main  # noqa: E402
 from provisioner.commands import status as status_cmd  # noqa: E402
+from provisioner.nodecheck.check import Output  # noqa: E402
 from provisioner.runner import SshTarget  # noqa: E402
 from provisioner.state import NodeState, RunRecord, State, StateDir  # noqa: E402
 from provisioner.status import NODE_PROBE, PROBE_TIMEOUT, SLURM_PROBE  # noqa: E402
-from provisioner.verify.check import Output  # noqa: E402
 from provisioner.verify.run import Execute  # noqa: E402
 
 Capsys = pytest.CaptureFixture[str]

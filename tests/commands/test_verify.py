@@ -11,9 +11,9 @@ import pytest
 
 from provisioner.cli import main
 from provisioner.commands import verify as verify_cmd
+from provisioner.nodecheck import parsers
+from provisioner.nodecheck.check import Output
 from provisioner.runner import SshTarget
-from provisioner.verify import parsers
-from provisioner.verify.check import Output
 from provisioner.verify.run import Execute
 
 Capsys = pytest.CaptureFixture[str]

@@ -63,6 +63,8 @@ echo "$*" >> {DCGMI_CALLS}
 if [ "$(wc -l < {DCGMI_CALLS})" -eq 1 ]; then echo '{DCGMI_FAIL}'; exit 226; fi
 echo '{DCGMI_PASS}'
 """
+BMC_PASSWORD_ENV = "PROVISION_ROLL_E2E_BMC_PASSWORD"
+BMC_PASSWORD = "roll-e2e-Bmc-Secret-4c1d7"
 GATE_REASON = "provision gate: gpu.dcgm failed: level 1: software on GPU 0: Persistence mode for GPU 0 is disabled."
 
 
@@ -96,7 +98,9 @@ def _manifest(key: Path, extra_limit: bool) -> dict[str, object]:
             "admin_users": [{"name": "ops", "ssh_keys": [pub]}],
             "ssh": {"user": "root", "private_key": str(key)},
         },
-        "networks": {"management": {"cidr": SUBNET, "gateway": GATEWAY}},
+        # the BMCs sit on loopback: nothing of this test contacts them (no node installs over
+        # PXE); their password is one more secret of the manifest for the leak scan
+        "networks": {"management": {"cidr": SUBNET, "gateway": GATEWAY}, "bmc": {"cidr": "127.0.0.0/8"}},
         "nodes": [
             {"name": HEAD, "roles": ["head"], "os": "debian-12",
              "interfaces": {"management": {"ip": NODES[HEAD]}},
@@ -104,6 +108,8 @@ def _manifest(key: Path, extra_limit: bool) -> dict[str, object]:
             # one CPU and 4 GiB: below what any CI machine has, so slurmd's hardware check passes
             {"name": "rollnode[1-3]", "roles": ["compute"], "os": "debian-12",
              "interfaces": {"management": {"ip": NODES["rollnode1"]}},
+             "bmc": {"type": "redfish", "address": "127.0.0.11", "port": 9, "user": "admin",
+                     "password_env": BMC_PASSWORD_ENV},
              "hardware": {"cpu": {"sockets": 1, "cores_per_socket": 1, "threads_per_core": 1}, "memory_gb": 4}},
         ],
         "docker": {"enabled": False},
@@ -129,7 +135,8 @@ def _write(work: Path, extra_limit: bool) -> Path:
 
 
 def _provision(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return e2ekit.provision(*args, cwd=cwd, env={"COLUMNS": "200"}, timeout=900)  # the roll's rows on one line each
+    # COLUMNS: the roll's rows on one line each
+    return e2ekit.provision(*args, cwd=cwd, env={"COLUMNS": "200", BMC_PASSWORD_ENV: BMC_PASSWORD}, timeout=900)
 
 
 def _slurm_states(nodes: list[str]) -> dict[str, str]:
@@ -171,14 +178,24 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         _cleanup()
 
 
-def _assert_no_secret_leaked(work: Path, outputs: list[str]) -> None:
-    """Issue 27: the cluster's secret (its MUNGE key, 1024 random bytes, in the state's secrets/
-    only) appears in no output of a real converge at -vvv, in none of Ansible's logs and
-    artifacts and nowhere else in the state directory: raw, base64 (how Ansible carries file
-    content in module arguments) or hex."""
+def _secret_forms(work: Path) -> dict[str, bytes]:
+    """Every secret value of the manifest, in each form a leak could take: the MUNGE key
+    (1024 random bytes, in the state's secrets/ only) raw, base64 (how Ansible carries file
+    content in module arguments) and hex; the BMC password (from the environment) as given
+    and base64. The manifest has no alert receivers (the monitoring roles' converge would
+    cost minutes) and slurmdbd has no database password (unix-socket authentication)."""
     key = (work / ".provision" / "secrets" / "munge.key").read_bytes()
     assert len(key) >= 1024  # the secret is there: the scan cannot pass for want of it
-    forms = {"raw": key[:48], "base64": base64.b64encode(key[:48]), "hex": key[:48].hex().encode()}
+    return {"munge key raw": key[:48], "munge key base64": base64.b64encode(key[:48]),
+            "munge key hex": key[:48].hex().encode(), "BMC password": BMC_PASSWORD.encode(),
+            "BMC password base64": base64.b64encode(BMC_PASSWORD.encode())}
+
+
+def _assert_no_secret_leaked(work: Path, outputs: list[str]) -> None:
+    """Issue 27: no secret of the manifest (:func:`_secret_forms`) appears in any output of a
+    real converge at -vvv, in Ansible's artifacts and logs, anywhere else in the state
+    directory, or in the nodes' journals (where Ansible's modules log their arguments)."""
+    forms = _secret_forms(work)
     found = [f"{form} in output {i}" for i, text in enumerate(outputs) for form, needle in forms.items()
              if needle in text.encode("utf-8", "surrogateescape")]
     scanned = 0
@@ -187,7 +204,15 @@ def _assert_no_secret_leaked(work: Path, outputs: list[str]) -> None:
             blob = path.read_bytes()
             scanned += 1
             found += [f"{form} in {path}" for form, needle in forms.items() if needle in blob]
-    assert scanned > 10 and found == [], found  # artifacts, job events, run logs, inventory were read
+    assert scanned > 10, scanned  # artifacts, job events, run logs, inventory were read
+    invocations = 0
+    for node in NODES:
+        journal = podman("exec", node, "journalctl", "--no-pager", "-o", "cat", timeout=60).stdout.encode(
+            "utf-8", "surrogateescape")
+        invocations += journal.count(b"Invoked with")
+        found += [f"{form} in {node}'s journal" for form, needle in forms.items() if needle in journal]
+    assert invocations > 0  # Ansible's modules logged their arguments there: the scan read them
+    assert found == [], found
 
 
 def _stand_in_dcgmi(work: Path, node: str) -> None:

@@ -6,6 +6,7 @@ reach another machine; every subprocess runs under a hard time bound.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -63,12 +64,32 @@ def write_cluster(tmp_path: Path) -> Callable[..., Path]:
     return write
 
 
+def read_only_mounts() -> str | None:
+    """Why a command cannot be run with a folder mounted read-only (None: it can): that takes
+    a mount namespace of its own (``unshare -m``), which needs root."""
+    if shutil.which("unshare") is None or shutil.which("mount") is None:
+        return "unshare or mount is not installed"
+    r = subprocess.run(["unshare", "-m", "true"], capture_output=True, text=True, timeout=30, check=False)
+    return None if r.returncode == 0 else f"unshare -m: {r.stderr.strip()} (needs root)"
+
+
 @pytest.fixture
 def provision() -> Callable[..., Cli]:
-    """Run ``python -m provisioner.cli ARGV`` bounded by ``timeout`` seconds."""
+    """Run ``python -m provisioner.cli ARGV`` bounded by ``timeout`` seconds; with
+    ``read_only``, in a mount namespace of its own where that folder is mounted read-only
+    (the file system answers EROFS to every write under it, also to root; outside the
+    command nothing changes)."""
     def run(*argv: str, timeout: float = 120, cwd: Path | None = None,
-            preexec: Callable[[], None] | None = None, env: dict[str, str] | None = None) -> Cli:
-        r = subprocess.run([sys.executable, "-m", "provisioner.cli", *argv], capture_output=True, text=True,
+            preexec: Callable[[], None] | None = None, env: dict[str, str] | None = None,
+            read_only: Path | None = None) -> Cli:
+        prefix: list[str] = []
+        if read_only is not None:
+            why = read_only_mounts()
+            if why is not None:
+                pytest.skip(f"a read-only folder: {why}")
+            prefix = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+                      'mount --bind -o ro "$0" "$0" && exec "$@"', str(read_only)]
+        r = subprocess.run([*prefix, sys.executable, "-m", "provisioner.cli", *argv], capture_output=True, text=True,
                            timeout=timeout, preexec_fn=preexec, stdin=subprocess.DEVNULL, cwd=cwd, env=env,
                            check=False)
         return Cli(r.returncode, r.stdout, r.stderr)

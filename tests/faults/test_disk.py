@@ -11,8 +11,10 @@ inject OSError(ENOSPC) itself.)
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import resource
+import shutil
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -62,6 +64,27 @@ def test_apply_on_a_full_disk_says_which_file(write_cluster: Any, provision: Any
     assert not (state / "state.json").exists()
 
 
+@pytest.mark.parametrize("limit", [0, 3])
+def test_a_dry_run_on_a_full_temporary_folder_is_one_line_and_leaves_nothing(
+        write_cluster: Any, provision: Any, tmp_path: Path, limit: int) -> None:
+    """apply --check makes a scratch folder in TMPDIR. With no room there it said Python's
+    'No usable temporary directory found in [...]'; with room for part of the folder's mark
+    (its cluster's name) it went on with a mark no later dry run recognises, so the folder
+    was never pruned."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    r = provision("apply", str(write_cluster()), "--check", preexec=file_size_limit(limit),
+                  env={**os.environ, "TMPDIR": str(scratch)})
+    assert r.returncode == 1 and "Traceback" not in r.said, r.said
+    if limit == 0:  # tempfile's own probe (it writes a few bytes) finds no usable folder
+        assert r.stderr.startswith("error: cannot make the dry run's scratch folder: No usable temporary directory")
+    else:
+        assert r.stderr.startswith(f"error: cannot write {scratch}/provision-check-faults-"), r.stderr
+        assert "/check.lock: only 3 of 6 bytes written;" in r.stderr
+    assert r.stderr.endswith("; set TMPDIR to a writable folder with room\n") and r.stderr.count("\n") == 1
+    assert list(scratch.iterdir()) == []
+
+
 def test_image_build_on_a_full_disk_names_the_cache_file(write_cluster: Any, provision: Any, tmp_path: Path) -> None:
     """A named image whose download the cache's disk refused was said as 'cannot fetch the
     image URL: [Errno 27] File too large', as if the server had failed, without the file."""
@@ -88,3 +111,90 @@ def test_verify_junit_on_a_full_disk_names_the_file(write_cluster: Any, provisio
     assert r.returncode == 1, r.said
     assert r.stderr == f"error: --junit {junit}: File too large\n"
     assert leftovers(junit.parent) == [] and not junit.exists()
+
+
+USAGE = Path(__file__).resolve().parents[1] / "areas" / "monitoring" / "data" / "usage"
+EARLIER_REPORT = "<!doctype html><title>GPU usage of usagetest</title><p>the report of last week</p>\n"
+
+
+def usage_report(tmp_path: Path) -> tuple[list[str], dict[str, str], Path]:
+    """`report usage --html` against a stand-in ssh on PATH that answers sacct with the usage
+    tests' data (it contacts nothing; Prometheus on a closed loopback port), and the page,
+    where an earlier report already is."""
+    folder = tmp_path / "site"
+    (folder / "bin").mkdir(parents=True)
+    shutil.copy(USAGE / "cluster.yaml", folder / "cluster.yaml")
+    (folder / "bin" / "ssh").write_text(f"#!/bin/sh\nexec cat '{USAGE / 'sacct.txt'}'\n")
+    (folder / "bin" / "ssh").chmod(0o755)
+    page = folder / "reports" / "usage.html"
+    page.parent.mkdir()
+    page.write_text(EARLIER_REPORT)
+    argv = ["report", "usage", str(folder / "cluster.yaml"), "--since", "2023-11-14T22:14:00+00:00", "--until",
+            "2023-11-15T00:14:00+00:00", "--json", "--html", str(page), "--prometheus", "http://127.0.0.1:1"]
+    return argv, {**os.environ, "PATH": f"{folder / 'bin'}:{os.environ['PATH']}"}, page
+
+
+def errors(stderr: str) -> list[str]:
+    """The error lines (the manifest's warnings aside)."""
+    return [line for line in stderr.splitlines() if ": warning: " not in line]
+
+
+def test_report_html_on_a_full_disk_or_read_only_folder_names_the_option(provision: Any, tmp_path: Path) -> None:
+    """report usage --html on a full disk said 'error: PATH: File too large', not which option's
+    file; the earlier report stays whole either way. (Its --json stays unprinted: the command
+    did not do all it was asked.)"""
+    argv, env, page = usage_report(tmp_path)
+    r = provision(*argv, env=env, preexec=file_size_limit(len(EARLIER_REPORT)), timeout=60)
+    assert r.returncode == 1 and r.stdout == "", r.said
+    assert errors(r.stderr) == [f"error: --html {page}: File too large"], r.stderr
+    assert page.read_text() == EARLIER_REPORT and leftovers(page.parent) == []
+    r = provision(*argv, env=env, read_only=page.parent, timeout=60)
+    assert r.returncode == 1 and r.stdout == "", r.said
+    assert errors(r.stderr) == [f"error: --html {page}: Read-only file system"], r.stderr
+    assert page.read_text() == EARLIER_REPORT and leftovers(page.parent) == []
+    r = provision(*argv, env=env, timeout=60)  # the same command on a writable folder writes the page
+    assert r.returncode == 0, r.said
+    assert json.loads(r.stdout)["total"]["gpu_h_allocated"] == 6.5 and page.read_text() != EARLIER_REPORT
+
+
+def test_image_prune_in_a_read_only_cache_names_the_file(write_cluster: Any, provision: Any) -> None:
+    """image prune on a read-only cache said 'error: PATH: Read-only file system' without
+    saying that it could not remove it, nor what it had removed before."""
+    manifest = write_cluster()
+    cache = manifest.parent / ".provision" / "images"
+    cache.mkdir(parents=True)
+    for age, key in enumerate(("cccc", "bbbb", "aaaa")):  # aaaa oldest
+        image = cache / f"debian-12-{key}.tar.gz"
+        image.write_bytes(b"x" * 1024)
+        os.utime(image, (1e9 - age * 3600, 1e9 - age * 3600))
+    (cache / "debian-12.tar.gz").symlink_to("debian-12-cccc.tar.gz")
+    before = sorted(p.name for p in cache.iterdir())
+    for json_flag in ([], ["--json"]):
+        r = provision("image", "prune", str(manifest), "--keep", "0", *json_flag, read_only=cache)
+        assert r.returncode == 1 and r.stdout == "", r.said
+        assert r.stderr == (f"error: cannot remove {cache}/debian-12-aaaa.tar.gz: Read-only file system; "
+                            "nothing was removed\n"), r.stderr
+        assert sorted(p.name for p in cache.iterdir()) == before
+    r = provision("image", "prune", str(manifest), "--keep", "0", "--json")
+    assert r.returncode == 0 and [e["names"] for e in json.loads(r.stdout)["removed"]] == [
+        ["debian-12-aaaa.tar.gz"], ["debian-12-bbbb.tar.gz"]], r.said
+
+
+def test_a_read_only_state_directory_is_one_line_and_plan_still_reads(write_cluster: Any, provision: Any) -> None:
+    """A state directory on a read-only file system: the verbs that must write there (the lock,
+    known_hosts) say so in one line that names it once ('X: X: Read-only file system' before);
+    plan, which writes nothing, still answers, and so do inventory's errors."""
+    manifest = write_cluster(slurm=True)
+    folder, state = manifest.parent, manifest.parent / ".provision"
+    said = (f"error: cannot set up the state directory {state}: Read-only file system; "
+            "choose another state directory with --state-dir\n")
+    for verb in (["apply", "--yes"], ["verify"], ["status"], ["drain", "n1"]):
+        r = provision(verb[0], str(manifest), *verb[1:], read_only=folder, timeout=60)
+        assert (r.returncode, r.stdout, r.stderr) == (1, "", said), (verb, r.said)
+    r = provision("plan", str(manifest), "--json", "--offline", read_only=folder)
+    assert r.returncode == 0 and json.loads(r.stdout)["targets"] == ["n1"], r.said
+    out = folder / "inventory" / "faults"
+    r = provision("inventory", str(manifest), read_only=folder)
+    assert (r.returncode, r.stdout) == (1, ""), r.said
+    assert r.stderr == f"error: cannot write the inventory in {out}: {folder}/inventory: Read-only file system\n"
+    assert sorted(p.name for p in folder.iterdir()) == ["cluster.yaml"]

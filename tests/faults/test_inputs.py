@@ -14,7 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-from provisioner.manifest.source import READ_TIMEOUT
+import yaml
+
+from provisioner.manifest.source import MAX_MANIFEST_BYTES, READ_TIMEOUT
 
 MEMORY_LIMIT = 2 * 1024**3  # bytes of address space for the command under test
 
@@ -59,3 +61,59 @@ def test_validate_of_a_fifo_fed_by_a_writer_works(tmp_path: Path) -> None:
     finally:
         writer.kill()
         writer.wait(timeout=10)
+
+
+def written_out(nodes: int) -> str:
+    """A head and ``nodes`` GPU nodes each written out (no ranges): the biggest honest manifest."""
+    data = {
+        "version": 1,
+        "cluster": {"name": "big", "domain": "big.internal"},
+        "networks": {"management": {"cidr": "10.0.0.0/16"}, "data": {"cidr": "10.1.0.0/16", "mtu": 9000}},
+        "nodes": [{"name": "ctl", "roles": ["head"], "interfaces": {"management": {"ip": "10.0.0.2"}},
+                   "hardware": {"cpu": {"cores_per_socket": 16}, "memory_gb": 128}}] + [
+            {"name": f"gpu{i:04d}", "roles": ["compute"],
+             "interfaces": {"management": {"ip": f"10.0.{1 + i // 250}.{1 + i % 250}",
+                                           "mac": f"52:54:00:00:{i // 250:02x}:{i % 250:02x}"},
+                            "data": {"ip": f"10.1.{1 + i // 250}.{1 + i % 250}", "interface": "enp65s0"}},
+             "hardware": {"cpu": {"cores_per_socket": 32, "threads_per_core": 2}, "memory_gb": 512,
+                          "gpu": {"model": "H100 SXM", "count": 8, "nvswitch": True}}}
+            for i in range(nodes)],
+        "slurm": {"partitions": [{"name": "gpu", "nodes": ["@compute"], "default": True}]},
+    }
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+# Runs the command, then prints its exit code, CPU seconds and peak RSS (KiB) on stderr's last
+# line: the wrapper's RUSAGE_CHILDREN holds that one command and nothing else.
+MEASURE = ("import resource, subprocess, sys; rc = subprocess.run(sys.argv[1:], stdin=subprocess.DEVNULL).returncode; "
+           "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+           "print(rc, u.ru_utime + u.ru_stime, u.ru_maxrss, file=sys.stderr)")
+
+
+def measured(*argv: str, bound: float) -> tuple[int, str, float, int]:
+    """(rc, what it said, CPU seconds, peak RSS in MB) of ``provision ARGV`` alone."""
+    r = subprocess.run([sys.executable, "-c", MEASURE, sys.executable, "-m", "provisioner.cli", *argv],
+                       capture_output=True, text=True, timeout=bound, preexec_fn=_limit_memory, check=False)
+    *said, last = r.stderr.splitlines()
+    rc, cpu, rss = last.split()
+    return int(rc), r.stdout + "".join(f"{line}\n" for line in said), float(cpu), int(rss) // 1024
+
+
+def test_a_manifest_at_the_size_cap_validates_in_seconds_and_one_past_it_is_refused(tmp_path: Path) -> None:
+    """An 8 MiB manifest took 43 s and 680 MB to validate (issue 27 item 15); the cap is 2 MiB
+    since. Just under it, a manifest of about 6,000 written-out GPU nodes validates in a few
+    seconds of CPU (docs/benchmarks.md: 2.6 s and 181 MB for its 2,520 bigger nodes); one byte
+    past it is refused before any parsing."""
+    per_node = len(written_out(2)) - len(written_out(1))
+    nodes = (MAX_MANIFEST_BYTES - 50_000 - len(written_out(0))) // per_node
+    text = written_out(nodes)
+    assert MAX_MANIFEST_BYTES - 60_000 < len(text.encode()) < MAX_MANIFEST_BYTES, len(text.encode())
+    path = tmp_path / "big.yaml"
+    path.write_text(text)
+    rc, said, cpu, rss = measured("validate", str(path), bound=120)
+    assert rc == 0 and f"{nodes + 1} nodes" in said, said[-2000:]
+    print(f"validate of {len(text.encode()) / 2**20:.2f} MiB: {cpu:.1f} s CPU, {rss} MB")
+    assert cpu < 15 and rss < 400, (cpu, rss)  # CPU time, not wall: a loaded machine does not fail it
+    path.write_text(text + "#" * (MAX_MANIFEST_BYTES + 1 - len(text.encode())))
+    rc, said, cpu, _ = measured("validate", str(path), bound=60)
+    assert (rc, said) == (1, f"{path}: file is too large for a manifest (over 2 MiB)\n") and cpu < 5

@@ -101,11 +101,13 @@ def test_ctrl_c_at_any_moment_of_validate_is_one_line(write_cluster: Any, delay:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
-@pytest.mark.parametrize("verb", [["status"], ["verify"], ["drain", "n1"], ["remove", "n9", "--yes"]])
+@pytest.mark.parametrize("verb", [["status"], ["verify"], ["drain", "n1"], ["remove", "n9", "--yes"],
+                                  ["report", "usage"]])
 def test_a_signal_ends_every_ssh_of_a_remote_verb(processes_with: Callable[[str], list[int]], write_cluster: Any,
                                                   tmp_path: Path, verb: list[str], sig: signal.Signals) -> None:
     """SIGTERM to verify, status or drain (remove: its drain) exited silently and left its ssh children running;
-    drain left one even on Ctrl-C, so a drain could land after 'interrupted' (issue 27 item 6).
+    drain left one even on Ctrl-C, so a drain could land after 'interrupted' (issue 27 item 6). report usage
+    (its sacct) takes the same path.
     The ssh here is a stand-in that waits (it contacts nothing)."""
     marker = f"{40 + int(sig)}.{len(verb[0])}{os.getpid() % 1000:03d}"
     bin_dir = tmp_path / "bin"
@@ -118,8 +120,13 @@ def test_a_signal_ends_every_ssh_of_a_remote_verb(processes_with: Callable[[str]
         state.mkdir()
         (state / "state.json").write_text(json.dumps({"version": 1, "cluster": "faults", "nodes": {
             "n9": {"lifecycle": "configured"}}, "runs": []}))
+    if verb[0] == "report":  # sacct on the controller: Slurm's accounting on
+        data = yaml.safe_load(manifest.read_text())
+        data["slurm"]["accounting"] = True
+        manifest.write_text(yaml.safe_dump(data, sort_keys=False))
+    argv = [*verb, str(manifest)] if verb[0] == "report" else [*verb[:1], str(manifest), *verb[1:]]
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    proc = subprocess.Popen([sys.executable, "-m", "provisioner.cli", *verb[:1], str(manifest), *verb[1:]],
+    proc = subprocess.Popen([sys.executable, "-m", "provisioner.cli", *argv],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
                             env=env, start_new_session=True)
     try:

@@ -11,7 +11,7 @@ import pytest
 from gpukit import Gpu, header_version, linked, run
 
 from provisioner.areas.gpu import verify as gpu_verify
-from provisioner.verify import check, parsers
+from provisioner.nodecheck import check, parsers
 
 
 def test_smoke_program_reports_the_nccl_it_was_built_against(

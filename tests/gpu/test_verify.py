@@ -16,9 +16,9 @@ from gpukit import Gpu, header_version, local_manifest, nvcc_release
 from provisioner.areas.gpu import burn as gpu_burn
 from provisioner.areas.gpu import verify as gpu_verify
 from provisioner.areas.gpu.decide import CUDA_REPO_VERSIONS, NCCL_WHEEL_RANGE
+from provisioner.nodecheck.check import Check, Output
 from provisioner.validate import load_text
 from provisioner.verify import catalog, run
-from provisioner.verify.check import Check, Output
 
 NODE = "gpu-suite"
 GPU_CHECKS = ("gpu.count", "gpu.model", "gpu.driver", "gpu.persistence", "gpu.ecc", "gpu.xid", "cuda")

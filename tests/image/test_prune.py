@@ -3,8 +3,10 @@ with the --keep newest older ones; dead builds' leftovers go; nothing else is to
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,8 @@ import pytest
 
 from provisioner.cli import main
 from provisioner.image import build as ib
-from provisioner.image.prune import Entry, Stale, scan, stale
+from provisioner.image import prune as prune_mod
+from provisioner.image.prune import Entry, RemoveError, Stale, remove, scan, stale
 
 Capsys = pytest.CaptureFixture[str]
 NOW = 1_000_000.0
@@ -179,3 +182,29 @@ def test_prune_refuses_a_negative_keep(tmp_path: Path, capsys: Capsys) -> None:
         main(["image", "prune", str(tmp_path / "m.yaml"), "--keep", "-1"])
     assert exc.value.code == 2
     assert "must be at least 0" in capsys.readouterr().err
+
+
+def test_a_refused_removal_says_what_went_before_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file system refuses the second stale entry (tests/faults/test_disk.py refuses the first
+    on a real read-only mount): remove stops there and says how many went before it."""
+    cache = _cache(tmp_path)
+    gone = stale(scan(cache), 0, NOW + 3 * HOUR)
+    refused = cache / gone[1].names[0]
+    real_unlink, real_rmtree = Path.unlink, shutil.rmtree
+
+    def unlink(path: Path, missing_ok: bool = False) -> None:
+        if path == refused:
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        real_unlink(path, missing_ok=missing_ok)
+
+    def rmtree(path: Path) -> None:
+        if Path(path) == refused:
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        real_rmtree(path)
+
+    monkeypatch.setattr(Path, "unlink", unlink)
+    monkeypatch.setattr(prune_mod.shutil, "rmtree", rmtree)
+    with pytest.raises(RemoveError) as info:
+        remove(cache, gone)
+    assert (info.value.path, info.value.reason, info.value.removed) == (str(refused), "Read-only file system", 1)
+    assert not (cache / gone[0].names[0]).exists() and refused.exists()

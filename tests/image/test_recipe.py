@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from provisioner.image import recipe as rc
-from provisioner.manifest.model import OsName
+from provisioner.manifest.fields import OsName
 
 MIRROR = "http://127.0.0.1:3142/deb.debian.org/debian"
 ROOT = Path(__file__).resolve().parents[2]

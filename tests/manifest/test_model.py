@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from provisioner.errors import ManifestError
-from provisioner.manifest.model import Gpu, Hardware, Manifest
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Gpu, Hardware
 from provisioner.validate import load_manifest, load_text
 
 # Line numbers in the tests below refer to this text; keep it in step with them.

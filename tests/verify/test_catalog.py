@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from provisioner.nodecheck.check import Check, Command, Needs, Output, not_judged, skip_reason
+from provisioner.nodecheck.parsers import NodeContext
 from provisioner.verify import catalog
-from provisioner.verify.check import Check, Command, Needs, Output, not_judged, skip_reason
-from provisioner.verify.parsers import NodeContext
 
 
 def names(checks: list[Check], node: str) -> list[str]:

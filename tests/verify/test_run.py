@@ -7,8 +7,9 @@ from typing import Any
 
 from provisioner.areas.gpu.verify import GPU_QUERY
 from provisioner.areas.storage.verify import WRITE_BW_CALIBRATION_FAILED
-from provisioner.verify import catalog, parsers
-from provisioner.verify.check import Output
+from provisioner.nodecheck import parsers
+from provisioner.nodecheck.check import Output
+from provisioner.verify import catalog
 from provisioner.verify.run import PAIR_TRIES, TIMED_OUT, verify
 
 CONTAINER = "container=podman\ngpu_devices=0\n"

@@ -22,8 +22,10 @@ from provisioner.areas.slurm import decide as slurm_decide
 from provisioner.areas.storage.base import StorageError
 from provisioner.areas.storage.nfs import dataset_mountpoint
 from provisioner.errors import ProvisionError
+from provisioner.manifest.backup import Backup
 from provisioner.manifest.load import Loaded
-from provisioner.manifest.model import Backup, Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 from provisioner.state import StateDir
 
 # On the head (the backup role's defaults name the same paths)

@@ -17,7 +17,8 @@ from provisioner.areas.backup.decide import (
     on_calendar,
     tool_config,
 )
-from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 
 KEY_SOURCE = "{{ provision_state_dir }}/secrets/" + KEY_NAME
 

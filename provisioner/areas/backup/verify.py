@@ -8,9 +8,11 @@ import shlex
 from collections.abc import Callable
 
 from provisioner.areas.backup.decide import CONFIG_FILE, TOOL_FILE, age_verdict, head
-from provisioner.manifest.model import Backup, Manifest, Node
-from provisioner.verify.check import Check, CheckList, NodeChecks, Outcome, judged
-from provisioner.verify.parsers import ParseError
+from provisioner.manifest.backup import Backup
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
+from provisioner.nodecheck.check import Check, CheckList, NodeChecks, Outcome, judged
+from provisioner.nodecheck.parsers import ParseError
 
 COMMAND = f"{shlex.quote(TOOL_FILE)} newest {shlex.quote(CONFIG_FILE)}"
 

@@ -21,7 +21,9 @@ from typing import Any
 import yaml
 
 from provisioner.areas.common.decide import privileged_keys
-from provisioner.manifest.model import AdminUser, Manifest, Node
+from provisioner.manifest.cluster import AdminUser
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 
 # libyaml's emitter where PyYAML has it: for 2,003 nodes, the seeds of every node took 0.5 s
 # (image deploys) and 1.1 s (installer) through it, against 1.9 s and 6.2 s through PyYAML's

@@ -32,7 +32,9 @@ from provisioner.areas.baremetal.decide import (
     wiped_disks,
     yaml_text,
 )
-from provisioner.manifest.model import BUILT_IMAGE_EXT, Manifest, Node
+from provisioner.manifest.cluster import BUILT_IMAGE_EXT
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 
 # Partition layout every deploy writes on each install disk (GPT): a BIOS boot partition
 # for GRUB's core image on legacy machines, an ESP, and the root (or its RAID1 member).

@@ -46,7 +46,8 @@ from provisioner.areas.baremetal.decide import (
 from provisioner.areas.baremetal.deploy import image_file
 from provisioner.bmc import Bmc, BmcError, make_bmc, wait_for_power
 from provisioner.image.build import deploy_extra_vars
-from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 from provisioner.state import atomic_write
 
 BmcFactory = Callable[[Node], Bmc]

@@ -11,7 +11,8 @@ from importlib import resources
 import yaml
 
 from provisioner.areas.baremetal.decide import InstallConfigError
-from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 
 # --------------------------------------------------------------------------- installer media
 MEDIA_FILE = "media.yaml"

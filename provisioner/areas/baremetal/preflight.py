@@ -28,7 +28,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from provisioner.areas.baremetal.deploy import deploy_refusals, method
-from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 
 # The Ethernet drivers of the server NIC families a provisioning NIC comes from, by vendor:
 # Intel 10/25/40/100G and 1G (ixgbe, i40e, ice, igb), NVIDIA/Mellanox ConnectX (mlx5_core),

@@ -25,7 +25,8 @@ from provisioner.areas.baremetal.decide import (
 from provisioner.areas.baremetal.deploy import deploy_files, method
 from provisioner.areas.baremetal.media import ubuntu_media
 from provisioner.areas.baremetal.seeds import install_files
-from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 
 
 def pxe_nodes(m: Manifest) -> list[Node]:

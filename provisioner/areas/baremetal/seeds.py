@@ -31,7 +31,8 @@ from provisioner.areas.baremetal.decide import (
     require_installable,
     yaml_text,
 )
-from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 
 
 # --------------------------------------------------------------------------- ubuntu

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.manifest.model import Manifest, NetworkName, Node, is_mac
+from provisioner.manifest.fields import NetworkName
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node, is_mac
 
 # Interfaces on these networks carry bulk traffic: address and MTU from the manifest. A RoCE
 # NIC is an Ethernet NIC like a data one (RDMA rides on its IP address); the ofed role adds

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from provisioner.areas.common.decide import data_interfaces, enforced_root_keys
-from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 
 
 def hosts_entries(m: Manifest) -> list[dict[str, Any]]:

@@ -6,9 +6,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from provisioner.manifest.model import Manifest, Node
-from provisioner.verify.check import Check, CheckList, NodeChecks, Outcome, Ring, judged
-from provisioner.verify.parsers import ParseError
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
+from provisioner.nodecheck.check import Check, CheckList, NodeChecks, Outcome, Ring, judged
+from provisioner.nodecheck.parsers import ParseError
 
 NETWORKS = ("management", "data", "infiniband", "roce")  # the networks whose MTU is checked, in this order
 

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 
-from provisioner.verify.check import Outcome
-from provisioner.verify.parsers import ParseError
+from provisioner.nodecheck.check import Outcome
+from provisioner.nodecheck.parsers import ParseError
 
 BUILD_S = 240  # the check's bound beyond its seconds: nvcc, the first run, the CPU's sample
 

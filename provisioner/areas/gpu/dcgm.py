@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from provisioner.verify.check import Judge, Outcome, Output, stderr_hint
-from provisioner.verify.parsers import ParseError
+from provisioner.nodecheck.check import Judge, Outcome, Output, stderr_hint
+from provisioner.nodecheck.parsers import ParseError
 
 # NVIDIA's guide to the levels: 1 takes seconds (deployment readiness), 2 under two minutes
 # (after a failed job), 3 about half an hour and 4 one to two hours (acceptance). The bound

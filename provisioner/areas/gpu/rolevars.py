@@ -14,7 +14,8 @@ from typing import Any
 
 from provisioner.areas.gpu import decide as gpu
 from provisioner.areas.storage import fabric
-from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 from provisioner.manifest.select import SelectorError, select_nodes, selects
 
 DEFAULT_PIP_INDEX = "https://pypi.org/simple"

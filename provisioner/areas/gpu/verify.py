@@ -12,9 +12,10 @@ from typing import Literal
 from provisioner.areas.gpu import burn, dcgm
 from provisioner.areas.gpu import decide as gpu
 from provisioner.areas.gpu.rolevars import docker_nodes
-from provisioner.manifest.model import Manifest, Node
-from provisioner.verify import parsers
-from provisioner.verify.check import (
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
+from provisioner.nodecheck import parsers
+from provisioner.nodecheck.check import (
     Check,
     CheckList,
     Judge,
@@ -25,7 +26,7 @@ from provisioner.verify.check import (
     run_first,
     stderr_hint,
 )
-from provisioner.verify.parsers import ParseError
+from provisioner.nodecheck.parsers import ParseError
 
 Interconnect = Literal["pcie", "nvlink", "nvswitch"]
 

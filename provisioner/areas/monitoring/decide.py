@@ -26,7 +26,9 @@ from provisioner.areas.storage.base import StorageError
 from provisioner.areas.storage.nfs import mount_proto, mounts_for
 from provisioner.errors import ProvisionError
 from provisioner.manifest.load import Loaded
-from provisioner.manifest.model import AlertReceiver, EmailReceiver, Manifest, Monitoring, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.monitoring import AlertReceiver, EmailReceiver, Monitoring
+from provisioner.manifest.nodes import Node
 from provisioner.manifest.select import select_nodes
 from provisioner.manifest.source import PathKey
 from provisioner.state import StateDir

@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from provisioner.areas.monitoring import decide as mon
-from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 
 # Consumed by the light config plays only (roles prometheus and alertmanager, tasks_from:
 # config): scrape targets, expectations, retention and receivers render configuration files

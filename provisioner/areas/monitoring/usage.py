@@ -38,7 +38,8 @@ from provisioner.areas.monitoring.usage_sources import (
     step_of,
 )
 from provisioner.errors import ProvisionError
-from provisioner.manifest.model import GpuCost, Manifest
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.monitoring import GpuCost
 
 HOURS_PER_YEAR = 8766.0  # 365.25 days
 GROUPINGS = ("user", "account", "partition", "node")

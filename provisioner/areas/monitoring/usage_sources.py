@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from provisioner.areas.slurm import decide as slurm_decide
+from provisioner.areas.slurm.hostlist import expand_hostlist
 from provisioner.errors import ProvisionError
 from provisioner.manifest.model import Manifest
 
@@ -117,7 +117,7 @@ def hostlist(text: str) -> tuple[str, ...]:
     text = text.strip()
     if text in ("", "None assigned", "(null)", "None"):
         return ()
-    return tuple(slurm_decide.expand_hostlist(text))
+    return tuple(expand_hostlist(text))
 
 
 def tres_gpus(text: str) -> int:

@@ -11,8 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from provisioner.areas.storage.nfs import export_path
-from provisioner.manifest.model import Manifest, NfsExport, Node, User
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
+from provisioner.manifest.people import User
 from provisioner.manifest.source import PathKey
+from provisioner.manifest.storage import NfsExport
 
 # accounts the OS and our roles own: a person or group by that name would take them over
 SYSTEM_NAMES = frozenset({

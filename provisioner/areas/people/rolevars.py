@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from provisioner.areas.people.decide import home_of, home_root_on, primary_gid, primary_group
-from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 
 
 def cluster_vars(m: Manifest) -> dict[str, Any]:

@@ -7,9 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from provisioner.areas.people.decide import home_of, primary_gid
-from provisioner.manifest.model import Manifest, Node
-from provisioner.verify.check import Check, CheckList, NodeChecks, Outcome, judged
-from provisioner.verify.parsers import ParseError
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
+from provisioner.nodecheck.check import Check, CheckList, NodeChecks, Outcome, judged
+from provisioner.nodecheck.parsers import ParseError
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.areas.slurm.decide import cgroups_usable, controller, hostlist
-from provisioner.manifest.model import Manifest, Node
+from provisioner.areas.slurm.decide import controller
+from provisioner.areas.slurm.hostlist import hostlist
+from provisioner.areas.slurm.releases import cgroups_usable
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 
 # root needs no rule of ours (pam_slurm_adopt lets root through by itself, ignore_root), but it
 # heads the access list so that the rule reads the same on every node whatever the module does

@@ -5,7 +5,7 @@ cgroup v2 fencing). Run by ``provisioner.validate`` on a structurally clean mani
 from __future__ import annotations
 
 from provisioner.areas.slurm import accounts, adopt, containers
-from provisioner.areas.slurm.decide import problems, version_conflicts
+from provisioner.areas.slurm.releases import problems, version_conflicts
 from provisioner.areas.storage.scratch import local_path_problem
 from provisioner.errors import Diagnostic
 from provisioner.manifest.checks import Check, node_path

@@ -12,9 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from provisioner.areas.slurm.decide import cgroup_plan
+from provisioner.areas.slurm.releases import cgroup_plan
 from provisioner.areas.storage.scratch import scratch_disks
-from provisioner.manifest.model import Manifest, Node, OsName, Scratch
+from provisioner.manifest.fields import OsName
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node, Scratch
 
 # Where enroot keeps each user's unpacked containers and layer cache without local scratch
 # (NVIDIA's enroot.conf keeps them in the home directory, which is NFS on a cluster: slow,

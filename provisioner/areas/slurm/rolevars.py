@@ -11,12 +11,15 @@ from typing import Any
 
 from provisioner.areas.slurm import accounts, adopt, containers
 from provisioner.areas.slurm import decide as slurm
-from provisioner.manifest.model import Manifest, Node
+from provisioner.areas.slurm.munge import MUNGE_KEY_NAME
+from provisioner.areas.slurm.releases import cgroup_plan
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 
 # The integrator puts `provision_state_dir` (the state directory on the control machine)
-# into group_vars/all; provision apply creates the key there with slurm.ensure_munge_key.
-MUNGE_KEY_FILE = "{{ provision_state_dir }}/secrets/" + slurm.MUNGE_KEY_NAME
-MUNGE_KEY_RELATIVE = "secrets/" + slurm.MUNGE_KEY_NAME
+# into group_vars/all; provision apply creates the key there with munge.ensure_munge_key.
+MUNGE_KEY_FILE = "{{ provision_state_dir }}/secrets/" + MUNGE_KEY_NAME
+MUNGE_KEY_RELATIVE = "secrets/" + MUNGE_KEY_NAME
 
 # Cluster-wide variables only the light config play needs (rolevars.LIGHT_KEYS): adding a
 # node or changing partitions re-renders slurm.conf everywhere without re-running the
@@ -34,7 +37,7 @@ LIGHT_KEYS = frozenset({
 def cluster_vars(m: Manifest) -> dict[str, Any]:
     if not m.slurm.enabled:
         return {}
-    plan = slurm.cgroup_plan(m)
+    plan = cgroup_plan(m)
     return {
         "munge_key_file": MUNGE_KEY_FILE,
         "slurm_cluster_name": slurm.cluster_name(m),

@@ -14,10 +14,12 @@ from typing import Literal
 from provisioner.areas.gpu.verify import ALL_REDUCE_MPI_GLOB, allreduce_verdict
 from provisioner.areas.slurm import adopt
 from provisioner.areas.slurm import decide as slurm
+from provisioner.areas.slurm.releases import cgroup_plan, cgroups_usable
 from provisioner.areas.storage.fabric import shared_rdma_network
-from provisioner.manifest.model import Manifest, Node
-from provisioner.verify import parsers
-from provisioner.verify.check import (
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
+from provisioner.nodecheck import parsers
+from provisioner.nodecheck.check import (
     Check,
     CheckList,
     Judge,
@@ -29,7 +31,7 @@ from provisioner.verify.check import (
     run_first,
     stderr_hint,
 )
-from provisioner.verify.parsers import ParseError
+from provisioner.nodecheck.parsers import ParseError
 
 Fabric = Literal["infiniband", "roce", "ethernet"]
 
@@ -232,9 +234,9 @@ def multi_node_command(a: str, b: str, gpus: int) -> str:
 def unfenced_cluster(m: Manifest) -> str:
     """Why this cluster's Slurm does not fence GPU devices at all ("" when it does); the same
     for every node, so it is decided once per manifest (it looks at every slurmd node)."""
-    if slurm.cgroup_plan(m).constrain_devices:
+    if cgroup_plan(m).constrain_devices:
         return ""
-    if not slurm.cgroups_usable(m):
+    if not cgroups_usable(m):
         return "this cluster's Slurm cannot fence devices (a slurmd node's Slurm has no cgroup v2; validate warns)"
     return "slurm.constrain_devices is off in the manifest"
 

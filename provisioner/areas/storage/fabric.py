@@ -8,7 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from provisioner.areas.storage.base import StorageError
-from provisioner.manifest.model import Manifest, NetworkName, Node, RoceNetwork
+from provisioner.manifest.fields import NetworkName
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.networks import RoceNetwork
+from provisioner.manifest.nodes import Node
 
 
 def rdma_fabric(m: Manifest) -> bool:

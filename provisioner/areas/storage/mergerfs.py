@@ -7,8 +7,10 @@ import re
 from provisioner.areas.storage.base import StorageError, merge_options
 from provisioner.areas.storage.nfs import mounts_for
 from provisioner.areas.storage.units import mount_unit, under
-from provisioner.manifest.model import Manifest, MergerfsUnion, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 from provisioner.manifest.select import selects
+from provisioner.manifest.storage import MergerfsUnion
 
 # cache.files=off (direct I/O) breaks a read-only shared mmap through the union (ENODEV with
 # mergerfs 2.33.5 on Debian 12), which numpy memmap, Arrow / HF datasets and LMDB use; with

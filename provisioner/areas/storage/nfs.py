@@ -11,9 +11,12 @@ from typing import Any
 from provisioner.areas.storage.base import NFS_RDMA_PORT, StorageError, merge_options
 from provisioner.areas.storage.fabric import node_rdma_networks, rdma_fabric
 from provisioner.areas.storage.zfs import property_text
-from provisioner.manifest.model import NETWORK_NAMES, Manifest, NetworkName, NfsExport, NfsMount, Node
+from provisioner.manifest.fields import NETWORK_NAMES, NetworkName
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 from provisioner.manifest.ranges import contract
 from provisioner.manifest.select import select_nodes, selects
+from provisioner.manifest.storage import NfsExport, NfsMount
 
 
 def node_network_ip(node: Node, net: NetworkName) -> str | None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from provisioner.areas.storage import fabric, mergerfs, nfs, scratch, units, zfs
-from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 from provisioner.manifest.select import select_nodes
 
 

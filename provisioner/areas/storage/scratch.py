@@ -28,7 +28,8 @@ from provisioner.areas.storage.base import BY_ID_DIR, StorageError, merge_option
 from provisioner.areas.storage.disks import DiskProbe, Findings, SafetyVerdict, disk_findings, disk_safety
 from provisioner.areas.storage.mergerfs import unions_for
 from provisioner.areas.storage.nfs import dataset_mountpoint, mounts_for
-from provisioner.manifest.model import Manifest, Node, Scratch
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node, Scratch
 from provisioner.manifest.ranges import expand_all
 
 PARTLABEL = "provision-scratch"  # GPT partition name of every scratch partition we make

@@ -10,8 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from provisioner.areas.storage import fabric, mergerfs, nfs, snapshots, zfs
-from provisioner.manifest.model import Manifest, NetworkName, Node
-from provisioner.verify.check import (
+from provisioner.manifest.fields import NetworkName
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
+from provisioner.nodecheck.check import (
     Check,
     CheckList,
     Judge,
@@ -22,7 +24,7 @@ from provisioner.verify.check import (
     judged,
     stderr_hint,
 )
-from provisioner.verify.parsers import ParseError
+from provisioner.nodecheck.parsers import ParseError
 
 # the generated NFS options the kernel shows in the mount table (findmnt)
 SHOWN_NFS_OPTIONS = frozenset({"vers", "proto", "port", "nconnect", "rsize", "wsize", "hard", "soft"})

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner.areas.storage.base import BY_ID_DIR, StorageError
-from provisioner.manifest.model import SnapshotPolicy, ZfsPool
 from provisioner.manifest.ranges import expand_all
+from provisioner.manifest.storage import SnapshotPolicy, ZfsPool
 
 
 @dataclass(frozen=True)

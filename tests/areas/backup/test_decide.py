@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from provisioner.areas.backup import decide
-from provisioner.manifest.model import Backup
+from provisioner.manifest.backup import Backup
 from provisioner.state import StateDir
 
 UTC = dt.UTC

@@ -6,7 +6,7 @@ import datetime as dt
 from typing import Any
 
 from provisioner.areas.backup import verify
-from provisioner.verify.check import Output
+from provisioner.nodecheck.check import Output
 
 NOW = dt.datetime(2026, 11, 27, 12, 0, tzinfo=dt.UTC)
 

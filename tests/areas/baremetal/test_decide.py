@@ -12,7 +12,8 @@ import yaml
 from provisioner.areas.baremetal import decide as ic
 from provisioner.areas.baremetal import media as im
 from provisioner.areas.baremetal import seeds
-from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 from provisioner.validate import load_manifest
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -29,7 +29,8 @@ import pytest
 from provisioner.areas.baremetal import decide as ic
 from provisioner.areas.baremetal import seeds
 from provisioner.errors import ManifestError
-from provisioner.manifest.model import Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Node
 from provisioner.validate import load_manifest, load_text
 
 ROOT = Path(__file__).resolve().parents[3]

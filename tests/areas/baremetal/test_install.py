@@ -37,7 +37,8 @@ from emulators.ssh import FakeSshServer, new_host_key, public_line  # noqa: E402
 
 from provisioner.areas.baremetal import install as bm  # noqa: E402
 from provisioner.bmc import BootConfirmation, BootOverride, make_bmc  # noqa: E402
-from provisioner.manifest.model import Manifest, Node  # noqa: E402
+from provisioner.manifest.model import Manifest  # noqa: E402
+from provisioner.manifest.nodes import Node  # noqa: E402
 
 ROOT = TESTS.parent
 STATE_SERVER = ROOT / "roles/pxe_server/files/pxe_state_server.py"

@@ -15,7 +15,8 @@ from provisioner.areas.baremetal import preflight
 from provisioner.areas.baremetal.preflight import Check, Inputs
 from provisioner.image import proof
 from provisioner.image.build import sidecar, sidecar_line, write_initramfs
-from provisioner.manifest.model import Bmc, Manifest, Node
+from provisioner.manifest.model import Manifest
+from provisioner.manifest.nodes import Bmc, Node
 
 SERVER_NICS = {"ixgbe", "i40e", "ice", "igb", "mlx5_core", "bnxt_en", "tg3"}
 KERNEL = "lib/modules/6.1.0-56-amd64/kernel/drivers/net/ethernet"

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from provisioner.areas.common import verify
+from provisioner.nodecheck.check import Check, Outcome, Output
+from provisioner.nodecheck.parsers import ParseError
 from provisioner.verify import catalog
-from provisioner.verify.check import Check, Outcome, Output
-from provisioner.verify.parsers import ParseError
 
 
 def by_name(checks: list[Check], node: str, name: str) -> Check:

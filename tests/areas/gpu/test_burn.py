@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from provisioner.areas.gpu import burn
+from provisioner.nodecheck.check import Check, Output
+from provisioner.nodecheck.parsers import ParseError
 from provisioner.verify import catalog
-from provisioner.verify.check import Check, Output
-from provisioner.verify.parsers import ParseError
 
 RECORDED = Path(__file__).parent / "recorded"
 BURN_OK = ("gpu 0 seconds=60.0 iterations=1530 errors=0 cpu_mismatch=0 gflops=41234 max_temp_c=71 "

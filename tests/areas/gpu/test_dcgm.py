@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from provisioner.areas.gpu import dcgm
+from provisioner.nodecheck.check import Check, Outcome, Output
+from provisioner.nodecheck.parsers import ParseError
 from provisioner.verify import catalog
-from provisioner.verify.check import Check, Outcome, Output
-from provisioner.verify.parsers import ParseError
 
 RECORDED = Path(__file__).parent / "recorded"
 

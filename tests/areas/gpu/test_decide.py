@@ -21,7 +21,7 @@ from ansible.plugins.filter.urlsplit import split_url
 
 from provisioner.areas.gpu import decide as gpu
 from provisioner.areas.gpu.decide import GpuStackError
-from provisioner.manifest.model import NvidiaDriver
+from provisioner.manifest.software import NvidiaDriver
 
 ROOT = Path(__file__).resolve().parents[3]
 ROLES = ROOT / "roles"

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from provisioner.areas.gpu import verify
+from provisioner.nodecheck.check import Check, Output
+from provisioner.nodecheck.parsers import ParseError
 from provisioner.verify import catalog
-from provisioner.verify.check import Check, Output
-from provisioner.verify.parsers import ParseError
 
 
 def names(checks: list[Check], node: str) -> list[str]:

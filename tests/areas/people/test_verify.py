@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from provisioner.areas.people import verify
-from provisioner.verify.parsers import ParseError
+from provisioner.nodecheck.parsers import ParseError
 
 # what getent printed on the molecule slurm scenario's nodes (Debian 12)
 GETENT = """alice:x:2001:3000:Alice Example:/home/alice:/bin/bash

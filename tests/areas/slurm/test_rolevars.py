@@ -14,8 +14,8 @@ import jinja2
 import pytest
 import yaml
 
-from provisioner.areas.slurm import decide as slurm
 from provisioner.areas.slurm import rolevars
+from provisioner.areas.slurm.releases import problems
 from provisioner.manifest import Manifest
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -300,7 +300,7 @@ def test_molecule_manifests_match_examples_rules(kit: Any) -> None:
     base = kit.load((ROOT / "molecule/slurm/manifests/base.yml").read_text()).manifest
     added = kit.load((ROOT / "molecule/slurm/manifests/added.yml").read_text()).manifest
     assert [n.name for n in added.nodes] == [*base.node_names(), "slurm-gpu03"]
-    assert slurm.problems(base) == [] and slurm.problems(added) == []
+    assert problems(base) == [] and problems(added) == []
     assert rolevars.cluster_vars(added)["slurm_nodes"][0]["name"] == "slurm-gpu[01-03]"
 
 

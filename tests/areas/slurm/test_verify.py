@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from provisioner.areas.slurm import verify
+from provisioner.nodecheck.check import Check, Outcome, Output, skip_reason
+from provisioner.nodecheck.parsers import NodeContext, ParseError
 from provisioner.verify import catalog
-from provisioner.verify.check import Check, Outcome, Output, skip_reason
-from provisioner.verify.parsers import NodeContext, ParseError
 
 
 def names(checks: list[Check], node: str) -> list[str]:

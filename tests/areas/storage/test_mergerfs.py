@@ -9,7 +9,7 @@ import pytest
 
 from provisioner.areas.storage import base, mergerfs
 from provisioner.manifest import Manifest
-from provisioner.manifest.model import MergerfsUnion
+from provisioner.manifest.storage import MergerfsUnion
 
 ROOT = Path(__file__).resolve().parents[3]
 HGST = "ata-HGST_HUS726T6TALE6L4_V8G0000"

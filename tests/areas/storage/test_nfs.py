@@ -13,7 +13,7 @@ from provisioner.areas.storage.rolevars import nfs_client_node_vars as nfs_clien
 from provisioner.areas.storage.rolevars import nfs_server_node_vars as nfs_server_vars
 from provisioner.errors import ManifestError
 from provisioner.manifest import Manifest
-from provisioner.manifest.model import NfsExport, NfsMount
+from provisioner.manifest.storage import NfsExport, NfsMount
 
 ROOT = Path(__file__).resolve().parents[3]
 HGST = "ata-HGST_HUS726T6TALE6L4_V8G0000"

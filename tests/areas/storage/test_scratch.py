@@ -17,7 +17,7 @@ from provisioner.areas.storage import scratch as S
 from provisioner.areas.storage.base import StorageError
 from provisioner.areas.storage.disks import DiskProbe
 from provisioner.inventory import build, groups
-from provisioner.manifest.model import Node, Scratch
+from provisioner.manifest.nodes import Node, Scratch
 from provisioner.plan import compute, fingerprint, load_plays, node_sections
 from provisioner.state import NodeState, State
 from provisioner.validate import load_manifest

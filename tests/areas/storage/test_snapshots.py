@@ -17,7 +17,7 @@ import pytest
 
 from provisioner.areas.storage import snapshots
 from provisioner.areas.storage.zfs import snapshot_policies
-from provisioner.manifest.model import SnapshotPolicy
+from provisioner.manifest.storage import SnapshotPolicy
 
 DS = "tank/home"
 

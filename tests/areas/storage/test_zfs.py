@@ -15,7 +15,7 @@ import pytest
 
 from provisioner.areas.storage import base, snapshots, zfs
 from provisioner.manifest import Manifest
-from provisioner.manifest.model import ZfsPool
+from provisioner.manifest.storage import ZfsPool
 
 ROOT = Path(__file__).resolve().parents[3]
 HGST = "ata-HGST_HUS726T6TALE6L4_V8G0000"

@@ -1,8 +1,8 @@
 """What a verify check is: a command for one node and a judge of its output.
 
-The generic part of `provision verify`, below the areas: each area lists its own checks
-(``provisioner/areas/<area>/verify.py``) with these types and helpers, and
-:mod:`provisioner.verify.catalog` gathers them through the area registry. Pure.
+The generic part of `provision verify`, below the areas and below :mod:`provisioner.verify`:
+each area lists its own checks (``provisioner/areas/<area>/verify.py``) with these types and
+helpers, and :mod:`provisioner.verify.catalog` gathers them through the area registry. Pure.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from provisioner.manifest.model import Node
-from provisioner.verify.parsers import NodeContext, ParseError
+from provisioner.manifest.nodes import Node
+from provisioner.nodecheck.parsers import NodeContext, ParseError
 
 Status = Literal["PASS", "FAIL", "SKIP"]
 Needs = Literal["", "kernel", "gpu"]

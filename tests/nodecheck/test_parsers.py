@@ -1,11 +1,11 @@
-"""provisioner.verify.parsers (those several areas share) on recorded output, failures included."""
+"""provisioner.nodecheck.parsers (those several areas share) on recorded output, failures included."""
 
 from __future__ import annotations
 
 import pytest
 
-from provisioner.verify import parsers
-from provisioner.verify.parsers import ParseError
+from provisioner.nodecheck import parsers
+from provisioner.nodecheck.parsers import ParseError
 
 ALL_REDUCE = """\
 # nThread 1 nGpus 2 minBytes 8 maxBytes 268435456 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1

@@ -1,0 +1,115 @@
+"""The ``slurm:`` section: partitions, accounts and QOS, containers in jobs."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, Field, field_validator
+
+from provisioner.manifest.fields import AbsPath, Strict
+
+SLURM_TIME_RE = re.compile(r"^(INFINITE|UNLIMITED|\d+|\d+:\d{2}(:\d{2})?|\d+-\d+(:\d{2}(:\d{2})?)?)$")
+
+
+class Partition(Strict):
+    name: str
+    nodes: list[str] = Field(min_length=1)
+    default: bool = False
+    max_time: str = "INFINITE"
+    default_time: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not re.match(r"^[A-Za-z0-9_-]{1,40}$", v):
+            raise ValueError(f"{v!r} is not a valid partition name")
+        return v
+
+    @field_validator("max_time", "default_time")
+    @classmethod
+    def _time(cls, v: str | None) -> str | None:
+        if v is not None and not SLURM_TIME_RE.match(str(v)):
+            raise ValueError(f"{v!r} is not a Slurm time (minutes, HH:MM:SS, D-HH:MM:SS or INFINITE)")
+        return v
+
+
+SLURM_ENTITY_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")  # sacctmgr folds names to lower case
+
+
+def _slurm_entity(v: str) -> str:
+    if not SLURM_ENTITY_RE.match(v):
+        raise ValueError(f"{v!r} is not a Slurm account or QOS name (lower-case letters, digits, '_', '-')")
+    return v
+
+
+SlurmEntity = Annotated[str, AfterValidator(_slurm_entity)]
+
+
+def _slurm_time(v: str | None) -> str | None:
+    if v is not None and not SLURM_TIME_RE.match(str(v)):
+        raise ValueError(f"{v!r} is not a Slurm time (minutes, HH:MM:SS, D-HH:MM:SS or INFINITE)")
+    return v
+
+
+class SlurmQos(Strict):
+    name: SlurmEntity
+    priority: int = Field(default=0, ge=0, le=1_000_000)
+    max_gpus_per_user: int | None = Field(default=None, ge=0, description="MaxTRESPerUser gres/gpu")
+    max_cpus_per_user: int | None = Field(default=None, ge=0, description="MaxTRESPerUser cpu")
+    max_jobs_per_user: int | None = Field(default=None, ge=0, description="MaxJobsPerUser (running)")
+    max_wall: Annotated[str | None, AfterValidator(_slurm_time)] = Field(default=None, description="MaxWall")
+    preempt: list[SlurmEntity] = Field(default_factory=list, description="QOS this one may preempt")
+
+
+class SlurmAccount(Strict):
+    name: SlurmEntity
+    parent: SlurmEntity = Field(default="root", description="another account of slurm.accounts, or root")
+    fairshare: int = Field(default=1, ge=1, le=1_000_000, description="shares among its siblings")
+    description: str = Field(default="", pattern=r"^[^'\"\n]*$")
+    qos: list[SlurmEntity] = Field(default_factory=list, description="QOS its users may ask for; empty: normal")
+    default_qos: SlurmEntity | None = None
+
+
+URL_BASE_RE = re.compile(r"^(https?|file)://[^\s]+$")
+
+
+class SlurmContainers(Strict):
+    """Containers in Slurm jobs: enroot + pyxis on the compute and login nodes
+    (provisioner/areas/slurm/containers.py; docs/containers.md)."""
+
+    enabled: bool = False
+    source_mirror: str | None = Field(
+        default=None, description="http(s):// or file:// folder holding the pinned enroot and pyxis source "
+        "tarballs under their upstream file names; unset: download them from GitHub")
+
+    @field_validator("source_mirror")
+    @classmethod
+    def _mirror(cls, v: str | None) -> str | None:
+        if v is not None and not URL_BASE_RE.match(v):
+            raise ValueError(f"{v!r} is not an http(s):// or file:// URL")
+        return v
+
+
+class Slurm(Strict):
+    enabled: bool = True
+    cluster_name: str | None = None
+    accounting: bool = False
+    accounts: list[SlurmAccount] = Field(
+        default_factory=list, description="the account tree in slurmdbd (needs accounting); empty: not managed")
+    qos: list[SlurmQos] = Field(default_factory=list, description="QOS in slurmdbd besides normal")
+    partitions: list[Partition] = Field(default_factory=list)
+    constrain_cores: bool = True
+    constrain_memory: bool = True
+    constrain_devices: bool = True
+    job_tmp: AbsPath | None = Field(
+        default=None,
+        description="each job's private /tmp and /dev/shm (job_container/tmpfs BasePath) under this path on "
+                    "every slurmd node, and TmpFS (the file system whose size slurmd reports as TmpDisk); a "
+                    "folder on the compute nodes' scratch, e.g. /scratch/slurm; unset: jobs share /tmp")
+    containers: SlurmContainers = Field(default_factory=SlurmContainers)
+    ssh_only_with_job: bool | None = Field(
+        default=None,
+        description="SSH to a compute node only for users with a running job there, into that job's cgroup "
+                    "(pam_slurm_adopt); admins, root and cluster.ssh.user always get in; unset: on when users: "
+                    "lists anyone")
