@@ -37,6 +37,9 @@ STAGING = "/var/lib/provision-backup"
 STATE_SAVE_LOCATION = "/var/lib/slurm/slurmctld"
 ACCOUNTING_DB = "slurm_acct_db"
 MUNGE_DIR = "/etc/munge"
+# slurmctld writes a change to its state up to 5 s later (state_save.c's SAVE_MAX_WAIT): the
+# copy waits that long and a second more, so a job queued just before the backup is in it
+SLURMCTLD_SETTLE_S = 6
 PROMETHEUS_URL = "http://127.0.0.1:9090"
 PROMETHEUS_DATA = "/var/lib/prometheus/metrics2"  # the Debian package's TSDB path
 
@@ -116,7 +119,7 @@ def parts(m: Manifest) -> list[dict[str, Any]]:
                       "file": "slurmdbd.sql.gz", "encrypt": False})
     if m.slurm.enabled:
         found.append({"name": "slurmctld", "kind": "files", "path": STATE_SAVE_LOCATION, "stable": True,
-                      "file": "slurmctld-state.tar.gz", "encrypt": False})
+                      "settle": SLURMCTLD_SETTLE_S, "file": "slurmctld-state.tar.gz", "encrypt": False})
     if prometheus_on(m):
         found.append({"name": "prometheus", "kind": "prometheus", "url": PROMETHEUS_URL, "data": PROMETHEUS_DATA,
                       "file": "prometheus.tar.gz", "encrypt": False})

@@ -167,11 +167,15 @@ def tar_folder(root: Path, out: Path, skip: frozenset[str] = frozenset()) -> Non
         tar.add(root, arcname=".", filter=lambda info: None if info.name[2:].split("/")[0] in skip else info)
 
 
-def tar_stable(root: Path, out: Path, tries: int = STABLE_TRIES, pause: float = 1.0) -> int:
+def tar_stable(root: Path, out: Path, tries: int = STABLE_TRIES, pause: float = 1.0, settle: float = 0.0) -> int:
     """Copy ``root`` into ``out`` so that no file changed while it was read: look, copy, look
-    again; retry while they differ, at most ``tries`` times. Returns the copies it took."""
+    again; retry while they differ, at most ``tries`` times. Returns the copies it took.
+    ``settle``: seconds to wait first, for a daemon that writes its state late (slurmctld
+    defers a save up to 5 s) to have written what changed before the backup began."""
     if not root.is_dir():
         raise BackupError(f"{root}: no such folder")
+    if settle > 0:
+        time.sleep(settle)
     for attempt in range(1, tries + 1):
         before = stamps(root)
         tar_folder(root, out)
@@ -297,7 +301,7 @@ def make_part(part: Mapping[str, Any], work: Path, timeout: float) -> Path:
         raw.unlink()
     elif kind == "files":
         if part.get("stable"):
-            tar_stable(Path(part["path"]), out)
+            tar_stable(Path(part["path"]), out, settle=float(part.get("settle", 0)))
         else:
             tar_folder(Path(part["path"]), out)
     elif kind == "prometheus":

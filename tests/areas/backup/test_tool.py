@@ -117,6 +117,24 @@ def test_a_folder_that_settles_is_taken_on_a_later_try(tmp_path: Path, monkeypat
     assert tool.tar_stable(state, tmp_path / "s.tar.gz", pause=0) == 2
 
 
+def test_the_copy_waits_for_a_deferred_save_before_its_first_look(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "job_state").write_text("1")
+    events: list[str] = []
+    real = tool.tar_folder
+    monkeypatch.setattr(tool.time, "sleep", lambda s: events.append(f"sleep {s}"))
+
+    def tar(root: Path, out: Path) -> None:
+        events.append("tar")
+        real(root, out)
+
+    monkeypatch.setattr(tool, "tar_folder", tar)
+    assert tool.tar_stable(state, tmp_path / "s.tar.gz", pause=0, settle=6) == 1
+    assert events == ["sleep 6", "tar"]
+
+
 def _head(tmp_path: Path) -> tuple[dict[str, Any], Path]:
     """A head's folders in tmp_path: munge's key and slurmctld's state; a passphrase file."""
     root = tmp_path / "head"
