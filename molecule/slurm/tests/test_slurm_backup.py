@@ -35,6 +35,12 @@ def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60, step: flo
     pytest.fail(f"timed out waiting for {what}; last: {last!r}")
 
 
+def _registered(host: Any) -> bool:
+    shown = host.run("sinfo -h -N -o %t")
+    states = shown.stdout.split()
+    return shown.rc == 0 and bool(states) and not any("*" in s or s.startswith("unk") for s in states)
+
+
 def test_backup_wipe_restore_brings_history_associations_and_queue_back(host: Any) -> None:
     done = host.check_output("sbatch --parsable -o /dev/null --wrap true").strip()
     wait_for("the finished job in sacct", lambda: "COMPLETED" in host.run(f"sacct -n -X -P -j {done} -o State").stdout)
@@ -73,8 +79,8 @@ def test_backup_wipe_restore_brings_history_associations_and_queue_back(host: An
     assert host.check_output(f"sacctmgr -n -P show account {ACCOUNT} format=Account").strip() == ACCOUNT
     assert host.check_output(f"squeue -h -j {held} -o %T").strip() == "PENDING"
     assert host.check_output(f"squeue -h -j {long_job} -o %T").strip() == "RUNNING"
-    wait_for("every node to answer slurmctld again",
-             lambda: "*" not in host.run("sinfo -h -N -o %t").stdout and host.run("sinfo -h").rc == 0, timeout=90)
+    # registered again: not unknown (the restarted controller has not heard from it) nor not responding (*)
+    wait_for("every node to register with slurmctld again", lambda: _registered(host), timeout=120)
 
     host.check_output(f"scancel {held}")
     host.check_output(f"sacctmgr -i delete account {ACCOUNT}")
