@@ -50,6 +50,8 @@ COMMANDS: dict[str, str] = {
     "resume": "provisioner.commands.drain",
     "image": "provisioner.commands.image",
     "report": "provisioner.commands.report",
+    "backup": "provisioner.commands.backup",
+    "restore": "provisioner.commands.backup",
 }
 VERSION_MODULE = "provisioner.commands.version"
 INTERRUPTED = "interrupted (Ctrl-C)"  # what provisioner.interrupts.Interrupted says for SIGINT
@@ -198,6 +200,19 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("--json", action="store_true", help="print one result per node as JSON")
     rs.add_argument("--force", action="store_true",
                     help="also resume nodes the acceptance gate holds (reason 'provision gate: ...')")
+    bk = add("backup", "back up the head node now: slurmdbd's database, slurmctld's state, the munge key and "
+                       ".provision/ (encrypted), Prometheus' snapshot; to the manifest's destination")
+    bk.add_argument("--to", metavar="DEST", help="instead: an absolute path on the head, or [user@]host[:port]:/path")
+    bk.add_argument("--state-dir", type=Path, help="state directory (default: .provision/ beside the manifest)")
+    bk.add_argument("--json", action="store_true", help="print the backup's name and destination as JSON")
+    rt = add("restore", "restore a backup onto the head node (a freshly deployed one): shows what it overwrites; "
+                        "overwrites only with --yes")
+    rt.add_argument("--from", dest="from_", required=True, metavar="BACKUP",
+                    help="the backup's name (provision-backup-<cluster>-<time>) at the manifest's destination")
+    rt.add_argument("--to", metavar="DEST", help="read it from this destination instead (as backup --to)")
+    rt.add_argument("--yes", action="store_true", help="stop the daemons, overwrite what the plan lists, start them")
+    rt.add_argument("--state-dir", type=Path, help="state directory (default: .provision/ beside the manifest)")
+    rt.add_argument("--json", action="store_true", help="print the plan and the result as JSON")
     image = sub.add_parser("image", help="node OS images for image deploys",
                            description="node OS images for image deploys")
     image_sub = image.add_subparsers(dest="image_action", required=True, metavar="ACTION")

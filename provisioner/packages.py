@@ -67,6 +67,7 @@ ROLE_FIELDS: dict[str, str] = {
     "nfs_client": "nfs.mounts",
     "mergerfs": "mergerfs",
     "scratch": "nodes[].hardware.disks (use: scratch)",
+    "backup": "backup (the head node)",
 }
 
 # ansible_facts.distribution / major version of each OS (the name of its vars file)

@@ -2,25 +2,31 @@
 
 Usage: inventory_from_manifest.py MANIFEST STATE_DIR OUT_FILE
 
-Loads the test manifest, creates the munge key in STATE_DIR (as apply does) and writes a
-YAML inventory with the Slurm groups and exactly what provisioner.areas.slurm.rolevars and
-provisioner.areas.people.rolevars emit: cluster_vars under all.vars (plus
+Loads the test manifest, creates the munge key and the backup passphrase in STATE_DIR (as
+apply's prepare steps do) and writes a YAML inventory with the Slurm and backup groups and
+exactly what provisioner.areas.slurm.rolevars, provisioner.areas.people.rolevars and
+provisioner.areas.backup.rolevars emit: cluster_vars under all.vars (plus
 provision_state_dir), node_vars per host. Prints
 "changed" when OUT_FILE was (re)written, "unchanged" otherwise.
 """
 
 from __future__ import annotations
 
+import os
+import secrets
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from provisioner.areas.backup import decide as backup_decide
+from provisioner.areas.backup import rolevars as backup_vars
 from provisioner.areas.people import rolevars as people_vars
 from provisioner.areas.slurm import rolevars as slurm_vars
 from provisioner.areas.slurm.decide import controller, slurm_nodes
 from provisioner.areas.slurm.munge import ensure_munge_key
+from provisioner.state import StateDir
 from provisioner.validate import load_manifest
 
 
@@ -31,12 +37,13 @@ def inventory(manifest_file: str, state_dir: Path) -> dict[str, Any]:
     return {
         "all": {
             "vars": {"provision_state_dir": str(state_dir), **slurm_vars.cluster_vars(m),
-                     **people_vars.cluster_vars(m)},
+                     **people_vars.cluster_vars(m), **backup_vars.cluster_vars(m)},
             "children": {
                 "slurm_controller": {"hosts": {controller(m).name: None}},
                 "slurm_compute": {"hosts": {n.name: None for n in slurm_nodes(m)}},
                 "slurm_node": {"hosts": slurm_node},
                 "slurm_containers": {"hosts": dict.fromkeys(sorted(slurm_vars.groups(m)["slurm_containers"]))},
+                "backup_head": {"hosts": dict.fromkeys(sorted(backup_vars.groups(m)["backup_head"]))},
             },
         }
     }
@@ -45,6 +52,10 @@ def inventory(manifest_file: str, state_dir: Path) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     manifest_file, state_dir, out_file = argv[1], Path(argv[2]), Path(argv[3])
     ensure_munge_key(state_dir / slurm_vars.MUNGE_KEY_RELATIVE)
+    kept = state_dir / "secrets" / backup_decide.KEY_NAME  # the same passphrase on every run (idempotence)
+    os.environ.setdefault("SLURMTEST_BACKUP_KEY",  # the manifest's backup.key_env
+                          kept.read_text().strip() if kept.is_file() else secrets.token_urlsafe(24))
+    backup_decide.prepare_key(load_manifest(manifest_file), StateDir(state_dir))
     text = "# Written by molecule/slurm/inventory_from_manifest.py\n" + yaml.safe_dump(
         inventory(manifest_file, state_dir), sort_keys=False
     )

@@ -1,5 +1,5 @@
 """The areas of the cluster, one package each: ``common``, ``storage``, ``people``, ``gpu``, ``slurm``,
-``baremetal``, ``monitoring``. An area owns its decisions (``decide.py``: pure functions of
+``baremetal``, ``monitoring``, ``backup``. An area owns its decisions (``decide.py``: pure functions of
 the manifest; storage's are split by concern), its role variables and inventory groups
 (``rolevars.py``), its whole-manifest checks (``checks.py``) and its checks of a running
 node (``verify.py``).

@@ -24,6 +24,7 @@ An entry names, each optional but the role variables:
 * ``install``: the area installs nodes' operating systems before they are configured
   (:class:`Install`; bare metal);
 * ``usage``: the pure side of ``provision report usage`` (:class:`UsageReport`; monitoring);
+* ``backup``: ``provision backup`` and ``restore`` of the head node (:class:`HeadBackup`; backup);
 * ``live``: what ``provision plan`` reads from a running service to show the drift apply's
   reconcile would remove there (:class:`LiveDrift`; slurm: slurmdbd's accounts).
 """
@@ -36,6 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from provisioner.areas.backup import checks as backup_checks
+from provisioner.areas.backup import decide as backup_decide
+from provisioner.areas.backup import rolevars as backup
+from provisioner.areas.backup import verify as backup_verify
 from provisioner.areas.baremetal import checks as baremetal_checks
 from provisioner.areas.baremetal import decide as baremetal_decide
 from provisioner.areas.baremetal import deploy as baremetal_deploy
@@ -195,6 +200,34 @@ SLURMDBD_DRIFT = LiveDrift(
 
 
 @dataclass(frozen=True)
+class HeadBackup:
+    """``provision backup`` and ``provision restore``: the shell lines run on ``node`` (the
+    area's tool, installed by its role), the admin host's part packed and encrypted locally,
+    and the destinations in words."""
+
+    wanted: Callable[[Manifest], bool]
+    node: Callable[[Manifest], Node]
+    parse_to: Callable[[str], dict[str, Any]]  # --to: a path on the head or [user@]host[:port]:/path
+    destination: Callable[[Manifest], dict[str, Any]]
+    describe: Callable[[Mapping[str, Any]], str]
+    make_command: Callable[[Mapping[str, Any] | None, bool], str]  # (--to, with the admin part)
+    upload_command: Callable[[], str]  # reads the admin part from stdin on the node
+    restore_command: Callable[[str, bool, Mapping[str, Any] | None], str]  # (name, --yes, --to)
+    pack_admin: Callable[[Manifest, Path, Path], None]  # (m, state dir, out): the encrypted admin part
+    timeout: Callable[[Manifest], int]
+    plan_lines: Callable[[Manifest], list[str]]
+
+
+HEAD_BACKUP = HeadBackup(
+    wanted=backup_decide.enabled, node=backup_decide.head, parse_to=backup_decide.parse_to,
+    destination=backup_decide.destination, describe=backup_decide.describe,
+    make_command=backup_decide.make_command, upload_command=backup_decide.upload_command,
+    restore_command=backup_decide.restore_command, pack_admin=backup_decide.pack_admin,
+    timeout=lambda m: backup_decide.section(m).timeout_s, plan_lines=backup_decide.plan_lines,
+)
+
+
+@dataclass(frozen=True)
 class Area:
     name: str
     cluster_vars: Callable[[Manifest], dict[str, Any]]
@@ -215,6 +248,7 @@ class Area:
     destructive: Callable[[Manifest, Node], str] | None = None
     usage: UsageReport | None = None
     live: LiveDrift | None = None
+    backup: HeadBackup | None = None
 
 
 if TYPE_CHECKING:  # what BAREMETAL_INSTALL loads by name, type-checked here (no import at run time)
@@ -252,6 +286,9 @@ AREAS: tuple[Area, ...] = (
          checks=monitoring_checks.CHECKS, prepare=monitoring_decide.prepare_secrets,
          secret_envs=monitoring_decide.secret_env_names, secret_values=monitoring_decide.secret_values,
          image_packages=monitoring_decide.image_packages, usage=USAGE_REPORT),
+    Area("backup", backup.cluster_vars, backup.node_vars, backup.LIGHT_KEYS, groups=backup.groups,
+         checks=backup_checks.CHECKS, verify=backup_verify.checks, prepare=backup_decide.prepare_key,
+         secret_envs=backup_decide.secret_envs, secret_values=backup_decide.secret_values, backup=HEAD_BACKUP),
 )
 
 # validate reports the areas' findings in this order: the GPU stack first (as before the areas
@@ -343,6 +380,14 @@ def usage_report() -> UsageReport:
     found = [area.usage for area in AREAS if area.usage is not None]
     if len(found) != 1:
         raise ValueError("exactly one area reports GPU usage")
+    return found[0]
+
+
+def head_backup() -> HeadBackup:
+    """The area that backs up and restores the head node (``provision backup``, ``restore``)."""
+    found = [area.backup for area in AREAS if area.backup is not None]
+    if len(found) != 1:
+        raise ValueError("exactly one area backs up the head node")
     return found[0]
 
 

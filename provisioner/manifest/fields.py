@@ -100,3 +100,23 @@ def _email_address(value: str) -> str:
 
 
 EmailAddress = Annotated[str, AfterValidator(_email_address)]
+
+
+def secret_ref(owner: str, field: str, env: str | None, file: str | None) -> None:
+    """At most one of ``<field>_env`` / ``<field>_file``; a name and an absolute path."""
+    if env is not None and file is not None:
+        raise ValueError(f"{owner}: give only one of {field}_env or {field}_file")
+    if env is not None and not ENV_RE.match(env):
+        raise ValueError(f"{field}_env {env!r} is not an environment variable name")
+    if file is not None and not file.startswith("/"):
+        raise ValueError(f"{field}_file {file!r} must be an absolute path")
+
+
+def no_inline(data: Any, keys: tuple[str, ...], what: str) -> Any:
+    """Refuse a secret written inline: the manifest names where it is, never what it is."""
+    if isinstance(data, dict):
+        for key in keys:
+            if key in data:
+                raise ValueError(f"inline {what} ({key}) is not allowed; use {key}_env (an environment "
+                                 f"variable name) or {key}_file")
+    return data

@@ -1,6 +1,6 @@
 """The manifest schema (version 1): the single source of truth for a cluster. This module is
 the whole document (:class:`Manifest`) and its node index; each section is a module of its
-own (cluster, people, networks, nodes, storage, software, slurm, monitoring, verify) built
+own (cluster, people, networks, nodes, storage, software, slurm, monitoring, verify, backup) built
 on the shared field types of :mod:`provisioner.manifest.fields`.
 
 Field-level rules live in the sections (types, ranges, formats). Rules that need the whole
@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr
 
+from provisioner.manifest.backup import Backup
 from provisioner.manifest.cluster import Cluster
 from provisioner.manifest.fields import Strict
 from provisioner.manifest.monitoring import Cost, Monitoring
@@ -72,6 +73,7 @@ class Manifest(Strict):
     monitoring: Monitoring | None = Field(default=None, description="absent: no monitoring")
     cost: Cost | None = Field(default=None, description="prices per GPU model for `provision report usage`")
     verify: Verify = Field(default_factory=Verify)
+    backup: Backup | None = Field(default=None, description="absent: no backups")
     groups: list[Group] = Field(default_factory=list, description="the people's groups, the same gid everywhere")
     users: list[User] = Field(default_factory=list, description="the people who use the cluster (not admins)")
     homes: Homes = Field(default_factory=Homes)

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 
-from provisioner.manifest.fields import ENV_RE, EmailAddress, Strict
+from provisioner.manifest.fields import EmailAddress, Strict, no_inline, secret_ref
 
 PROM_DURATION_RE = re.compile(r"^(\d+y)?(\d+w)?(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?$")
 PROM_SIZE_RE = re.compile(r"^\d+(B|KB|MB|GB|TB|PB|EB)$")
@@ -23,25 +23,6 @@ def _prom_duration(value: str) -> str:
 PromDuration = Annotated[str, AfterValidator(_prom_duration)]
 
 
-def _secret_ref(owner: str, field: str, env: str | None, file: str | None) -> None:
-    """At most one of ``<field>_env`` / ``<field>_file``; a name and an absolute path."""
-    if env is not None and file is not None:
-        raise ValueError(f"{owner}: give only one of {field}_env or {field}_file")
-    if env is not None and not ENV_RE.match(env):
-        raise ValueError(f"{field}_env {env!r} is not an environment variable name")
-    if file is not None and not file.startswith("/"):
-        raise ValueError(f"{field}_file {file!r} must be an absolute path")
-
-
-def _no_inline(data: Any, keys: tuple[str, ...], what: str) -> Any:
-    if isinstance(data, dict):
-        for key in keys:
-            if key in data:
-                raise ValueError(f"inline {what} ({key}) is not allowed; use {key}_env (an environment "
-                                 f"variable name) or {key}_file")
-    return data
-
-
 class EmailReceiver(Strict):
     to: list[EmailAddress] = Field(min_length=1)
     sender: EmailAddress = Field(description="From: address")
@@ -54,7 +35,7 @@ class EmailReceiver(Strict):
     @model_validator(mode="before")
     @classmethod
     def _inline(cls, data: Any) -> Any:
-        return _no_inline(data, ("auth_password",), "SMTP passwords")
+        return no_inline(data, ("auth_password",), "SMTP passwords")
 
     @field_validator("smarthost")
     @classmethod
@@ -66,7 +47,7 @@ class EmailReceiver(Strict):
 
     @model_validator(mode="after")
     def _secret(self) -> EmailReceiver:
-        _secret_ref("email", "auth_password", self.auth_password_env, self.auth_password_file)
+        secret_ref("email", "auth_password", self.auth_password_env, self.auth_password_file)
         has_password = self.auth_password_env is not None or self.auth_password_file is not None
         if has_password and not self.auth_username:
             raise ValueError("an SMTP password needs auth_username")
@@ -92,8 +73,8 @@ class WebhookReceiver(Strict):
         given = [k for k in ("url", "url_env", "url_file") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError("give exactly one of url, url_env or url_file")
-        _secret_ref("webhook", "url", self.url_env, self.url_file)
-        _secret_ref("webhook", "bearer_token", self.bearer_token_env, self.bearer_token_file)
+        secret_ref("webhook", "url", self.url_env, self.url_file)
+        secret_ref("webhook", "bearer_token", self.bearer_token_env, self.bearer_token_file)
         return self
 
 

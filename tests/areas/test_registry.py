@@ -19,7 +19,7 @@ def test_every_group_has_one_area(kit: Any) -> None:
     g = registry.groups(m)
     assert {"gpu", "docker", "zfs", "nfs_server", "nfs_client", "mergerfs", "infiniband", "roce",
             "scratch", "slurm_controller", "slurm_compute", "slurm_node", "slurm_containers", "monitoring_server",
-            "monitoring_node"} == set(g)
+            "monitoring_node", "backup_head"} == set(g)
     assert g["zfs"] == {"store1", "store2"}
 
 
@@ -54,12 +54,13 @@ def test_secret_envs_come_from_the_areas(kit: Any) -> None:
 
 
 def test_each_area_with_verify_checks_adds_its_own(kit: Any) -> None:
-    assert [a.name for a in registry.AREAS if a.verify is not None] == ["common", "storage", "people", "gpu", "slurm"]
+    assert [a.name for a in registry.AREAS if a.verify is not None] == ["common", "storage", "people", "gpu", "slurm",
+                                                                                "backup"]
     m = kit.load(kit.base(storage=True)).manifest
-    common, storage, people, gpu, slurm_checks = ([c.name for c in checks(m.node("node01"), "")]
+    common, storage, people, gpu, slurm_checks, backup = ([c.name for c in checks(m.node("node01"), "")]
                                                   for checks in registry.verify_checks(m))
     assert common[:2] == ["hosts", "clock"]
-    assert people == []  # no users: no check
+    assert people == [] and backup == []  # no users, no backup section: no check
     assert "mount:/data" in storage and "gpu.count" in gpu and "docker.runtime" in gpu
     assert slurm_checks[0] == "slurm.node"
     bare = kit.load(kit.base()).manifest  # no storage sections: the storage area checks nothing there
