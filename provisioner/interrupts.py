@@ -48,10 +48,13 @@ class Signals:
     another thread it records nothing and changes nothing). A signal the process was started
     ignoring stays ignored: ``nohup provision apply`` goes on when the terminal closes."""
 
-    def __init__(self, on_signal: Callable[[], None] | None = None) -> None:
+    def __init__(self, on_signal: Callable[[], bool | None] | None = None) -> None:
         """``on_signal``: called in the main thread when a signal arrives, before anything is
         raised (e.g. end the command's child processes, so that nothing they do lands after
-        the command said it was interrupted)."""
+        the command said it was interrupted). It returns True when the main thread is in a
+        step that must not be broken off (holding a lock, or starting a child whose handle
+        would be lost): nothing is raised then, and that step raises through
+        :meth:`raise_if_stopped` once it is done."""
         self.received: int | None = None
         self._deferred = 0
         self._saved: dict[signal.Signals, Any] = {}
@@ -73,9 +76,8 @@ class Signals:
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.received is None:
             self.received = signum
-        if self._on_signal is not None:
-            self._on_signal()
-        if self._deferred == 0:
+        held = bool(self._on_signal()) if self._on_signal is not None else False
+        if self._deferred == 0 and not held:
             raise Interrupted(signum)
 
     @contextlib.contextmanager

@@ -57,17 +57,55 @@ def ssh_failure(stderr: str) -> str:
 
 class Children:
     """The ssh processes running now, so that a signal can end them all (the commands pass
-    :meth:`stop` to ``interrupts.Signals``): a SIGTERM left them running, and a drain could
-    land after 'interrupted' was printed. Once stopped, no new one starts."""
+    :meth:`on_signal` to ``interrupts.Signals``): a SIGTERM left them running, and a drain could
+    land after 'interrupted' was printed. Once stopped, no new one starts.
+
+    The signal handler runs in the main thread between any two of its steps: while the main
+    thread holds the lock or starts an ssh (:meth:`_critical`), the handler only marks the
+    stop, and the main thread ends the children and raises once out of it. Taking the lock in
+    the handler there waited for itself forever (a drain hung after SIGTERM), and raising
+    inside ``Popen`` would lose a started ssh."""
 
     def __init__(self) -> None:
         self._live: set[subprocess.Popen[str]] = set()
         self._lock = threading.Lock()
         self.stopped = False
         self.shared: Path | None = None  # the command's shared connections (a private folder)
+        self.signals: Signals | None = None  # the command's signal handling, while it runs
+        self._in_critical = False  # the main thread holds the lock or starts an ssh
+        self._held = False  # a signal came meanwhile: the main thread stops and raises after
+
+    @contextlib.contextmanager
+    def _critical(self) -> Iterator[None]:
+        """The lock, with signals held off in the main thread until it is released."""
+        main = threading.current_thread() is threading.main_thread()
+        outer = self._in_critical
+        if main:
+            self._in_critical = True
+        try:
+            with self._lock:
+                yield
+        finally:
+            if main:
+                self._in_critical = outer
+        if main and not outer and self._held:
+            self._held = False
+            self.stop()
+            if self.signals is not None:
+                self.signals.raise_if_stopped()
+
+    def on_signal(self) -> bool:
+        """For ``Signals``: end every ssh now, or mark it when the main thread cannot be
+        broken off (True: hold the raise; :meth:`_critical` raises)."""
+        self.stopped = True
+        if self._in_critical:
+            self._held = True
+            return True
+        self.stop()
+        return False
 
     def start(self, argv: list[str]) -> subprocess.Popen[str] | None:
-        with self._lock:
+        with self._critical():
             if self.stopped:
                 return None
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
@@ -76,16 +114,17 @@ class Children:
             return proc
 
     def reopen(self) -> None:
-        with self._lock:
+        with self._critical():
             self.stopped = False
+            self._held = False
 
     def finished(self, proc: subprocess.Popen[str]) -> None:
-        with self._lock:
+        with self._critical():
             self._live.discard(proc)
 
     def stop(self, wait: float = 5.0) -> None:
         """TERM every live ssh, KILL what is left after ``wait`` seconds, and reap them."""
-        with self._lock:
+        with self._critical():
             self.stopped = True
             live = list(self._live)
         for proc in live:
@@ -117,9 +156,11 @@ def children_end_with_the_command() -> Iterator[None]:
     CHILDREN.reopen()
     CHILDREN.shared = Path(tempfile.mkdtemp(prefix="provision-ssh-"))
     try:
-        with Signals(on_signal=CHILDREN.stop):
+        with Signals(on_signal=CHILDREN.on_signal) as signals:
+            CHILDREN.signals = signals
             yield
     finally:
+        CHILDREN.signals = None
         CHILDREN.stop()
         close_shared(CHILDREN.shared)
         CHILDREN.shared = None

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -86,3 +88,36 @@ def test_the_shared_connections_are_closed_and_their_folder_removed(
         (folder / "0123abcd").touch()  # the socket ssh would have made for n1
     assert remote.CHILDREN.shared is None and not folder.exists()
     assert f'-o ControlPath="{folder / "0123abcd"}" -O exit shared' in log.read_text()
+
+
+SIGNAL_WHILE_STARTING = """
+import os, signal, subprocess, sys
+from provisioner.interrupts import Interrupted
+from provisioner.verify import remote
+real = subprocess.Popen
+started = []
+def popen(*args, **kwargs):
+    proc = real(*args, **kwargs)
+    started.append(proc)
+    os.kill(os.getpid(), signal.SIGTERM)  # its handler runs here, in start(), the lock held
+    return proc
+remote.subprocess.Popen = popen
+try:
+    with remote.children_end_with_the_command():
+        remote.CHILDREN.start(["sleep", "30"])
+    sys.exit("no Interrupted")
+except Interrupted as exc:
+    assert exc.signum == signal.SIGTERM, exc
+remote.subprocess.Popen = real
+assert started and started[0].poll() is not None, "the ssh started as the signal came is still running"
+print("ok")
+"""
+
+
+def test_a_signal_while_an_ssh_starts_ends_it_and_raises_once_out() -> None:
+    """A SIGTERM whose handler ran while the main thread held the children's lock (starting an
+    ssh) waited for that lock forever: ``provision drain`` hung (CI, under load). Now the handler
+    only marks it there; the ssh just started is ended and Interrupted raised once out."""
+    done = subprocess.run([sys.executable, "-c", SIGNAL_WHILE_STARTING], capture_output=True, text=True,
+                          timeout=60, check=False, cwd=Path(__file__).resolve().parents[2])
+    assert (done.returncode, done.stdout, done.stderr) == (0, "ok\n", "")
