@@ -47,6 +47,13 @@ GRAFANA_PASSWORD_BYTES = 24
 
 
 # --------------------------------------------------------------------------- cluster shape
+def admin_api(m: Manifest) -> bool:
+    """Prometheus' admin API: TSDB snapshots, and also deleting series for anyone who reaches
+    its port, so on only where the head's backup takes a snapshot (``backup.prometheus``; the
+    backup area's checks hold that Prometheus runs on the head)."""
+    return m.backup is not None and m.backup.prometheus
+
+
 def enabled(m: Manifest) -> bool:
     """A manifest without a ``monitoring:`` section monitors nothing (no plays run)."""
     return m.monitoring is not None

@@ -72,4 +72,6 @@ def node_vars(m: Manifest, node: Node) -> dict[str, Any]:
         out["node_exporter_collectors_off"] = off
     if is_server(m, node):
         out["alertmanager_cluster_peers"] = mon.alertmanager_peers(m, node)
+        if mon.admin_api(m):  # only then: the fingerprints of clusters without it stay as recorded
+            out["prometheus_admin_api"] = True
     return out

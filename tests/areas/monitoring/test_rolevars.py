@@ -92,6 +92,18 @@ def test_node_vars(kit: Any) -> None:
                                                         "alertmanager_cluster_peers": []}
 
 
+def test_the_admin_api_only_where_the_heads_backup_snapshots_prometheus(kit: Any) -> None:
+    """It also lets anyone who reaches Prometheus' port delete series: off unless asked for."""
+    data = kit.example("music-lab.yaml")
+    data["backup"] = {"destination": {"path": "/srv/backup"}, "key_env": "K"}
+    m = kit.load(data).manifest
+    assert not mon.admin_api(m) and "prometheus_admin_api" not in rolevars.node_vars(m, m.node("labhead"))
+    data["backup"]["prometheus"] = True
+    m = kit.load(data).manifest
+    assert rolevars.node_vars(m, m.node("labhead"))["prometheus_admin_api"] is True
+    assert "prometheus_admin_api" not in rolevars.node_vars(m, m.node("gpu1"))
+
+
 # --------------------------------------------------------------------------- prometheus.yml
 def render_prometheus(tmp_path: Path, m: Manifest, variables: Callable[..., dict[str, Any]],
                       renderer: Any) -> tuple[Path, dict[str, Any]]:
@@ -138,6 +150,9 @@ def test_prometheus_arguments(cluster: Manifest, variables: Callable[..., dict[s
     text = renderer.template("prometheus", "prometheus.default.j2", v)
     assert ('ARGS="--config.file=/etc/prometheus/prometheus.yml --web.listen-address=0.0.0.0:9090 '
             '--storage.tsdb.retention.time=30d --storage.tsdb.retention.size=200GB"') in text
+    v = variables("prometheus", cluster, "head01", prometheus_admin_api=True)
+    text = renderer.template("prometheus", "prometheus.default.j2", v)
+    assert '--storage.tsdb.retention.time=30d --web.enable-admin-api"' in text
 
 
 # --------------------------------------------------------------------------- alertmanager.yml
