@@ -66,7 +66,8 @@ class BackupDestination(Strict):
 
 class Backup(Strict):
     """Backups of the head node (`provision backup`, and a timer on the head): slurmdbd's
-    database, slurmctld's state, the munge key (encrypted), Prometheus' TSDB snapshot."""
+    database, slurmctld's state, the munge key (encrypted), Prometheus' TSDB snapshot, Grafana's
+    database (encrypted)."""
 
     destination: BackupDestination
     schedule: Literal["hourly", "daily", "weekly", "off"] = Field(
@@ -76,8 +77,10 @@ class Backup(Strict):
     key_env: str | None = Field(default=None, description="environment variable holding the operator's "
                                 "passphrase that encrypts the secrets")
     key_file: str | None = Field(default=None, description="file holding that passphrase (admin host)")
-    prometheus: bool = Field(default=False, description="a TSDB snapshot of Prometheus on the head (needs its "
-                             "--web.enable-admin-api)")
+    prometheus: bool = Field(default=False, description="a TSDB snapshot of Prometheus on the head (switches on "
+                             "its admin API, --web.enable-admin-api)")
+    grafana: bool | None = Field(default=None, description="Grafana's database on the head (users, dashboards "
+                                 "and folders made in its web page); default: on where Grafana runs on the head")
     timeout_s: int = Field(default=3600, ge=60, le=86400, description="bound on one backup or restore")
 
     @model_validator(mode="before")

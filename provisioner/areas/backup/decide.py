@@ -26,6 +26,7 @@ from provisioner.manifest.backup import Backup
 from provisioner.manifest.load import Loaded
 from provisioner.manifest.model import Manifest
 from provisioner.manifest.nodes import Node
+from provisioner.manifest.select import SelectorError
 from provisioner.state import StateDir
 
 # On the head (the backup role's defaults name the same paths)
@@ -42,6 +43,9 @@ MUNGE_DIR = "/etc/munge"
 SLURMCTLD_SETTLE_S = 6
 PROMETHEUS_URL = "http://127.0.0.1:9090"
 PROMETHEUS_DATA = "/var/lib/prometheus/metrics2"  # the Debian package's TSDB path
+# Grafana's SQLite database: the grafana package's [paths] data and [database] path defaults,
+# which the grafana role keeps (https://grafana.com/docs/grafana/latest/setup-grafana/configure-grafana/#database)
+GRAFANA_DB = "/var/lib/grafana/grafana.db"
 
 KEY_NAME = "backup.key"  # in the state directory's secrets/ (rolevars: backup_key_file)
 PERIOD = {"hourly": dt.timedelta(hours=1), "daily": dt.timedelta(days=1), "weekly": dt.timedelta(weeks=1)}
@@ -70,8 +74,26 @@ def head(m: Manifest) -> Node:
 def prometheus_on(m: Manifest) -> bool:
     """A TSDB snapshot is part of a backup when the manifest asks (the checks insist that
     Prometheus runs on the head: the tool reads the snapshot from its data folder). Not by
-    default: the snapshot API needs Prometheus' admin API, which the prometheus role leaves off."""
+    default: the snapshot API is part of Prometheus' admin API, which also deletes series; the
+    monitoring area switches it on only with this (``monitoring.decide.admin_api``)."""
     return section(m).prometheus
+
+
+def grafana_on_head(m: Manifest) -> bool:
+    mon = m.monitoring
+    if mon is None or not mon.grafana:
+        return False
+    try:
+        return head(m).name in monitoring_decide.server_names(m)
+    except SelectorError:  # reported by the monitoring area's checks
+        return False
+
+
+def grafana_on(m: Manifest) -> bool:
+    """Grafana's database is part of a backup where Grafana runs on the head, unless the
+    manifest says ``grafana: false`` (``true`` elsewhere is a finding of :func:`problems`)."""
+    asked = section(m).grafana
+    return grafana_on_head(m) if asked is None else asked
 
 
 def parse_to(text: str) -> dict[str, Any]:
@@ -110,7 +132,8 @@ def describe(dest: Mapping[str, Any]) -> str:
 
 def parts(m: Manifest) -> list[dict[str, Any]]:
     """What one backup holds, in the order it is made and restored: the munge key first (the
-    daemons authenticate with it), then slurmdbd's database, slurmctld's state, Prometheus."""
+    daemons authenticate with it), then slurmdbd's database, slurmctld's state, Prometheus,
+    Grafana (its database holds password hashes and data source secrets: encrypted)."""
     found: list[dict[str, Any]] = [
         {"name": "munge", "kind": "files", "path": MUNGE_DIR, "file": "munge.tar.gz", "encrypt": True},
     ]
@@ -123,6 +146,9 @@ def parts(m: Manifest) -> list[dict[str, Any]]:
     if prometheus_on(m):
         found.append({"name": "prometheus", "kind": "prometheus", "url": PROMETHEUS_URL, "data": PROMETHEUS_DATA,
                       "file": "prometheus.tar.gz", "encrypt": False})
+    if grafana_on(m):
+        found.append({"name": "grafana", "kind": "sqlite", "path": GRAFANA_DB, "file": "grafana.db.gz",
+                      "encrypt": True})
     return found
 
 
@@ -137,6 +163,8 @@ def services(m: Manifest) -> dict[str, list[str]]:
         start.append("slurmctld")
     if prometheus_on(m):
         start.append("prometheus")
+    if grafana_on(m):
+        start.append("grafana-server")
     return {"stop": list(reversed(start)), "start": start}
 
 
@@ -277,6 +305,9 @@ def problems(m: Manifest) -> list[tuple[tuple[str | int, ...], str]]:
     elif b.prometheus and head(m).name not in monitoring_decide.server_names(m):
         found.append((("backup", "prometheus"), f"Prometheus does not run on the head {head(m).name}; the head's "
                       "backup can snapshot only its own"))
+    if b.grafana and not grafana_on_head(m):
+        found.append((("backup", "grafana"), f"Grafana does not run on the head {head(m).name} (monitoring.grafana "
+                      "and monitoring.nodes); the head's backup can copy only its own"))
     if not m.slurm.enabled:
         found.append((("backup",), "slurm is not enabled: the head holds nothing a backup takes but the munge key"))
     return found

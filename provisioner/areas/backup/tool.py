@@ -18,6 +18,7 @@ Commands: ``make``, ``list``, ``newest`` (for verify), ``restore NAME --yes`` (w
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import gzip
 import hashlib
@@ -25,10 +26,12 @@ import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tarfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -309,16 +312,65 @@ def make_part(part: Mapping[str, Any], work: Path, timeout: float) -> Path:
         try:
             with urllib.request.urlopen(request, timeout=timeout) as answer:
                 snapshot = json.load(answer)["data"]["name"]
-        except Exception as exc:  # an HTTP error, a refused connection, an answer without a name
+        except urllib.error.HTTPError as exc:  # Prometheus says why in its JSON answer
+            raise BackupError(f"Prometheus' TSDB snapshot API ({part['url']}): {prometheus_error(exc)}") from None
+        except Exception as exc:  # a refused connection, an answer without a name
             raise BackupError(f"Prometheus' TSDB snapshot API ({part['url']}): {exc}") from None
         folder = Path(part["data"]) / "snapshots" / snapshot
         try:
             tar_folder(folder, out)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+    elif kind == "sqlite":
+        copy = work / (part["name"] + ".db")
+        sqlite_copy(Path(part["path"]), copy, timeout)
+        with copy.open("rb") as src, gzip.open(out, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        copy.unlink()
     else:
         raise BackupError(f"unknown part kind {kind!r}")
     return out
+
+
+def prometheus_error(exc: urllib.error.HTTPError) -> str:
+    """Prometheus' own reason from an error answer (its JSON ``error``), else the HTTP status."""
+    try:
+        said = str(json.loads(exc.read(4096))["error"])
+    except Exception:  # an answer that is not Prometheus' JSON
+        return str(exc)
+    if said == "admin APIs disabled":
+        return f"{said}: Prometheus runs without --web.enable-admin-api (apply switches it on for backup.prometheus)"
+    return f"HTTP {exc.code}: {said}"
+
+
+def sqlite_copy(src: Path, dst: Path, timeout: float) -> None:
+    """A consistent copy of a live SQLite database (Grafana's) by SQLite's online backup API,
+    which copies a snapshot between the writes of the program that holds it open."""
+    if not src.is_file():
+        raise BackupError(f"{src}: no such database")
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{src}?mode=ro", uri=True, timeout=timeout)) as source, \
+                contextlib.closing(sqlite3.connect(dst)) as target:
+            source.backup(target)
+    except sqlite3.Error as exc:
+        raise BackupError(f"{src}: {exc}") from None
+
+
+def sqlite_put(archive: Path, path: Path) -> None:
+    """Put a database copy back in place, owned as the folder it lies in (Grafana's own user),
+    mode 0640; written beside it and renamed, so the file is whole or the old one. The
+    program that uses it is stopped first (the restore's ``services``)."""
+    folder = path.parent
+    tmp = folder / f".{path.name}.restore"
+    with gzip.open(archive, "rb") as src, tmp.open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    owner = folder.stat()
+    with contextlib.suppress(PermissionError):  # a test as an ordinary user keeps its own
+        os.chown(tmp, owner.st_uid, owner.st_gid)
+    tmp.chmod(0o640)
+    for stale in (f"{path}-wal", f"{path}-shm", f"{path}-journal"):  # the old file's; would be replayed on it
+        Path(stale).unlink(missing_ok=True)
+    tmp.replace(path)
 
 
 def make(config: Mapping[str, Any], now: dt.datetime, extra: Mapping[str, Path] | None = None) -> str:
@@ -384,6 +436,8 @@ def restore_plan(config: Mapping[str, Any], meta: Mapping[str, Any]) -> list[str
             lines.append(f"overwrite {spec['path']} from {part['file']}")
         elif spec["kind"] == "prometheus":
             lines.append(f"overwrite {spec['data']} from {part['file']}")
+        elif spec["kind"] == "sqlite":
+            lines.append(f"overwrite {spec['path']} from {part['file']}")
     lines += [f"start {unit}" for unit in config["services"]["start"]]
     return lines
 
@@ -403,6 +457,8 @@ def restore_part(spec: Mapping[str, Any], archive: Path, timeout: float, work: P
         untar_into(archive, Path(spec["path"]))
     elif spec["kind"] == "prometheus":
         untar_into(archive, Path(spec["data"]))
+    elif spec["kind"] == "sqlite":
+        sqlite_put(archive, Path(spec["path"]))
 
 
 def restore(config: Mapping[str, Any], name: str, yes: bool, out: Any) -> None:

@@ -52,3 +52,10 @@ def test_structural_errors(kit: Any, backup: dict[str, Any], message: str) -> No
     data = _data(kit, **backup)
     data["backup"] = {k: v for k, v in data["backup"].items() if v is not None}
     assert any(message in d.message for d in kit.errors(data)), [d.message for d in kit.errors(data)]
+
+
+def test_grafanas_database_where_grafana_is_not_on_the_head_is_an_error(kit: Any) -> None:
+    data = _data(kit, grafana=True)
+    data["monitoring"]["grafana"] = False
+    diag = kit.error(data, "Grafana does not run on the head labhead (monitoring.grafana and monitoring.nodes)")
+    assert diag.path == "backup.grafana" and diag.line > 0

@@ -63,7 +63,7 @@ def test_to_refuses_anything_else(text: str) -> None:
 def test_parts_follow_the_manifest(kit: Any) -> None:
     m = _lab(kit, prometheus=True)
     assert [(p["name"], p["encrypt"]) for p in decide.parts(m)] == [
-        ("munge", True), ("slurmdbd", False), ("slurmctld", False), ("prometheus", False)]
+        ("munge", True), ("slurmdbd", False), ("slurmctld", False), ("prometheus", False), ("grafana", True)]
     state = next(p for p in decide.parts(m) if p["name"] == "slurmctld")
     assert state["stable"] is True
     assert state["settle"] > 5  # slurmctld's deferred save (SAVE_MAX_WAIT) is over before the copy
@@ -82,8 +82,23 @@ def test_no_accounting_no_database_part(kit: Any) -> None:
 
 def test_restore_stops_the_controller_first_and_starts_munge_first(kit: Any) -> None:
     order = decide.services(_lab(kit, prometheus=True))
-    assert order["stop"] == ["prometheus", "slurmctld", "slurmdbd", "munge"]
-    assert order["start"] == ["munge", "slurmdbd", "slurmctld", "prometheus"]
+    assert order["stop"] == ["grafana-server", "prometheus", "slurmctld", "slurmdbd", "munge"]
+    assert order["start"] == ["munge", "slurmdbd", "slurmctld", "prometheus", "grafana-server"]
+
+
+def test_grafana_is_taken_where_it_runs_on_the_head_unless_the_manifest_says_no(kit: Any) -> None:
+    """Its database (users, dashboards made in the web page) is encrypted: it holds password
+    hashes and data source secrets."""
+    grafana = next(p for p in decide.parts(_lab(kit)) if p["name"] == "grafana")
+    assert grafana == {"name": "grafana", "kind": "sqlite", "path": "/var/lib/grafana/grafana.db",
+                       "file": "grafana.db.gz", "encrypt": True}
+    m = _lab(kit, grafana=False)
+    assert "grafana" not in [p["name"] for p in decide.parts(m)] and "grafana-server" not in decide.services(m)["stop"]
+    assert decide.problems(m) == []
+    data = kit.example("music-lab.yaml")
+    data["monitoring"]["grafana"] = False
+    data["backup"] = {"destination": {"path": "/srv/backup"}, "key_env": "K"}
+    assert "grafana" not in [p["name"] for p in decide.parts(kit.load(data).manifest)]  # none to take
 
 
 @pytest.mark.parametrize(("schedule", "at", "calendar", "limit_h"), [
@@ -130,7 +145,7 @@ def test_plan_lines_say_where_when_and_what(kit: Any) -> None:
     store2 = _lab(kit).node("store2")
     assert decide.plan_lines(_lab(kit, keep=30, prometheus=True)) == [
         f"backup of labhead daily at 02:30 UTC to root@{store2.ip}:/audio/backup, the newest 30 kept",
-        "holds munge, slurmdbd, slurmctld, prometheus; encrypted: munge"]
+        "holds munge, slurmdbd, slurmctld, prometheus, grafana; encrypted: munge, grafana"]
 
 
 def test_the_slurm_roles_paths_are_the_ones_a_backup_takes(kit: Any) -> None:

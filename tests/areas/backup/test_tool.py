@@ -4,12 +4,19 @@ into temporary folders (the database part runs on MariaDB in the molecule slurm 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import io
 import json
 import os
 import shutil
+import socket
+import sqlite3
+import subprocess
 import tarfile
+import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -309,3 +316,119 @@ def test_the_database_part_goes_from_the_dump_into_the_loader(tmp_path: Path) ->
     load.write_text("#!/bin/sh\necho 'ERROR 1045 (28000): Access denied' >&2; exit 1\n")
     with pytest.raises(tool.BackupError, match="Access denied"):
         tool.restore(config, name, yes=True, out=io.StringIO())
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl here")
+def test_grafanas_database_is_copied_live_encrypted_and_put_back_whole(tmp_path: Path) -> None:
+    """Grafana's SQLite database, copied by SQLite's backup API while Grafana (here: a writer
+    holding it open in the middle of a transaction) keeps it open: the copy holds what was
+    committed, it is encrypted at the destination (password hashes, data source secrets), and a
+    restore replaces the file whole, dropping the old file's journal."""
+    config, _ = _head(tmp_path)
+    lib = tmp_path / "grafana"
+    lib.mkdir()
+    db = lib / "grafana.db"
+    live = sqlite3.connect(db)
+    live.execute("CREATE TABLE dashboard (id INTEGER PRIMARY KEY, title TEXT, data TEXT)")
+    live.execute("INSERT INTO dashboard (title, data) VALUES ('GPU hours', 'secret-ish json')")
+    live.commit()
+    live.execute("INSERT INTO dashboard (title, data) VALUES ('uncommitted', '')")  # open transaction
+    config["parts"].append({"name": "grafana", "kind": "sqlite", "path": str(db), "file": "grafana.db.gz",
+                            "encrypt": True})
+    name = tool.make(config, T0)
+    live.rollback()
+    folder = tmp_path / "dest" / name
+    assert (folder / "grafana.db.gz.enc").read_bytes()[:8] == b"Salted__"
+    assert not any(b"GPU hours" in p.read_bytes() for p in folder.iterdir())
+    live.execute("DELETE FROM dashboard")  # the operator's mistake the backup undoes
+    live.commit()
+    live.close()
+    (lib / "grafana.db-journal").write_bytes(b"stale")  # a journal of the old file: must not be replayed
+    out = io.StringIO()
+    with pytest.raises(tool.Refused):
+        tool.restore(config, name, yes=False, out=out)
+    assert f"overwrite {db} from grafana.db.gz.enc" in out.getvalue().splitlines()
+    tool.restore(config, name, yes=True, out=io.StringIO())
+    back = sqlite3.connect(db)
+    assert back.execute("SELECT title FROM dashboard").fetchall() == [("GPU hours",)]
+    assert back.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    back.close()
+    assert (db.stat().st_mode & 0o777) == 0o640 and not (lib / "grafana.db-journal").exists()
+    assert sorted(p.name for p in lib.iterdir()) == ["grafana.db"]
+
+
+def test_a_missing_grafana_database_fails_the_backup_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(tool.BackupError, match=r"grafana\.db: no such database"):
+        tool.make_part({"name": "grafana", "kind": "sqlite", "path": str(tmp_path / "grafana.db"),
+                        "file": "grafana.db.gz"}, tmp_path, 5)
+
+
+PROMETHEUS = shutil.which("prometheus")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def _prometheus(tmp_path: Path, *flags: str) -> Iterator[tuple[str, Path]]:
+    """A real Prometheus on loopback scraping itself, its TSDB in tmp_path."""
+    assert PROMETHEUS is not None
+    data = tmp_path / "tsdb"
+    port = _free_port()
+    conf = tmp_path / "prometheus.yml"
+    conf.write_text(f"global: {{scrape_interval: 1s}}\nscrape_configs:\n- job_name: self\n"
+                    f"  static_configs: [{{targets: ['127.0.0.1:{port}']}}]\n")
+    proc = subprocess.Popen([PROMETHEUS, f"--config.file={conf}", f"--storage.tsdb.path={data}",
+                             f"--web.listen-address=127.0.0.1:{port}", *flags],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, "Prometheus did not start"
+            time.sleep(0.2)
+        yield url, data
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@pytest.mark.skipif(PROMETHEUS is None, reason="no prometheus here (tests/testbed/setup.sh installs it)")
+def test_the_prometheus_part_is_a_real_tsdb_snapshot(tmp_path: Path) -> None:
+    """Against a real Prometheus with the admin API the role switches on for backup.prometheus:
+    the part holds the snapshot's blocks, and the snapshot folder is removed afterwards."""
+    with _prometheus(tmp_path, "--web.enable-admin-api") as (url, data):
+        deadline = time.monotonic() + 60
+        while True:  # until its first self-scrape is in the head block
+            with urllib.request.urlopen(f"{url}/api/v1/query?query=up", timeout=5) as r:
+                if json.load(r)["data"]["result"]:
+                    break
+            assert time.monotonic() < deadline, "Prometheus never scraped itself"
+            time.sleep(0.5)
+        out = tool.make_part({"name": "prometheus", "kind": "prometheus", "url": url, "data": str(data),
+                              "file": "prometheus.tar.gz"}, tmp_path, 30)
+    with tarfile.open(out) as tar:
+        names = tar.getnames()
+    assert any(n.endswith("/index") for n in names) and any("/chunks/" in n for n in names), names
+    assert list((data / "snapshots").iterdir()) == []
+
+
+@pytest.mark.skipif(PROMETHEUS is None, reason="no prometheus here (tests/testbed/setup.sh installs it)")
+def test_without_the_admin_api_the_prometheus_part_fails_saying_why(tmp_path: Path) -> None:
+    said = r"snapshot API.*admin APIs disabled: Prometheus runs without --web\.enable-admin-api"
+    with _prometheus(tmp_path) as (url, data), pytest.raises(tool.BackupError, match=said):
+        tool.make_part({"name": "prometheus", "kind": "prometheus", "url": url, "data": str(data),
+                        "file": "prometheus.tar.gz"}, tmp_path, 30)
