@@ -252,7 +252,8 @@ def test_prepare_refuses_in_words_that_never_show_the_password(kit: Any, tmp_pat
     monkeypatch.delenv("NGC_TOKEN", raising=False)
     if setup == "dollar":
         monkeypatch.setenv("NGC_TOKEN", "$hunter2-secret")
-    login = dict(NGC) if setup in ("unset", "dollar") else {"host": "nvcr.io", "login": "u", "password_file": str(token)}
+    login = dict(NGC) if setup in ("unset", "dollar") else {"host": "nvcr.io", "login": "u",
+                                                             "password_file": str(token)}
     state = StateDir(tmp_path / ".provision")
     with pytest.raises(ProvisionError) as info:
         prepare.prepare(kit.load(with_containers(kit, registry_logins=[login])), state)
