@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from provisioner.areas import registry
 from provisioner.areas.registry import groups
@@ -260,3 +261,13 @@ def test_prepare_refuses_in_words_that_never_show_the_password(kit: Any, tmp_pat
     assert message in str(info.value) and "slurm.containers.registry_logins[0] (nvcr.io)" in str(info.value)
     assert "hunter2" not in str(info.value)
     assert not (state.secrets / "enroot-credentials").exists()
+
+
+def test_the_role_installs_the_logins_in_a_light_play_without_logging_them() -> None:
+    root = Path(__file__).resolve().parents[3]
+    tasks = yaml.safe_load((root / "roles/containers/tasks/registry.yml").read_text())
+    reading = [t for t in tasks if "containers_registry_credentials" in str(t.get("ansible.builtin.copy", ""))]
+    assert reading and all(t.get("no_log") is True for t in reading)
+    plays = yaml.safe_load((root / "playbooks/slurm.yml").read_text())
+    light = [p for p in plays if "tasks_from: registry" in yaml.safe_dump(p).replace("'", "")]
+    assert len(light) == 1 and light[0]["hosts"] == "slurm_containers"  # every apply, not only targets
