@@ -2,9 +2,10 @@
 
 Usage: inventory_from_manifest.py MANIFEST STATE_DIR OUT_FILE
 
-Loads the test manifest, creates the munge key and the backup passphrase in STATE_DIR (as
-apply's prepare steps do) and writes a YAML inventory with the Slurm and backup groups and
-exactly what provisioner.areas.slurm.rolevars, provisioner.areas.people.rolevars and
+Loads the test manifest, creates the munge key, the backup passphrase and the registry
+logins of containers in jobs in STATE_DIR (as apply's prepare steps do) and writes a YAML
+inventory with the Slurm and backup groups and exactly what
+provisioner.areas.slurm.rolevars, provisioner.areas.people.rolevars and
 provisioner.areas.backup.rolevars emit: cluster_vars under all.vars (plus
 provision_state_dir), node_vars per host. Prints
 "changed" when OUT_FILE was (re)written, "unchanged" otherwise.
@@ -23,6 +24,7 @@ import yaml
 from provisioner.areas.backup import decide as backup_decide
 from provisioner.areas.backup import rolevars as backup_vars
 from provisioner.areas.people import rolevars as people_vars
+from provisioner.areas.slurm import containers
 from provisioner.areas.slurm import rolevars as slurm_vars
 from provisioner.areas.slurm.decide import controller, slurm_nodes
 from provisioner.areas.slurm.munge import ensure_munge_key
@@ -56,6 +58,11 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault("SLURMTEST_BACKUP_KEY",  # the manifest's backup.key_env
                           kept.read_text().strip() if kept.is_file() else secrets.token_urlsafe(24))
     backup_decide.prepare_key(load_manifest(manifest_file), StateDir(state_dir))
+    creds = state_dir / "secrets" / containers.CREDENTIALS_NAME  # the same token on every run
+    os.environ.setdefault("SLURMTEST_REGISTRY_TOKEN",  # the manifest's registry_logins[0].password_env
+                          containers.credentials_passwords(creds.read_text())[0] if creds.is_file()
+                          else "test-" + secrets.token_urlsafe(18))
+    containers.prepare_credentials(load_manifest(manifest_file), StateDir(state_dir))
     text = "# Written by molecule/slurm/inventory_from_manifest.py\n" + yaml.safe_dump(
         inventory(manifest_file, state_dir), sort_keys=False
     )

@@ -65,7 +65,7 @@ from provisioner.areas.people import verify as people_verify
 from provisioner.areas.slurm import accounts as slurm_accounts
 from provisioner.areas.slurm import checks as slurm_checks
 from provisioner.areas.slurm import decide as slurm_decide
-from provisioner.areas.slurm import munge as slurm_munge
+from provisioner.areas.slurm import prepare as slurm_prepare
 from provisioner.areas.slurm import rolevars as slurm
 from provisioner.areas.slurm import verify as slurm_verify
 from provisioner.areas.storage import checks as storage_checks
@@ -278,8 +278,9 @@ AREAS: tuple[Area, ...] = (
     Area("gpu", gpu.cluster_vars, gpu.node_vars, groups=gpu.groups, checks=gpu_checks.CHECKS,
          verify=gpu_verify.checks),
     Area("slurm", slurm.cluster_vars, slurm.node_vars, slurm.LIGHT_KEYS, groups=slurm.groups,
-         checks=slurm_checks.CHECKS, verify=slurm_verify.checks, prepare=slurm_munge.prepare_munge_key,
-         secret_values=slurm_munge.secret_values, image_roles=("munge", "slurm"), live=SLURMDBD_DRIFT),
+         checks=slurm_checks.CHECKS, verify=slurm_verify.checks, prepare=slurm_prepare.prepare,
+         secret_envs=slurm_prepare.secret_envs, secret_values=slurm_prepare.secret_values,
+         image_roles=("munge", "slurm"), live=SLURMDBD_DRIFT),
     Area("baremetal", baremetal.cluster_vars, baremetal.node_vars, baremetal.LIGHT_KEYS,
          checks=baremetal_checks.CHECKS, install=BAREMETAL_INSTALL),
     Area("monitoring", monitoring.cluster_vars, monitoring.node_vars, monitoring.LIGHT_KEYS, groups=monitoring.groups,

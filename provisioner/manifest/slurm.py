@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, Field, field_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from provisioner.manifest.fields import AbsPath, Strict
+from provisioner.manifest.fields import AbsPath, Strict, no_inline, secret_ref
+from provisioner.manifest.people import PersonName
 
 SLURM_TIME_RE = re.compile(r"^(INFINITE|UNLIMITED|\d+|\d+:\d{2}(:\d{2})?|\d+-\d+(:\d{2}(:\d{2})?)?)$")
 
@@ -72,6 +73,51 @@ class SlurmAccount(Strict):
 
 
 URL_BASE_RE = re.compile(r"^(https?|file)://[^\s]+$")
+# A registry as an image reference names it (enroot: REGISTRY#IMAGE): a host name, a port.
+REGISTRY_HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*"
+                              r"(:[0-9]{1,5})?$")
+# A netrc token (enroot's .credentials): no blank, and no opening quote (curl reads "..." as a
+# quoted token).
+NETRC_TOKEN_RE = re.compile(r'^[^\s"][^\s]*$')
+
+
+class RegistryLogin(Strict):
+    """A cluster-wide login to a container registry, for every job's image pulls
+    (provisioner/areas/slurm/containers.py: the credentials file enroot reads)."""
+
+    host: str = Field(description="the registry as image references name it: host or host:port "
+                      "(nvcr.io, registry.example.org:5000)")
+    login: str = Field(description="the user name ($oauthtoken for NGC)")
+    password_env: str | None = Field(default=None, description="environment variable holding the password "
+                                     "or token (admin host)")
+    password_file: str | None = Field(default=None, description="file holding it (admin host, not readable "
+                                      "by others)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _inline(cls, data: Any) -> Any:
+        return no_inline(data, ("password",), "registry passwords")
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        if not REGISTRY_HOST_RE.match(v):
+            raise ValueError(f"{v!r} is not a registry host or host:port (no scheme, no path)")
+        return v
+
+    @field_validator("login")
+    @classmethod
+    def _login(cls, v: str) -> str:
+        if not NETRC_TOKEN_RE.match(v):
+            raise ValueError(f"{v!r} is not a login enroot can read: one word, not starting with a quote")
+        return v
+
+    @model_validator(mode="after")
+    def _secret(self) -> RegistryLogin:
+        if (self.password_env is None) == (self.password_file is None):
+            raise ValueError("give exactly one of password_env or password_file")
+        secret_ref("registry", "password", self.password_env, self.password_file)
+        return self
 
 
 class SlurmContainers(Strict):
@@ -82,6 +128,12 @@ class SlurmContainers(Strict):
     source_mirror: str | None = Field(
         default=None, description="http(s):// or file:// folder holding the pinned enroot and pyxis source "
         "tarballs under their upstream file names; unset: download them from GitHub")
+    registry_logins: list[RegistryLogin] = Field(
+        default_factory=list, description="cluster-wide registry logins every job's image pulls use "
+        "(docs/containers.md: every job user can read them)")
+    registry_group: PersonName | None = Field(
+        default=None, description="the group (one of groups:) that may read the registry logins on the nodes; "
+        "unset: everyone on the node")
 
     @field_validator("source_mirror")
     @classmethod

@@ -11,9 +11,12 @@ head is neither a compute nor a login node).
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import re
 import shlex
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +29,8 @@ IMAGE = "/opt/images/busybox.sqsh"
 IMAGE_ID = "provision-test-image"
 ALICE_UID, ALICE_GID = 2001, 3000
 SLURMD_SPOOL = "/var/lib/slurm/slurmd"  # the slurm role's slurm_slurmd_spool_dir
+CAROL_UID = 2003  # her own group, not vision
+REGISTRY_CREDENTIALS = "/etc/enroot/site/.credentials"  # the role's containers_site_config_path
 
 
 def node(name: str) -> Any:
@@ -100,3 +105,51 @@ def test_enroot_keeps_alices_containers_in_her_own_private_directory() -> None:
     data = node("slurm-gpu02").file(f"/var/lib/enroot/data/user-{ALICE_UID}")
     assert data.is_directory and data.uid == ALICE_UID and data.mode == 0o700
     assert node("slurm-gpu02").file("/var/lib/enroot/data").mode == 0o1777
+
+
+# A registry that asks for a Basic login and answers the manifest request with a digest made
+# from the Authorization header it got: `enroot digest` prints what enroot sent.
+STUB_REGISTRY = """
+import hashlib, http.server, sys
+class Registry(http.server.BaseHTTPRequestHandler):
+    def answer(self):
+        auth = self.headers.get("Authorization")
+        self.send_response(401 if auth is None else 200)
+        if auth is None:
+            self.send_header("WWW-Authenticate", 'Basic realm="stub"')
+        else:
+            self.send_header("Docker-Content-Digest", "sha256:" + hashlib.sha256(auth.encode()).hexdigest())
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    do_HEAD = do_GET = answer
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Registry).serve_forever()
+"""
+
+
+def test_the_site_registry_login_is_where_enroot_reads_it_for_its_group_only() -> None:
+    """slurm.containers.registry_logins (token from SLURMTEST_REGISTRY_TOKEN, prepared in the
+    scenario's state directory): enroot's .credentials in the site folder, root's and readable
+    by the group vision alone, enroot pointed there; alice (vision) reads it, carol not; and
+    enroot run by alice logs in to a (stub) registry with it."""
+    kept = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "state" / "secrets" / "enroot-credentials"
+    token = kept.read_text().split()[5]
+    for name in ("slurm-gpu01", "slurm-gpu03"):
+        creds = node(name).file(REGISTRY_CREDENTIALS)
+        assert (creds.user, creds.group, creds.mode) == ("root", "vision", 0o640), name
+        assert creds.content_string == f"machine localhost login ci-robot password {token}\n", name
+        dropin = node(name).file("/etc/enroot/enroot.conf.d/provision-registry.conf").content_string
+        assert "\nENROOT_CONFIG_PATH /etc/enroot/site\n" in dropin, name
+    gpu01 = node("slurm-gpu01")
+    carol = gpu01.run(f"timeout 10 setpriv --reuid={CAROL_UID} --regid={CAROL_UID} --clear-groups "
+                      f"cat {REGISTRY_CREDENTIALS}")
+    assert carol.rc != 0 and "Permission denied" in carol.stderr
+    gpu01.check_output(f"printf %s {shlex.quote(STUB_REGISTRY)} > /tmp/stub_registry.py")
+    script = ("timeout 60 python3 /tmp/stub_registry.py 5005 >/dev/null 2>&1 & "
+              "for i in $(seq 50); do curl -s -o /dev/null http://127.0.0.1:5005/ && break; sleep 0.2; done; "
+              "runuser -u alice -- env ENROOT_ALLOW_HTTP=yes timeout 60 enroot digest "
+              "'docker://localhost:5005#test/image:1'; rc=$?; kill %1; exit $rc")
+    digest = gpu01.check_output("timeout 90 bash -c " + shlex.quote(script))
+    sent = "Basic " + base64.b64encode(f"ci-robot:{token}".encode()).decode()
+    assert digest == "sha256:" + hashlib.sha256(sent.encode()).hexdigest()

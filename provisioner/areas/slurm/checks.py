@@ -48,10 +48,15 @@ def check_slurm_containers(m: Manifest, src: Source) -> list[Diagnostic]:
     return [src.diag(path, message, "warning") for path, message in containers.problems(m)]
 
 
+def check_registry_logins(m: Manifest, src: Source) -> list[Diagnostic]:
+    """Registry logins enroot cannot hold together, a group the nodes do not have: errors."""
+    return [src.diag(path, message) for path, message in containers.registry_errors(m)]
+
+
 def check_ssh_only_with_job(m: Manifest, src: Source) -> list[Diagnostic]:
     """pam_slurm_adopt asked for where Slurm cannot adopt SSH sessions into jobs."""
     return [src.diag(path, message, severity) for path, message, severity in adopt.problems(m)]
 
 
 CHECKS: tuple[Check, ...] = (check_slurm_problems, check_slurm_versions, check_slurm_accounts, check_job_tmp,
-                             check_slurm_containers, check_ssh_only_with_job)
+                             check_slurm_containers, check_registry_logins, check_ssh_only_with_job)

@@ -31,7 +31,7 @@ LIGHT_KEYS = frozenset({
     "slurm_task_plugin", "slurm_jobacct_gather_type", "slurm_constrain_cores",
     "slurm_constrain_memory", "slurm_constrain_devices", "slurm_fairshare", "slurm_prolog_dcgm",
     "slurm_job_tmp", "slurm_ssh_admins", "slurm_prolog_contain",
-})
+}) | containers.LIGHT_KEYS
 
 
 def cluster_vars(m: Manifest) -> dict[str, Any]:

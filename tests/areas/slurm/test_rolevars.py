@@ -307,6 +307,7 @@ def test_molecule_manifests_match_examples_rules(kit: Any) -> None:
 def test_light_keys_are_cluster_vars(kit: Any) -> None:
     data = kit.example("music-lab.yaml")
     data["users"] = [{"name": "trainee", "uid": 2001}]  # with people: pam_slurm_adopt's keys too
+    data["slurm"]["containers"] = {"enabled": True}  # with containers: the registry logins' keys too
     v = rolevars.cluster_vars(kit.load(data).manifest)
     assert set(v) >= rolevars.LIGHT_KEYS
     assert not {"slurm_accounting", "munge_key_file", "slurm_controller_host"} & rolevars.LIGHT_KEYS
