@@ -239,10 +239,12 @@ def test_full_with_limit_targets_only_the_limit(m: Manifest) -> None:
 
 def test_plan_to_json(m: Manifest) -> None:
     data = compute(m, State(), PLAYS, limit=["node01"]).to_json()
-    assert set(data) == {"has_changes", "cluster_files_change", "targets", "installs", "formats", "nodes"}
+    assert set(data) == {"has_changes", "cluster_files_change", "targets", "installs", "formats", "install_only",
+                         "nodes"}
     assert data["targets"] == ["node01"]
     assert data["installs"] == []
     assert data["formats"] == ["node01"]  # its scratch disk (tests/conftest.py)
+    assert data["install_only"] == []
     assert data["nodes"][1] == {
         "name": "node01",
         "status": "new",
@@ -253,6 +255,7 @@ def test_plan_to_json(m: Manifest) -> None:
         "install": None,  # was "": --json says null for none (issue 27 item 13)
         "formats": ("scratch: formats nvme-SCRATCH where blank (1 disk, xfs at /scratch); "
                     "disks holding data are refused"),
+        "install_only": None,  # no management bond
     }
 
 
@@ -298,6 +301,69 @@ def test_the_install_intent_is_no_configuration_change(kit: Any) -> None:
     for name in plain.node_names():
         assert node_sections(marked, marked.node(name)) == node_sections(plain, plain.node(name))
     assert not compute(marked, settled(plain), PLAYS).has_changes
+
+
+# --------------------------------------------------------------------------- a management bond
+BOND_WORDS = ("management bond bond0 (active-backup): built only by an install, never by apply on the live "
+              "link; where the node runs without it (verify's bond:bond0 fails): ")
+
+
+def bonded(kit: Any, install: str = "pxe", bond: bool = True) -> dict[str, Any]:
+    """node01-02 (installed over PXE or by hand), their management link bond0 (or eno1)."""
+    data = kit.base()
+    data["nodes"][1].update(install=install, install_disks=["nvme-DISK_[1-2]"])
+    if bond:
+        data["nodes"][1]["interfaces"]["management"]["interface"] = "bond0"
+        data["nodes"][1]["bonds"] = {"bond0": {"mode": "active-backup", "members": ["eno1", "eno2"]}}
+    return data  # type: ignore[no-any-return]
+
+
+def test_plan_says_apply_does_not_build_a_management_bond_added_to_an_installed_node(kit: Any) -> None:
+    """Issue 28: only an install builds a management bond; apply leaves the live link as it is.
+    Adding the bond to installed nodes, plan says so per node (and in --json); a reinstall
+    builds it, so a node being reinstalled gets the install's words instead."""
+    before = kit.load(bonded(kit, bond=False)).manifest
+    after = kit.load(bonded(kit)).manifest
+    plan = compute(after, settled(before, "installed"), PLAYS)
+    nodes = by_name(plan)
+    assert "node" in nodes["node01"].sections
+    words = BOND_WORDS + "provision apply --reinstall NODE"
+    assert nodes["node01"].install_only == nodes["node02"].install_only == words
+    assert nodes["head01"].install_only == ""  # no bond
+    assert plan.install_only == ["node01", "node02"]
+    data = plan.to_json()
+    assert data["install_only"] == ["node01", "node02"]
+    assert [n["install_only"] for n in data["nodes"]] == [None, words, words]
+    again = by_name(compute(after, settled(before, "installed"), PLAYS, reinstall=["node02"]))
+    assert again["node02"].install.startswith("PXE reinstall") and again["node02"].install_only == ""
+    assert again["node01"].install_only.startswith("management bond bond0")
+    limited = compute(after, settled(before, "installed"), PLAYS, limit=["node02"])
+    assert limited.install_only == ["node02"]  # nodes outside --limit are not run
+
+
+def test_plan_is_quiet_about_a_bond_the_install_builds_or_that_did_not_change(kit: Any) -> None:
+    m = kit.load(bonded(kit)).manifest
+    fresh = compute(m, State(), PLAYS)
+    assert fresh.installs == ["node01", "node02"] and fresh.install_only == []  # the install builds it
+    assert compute(m, settled(m, "configured"), PLAYS).install_only == []  # nothing changed on the nodes
+    assert compute(m, settled(m, "configured"), PLAYS, full=True).install_only == []
+    data = bonded(kit)
+    data["nodes"][1]["interfaces"]["data"]["interface"] = "bond1"  # a data bond: apply builds it
+    data["nodes"][1]["interfaces"]["management"]["interface"] = "eno1"
+    data["nodes"][1]["bonds"] = {"bond1": {"mode": "802.3ad", "members": ["ens1f0", "ens1f1"]}}
+    data_bond = kit.load(data).manifest
+    assert compute(data_bond, settled(m, "installed"), PLAYS).install_only == []
+
+
+def test_plan_says_it_for_a_new_node_installed_by_hand(kit: Any) -> None:
+    m = kit.load(bonded(kit, install="manual")).manifest
+    plan = compute(m, State(), PLAYS)
+    assert plan.installs == [] and plan.install_only == ["node01", "node02"]
+    assert by_name(plan)["node01"].install_only == BOND_WORDS + (
+        "bond it by hand as its install did, or provision apply --reinstall NODE")
+    buf = io.StringIO()
+    print_plan(Console(file=buf, width=400), plan, "testc")
+    assert f"node[01-02]: {BOND_WORDS}bond it by hand" in buf.getvalue()
 
 
 # --------------------------------------------------------------------------- host patterns
