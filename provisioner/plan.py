@@ -52,8 +52,10 @@ _NOT_CONFIGURATION = frozenset({"bmc", "install", "install_method"})
 def _unset_since_v1(node: Node) -> dict[str, Any]:
     """Node fields added after states were first recorded, left out while unset (so those
     states' fingerprints stay valid): ``scratch``, ``bonds``, an interface's ``rdma_device`` and
-    ``more``. A pydantic ``exclude`` mapping."""
+    ``more``, a disk's ``per_node``. A pydantic ``exclude`` mapping."""
     out: dict[str, Any] = dict.fromkeys(_NOT_CONFIGURATION, True)
+    # a disk's per_node is spent on expansion (every node's disk has its id): never set here
+    out["hardware"] = {"disks": {"__all__": {"per_node": True}}}
     if node.scratch is None:
         out["scratch"] = True
     if not node.bonds:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import io
 from pathlib import Path
 from typing import Any
@@ -288,6 +289,31 @@ def test_the_plan_table_lists_installs(kit: Any) -> None:
     text = buf.getvalue()
     assert "install (destructive)" in text and "PXE install: wipes nvme-DISK_1" in text
     assert "PXE installs (they wipe the install disks): node01, node02" in text
+
+
+def test_per_node_disk_ids_fingerprint_as_entries_of_their_own(kit: Any) -> None:
+    """A disk's ``per_node`` (issue 28) is spent on expansion: a ranged entry's nodes get the
+    fingerprints the same nodes had as entries of their own, and a manifest without it the
+    ones it had before the field existed (recorded here: kit.base(storage=True))."""
+    base = kit.load(kit.base(storage=True)).manifest
+    assert {n.name: node_sections(base, n)["node"] for n in base.nodes} == {
+        "head01": "869fcdf52d80cc50", "node01": "9094df7022a3d88a", "node02": "2660ac94977481cf"}
+    ranged = kit.base()
+    ranged["nodes"][1]["hardware"]["disks"] = [{"per_node": ["nvme-S1", "nvme-S2[1-2]"], "use": "scratch"}]
+    separate = kit.base()
+    entry = separate["nodes"].pop(1)
+    for k, ids in enumerate(["nvme-S1", "nvme-S2[1-2]"]):
+        node = copy.deepcopy(entry)
+        node["name"] = f"node0{k + 1}"
+        for nic in node["interfaces"].values():
+            nic["ip"] = nic["ip"][:-2] + str(21 + k)
+        node["interfaces"]["management"]["mac"] = f"52:54:00:00:00:{21 + k}"
+        node["bmc"]["address"] = f"10.0.1.{21 + k}"
+        node["hardware"]["disks"] = [{"id": ids, "use": "scratch"}]
+        separate["nodes"].append(node)
+    one, two = kit.load(ranged).manifest, kit.load(separate).manifest
+    for name in ("node01", "node02"):
+        assert node_sections(one, one.node(name)) == node_sections(two, two.node(name))
 
 
 def test_the_install_intent_is_no_configuration_change(kit: Any) -> None:
