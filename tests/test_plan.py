@@ -390,6 +390,10 @@ def test_plan_says_it_for_a_new_node_installed_by_hand(kit: Any) -> None:
     buf = io.StringIO()
     print_plan(Console(file=buf, width=400), plan, "testc")
     assert f"node[01-02]: {BOND_WORDS}bond it by hand" in buf.getvalue()
+    data = bonded(kit, install="manual")
+    del data["nodes"][1]["install_disks"]  # cannot be installed over PXE: no reinstall to offer
+    plain = compute(kit.load(data).manifest, State(), PLAYS)
+    assert by_name(plain)["node02"].install_only == BOND_WORDS + "bond it by hand as its install did"
 
 
 # --------------------------------------------------------------------------- host patterns

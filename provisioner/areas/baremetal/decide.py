@@ -249,8 +249,12 @@ def install_only(m: Manifest, node: Node) -> str:
     bond = mgmt_bond(node)
     if bond is None:
         return ""
-    way = ("bond it by hand as its install did, or provision apply --reinstall NODE"
-           if node.install == "manual" else "provision apply --reinstall NODE")
+    reinstall = "provision apply --reinstall NODE"
+    if node.install == "manual":  # installed by hand; a reinstall only where one could install it
+        installable = not_installable(m, node) is None and node.bmc is not None
+        way = "bond it by hand as its install did" + (f", or {reinstall}" if installable else "")
+    else:
+        way = reinstall
     return (f"management bond {bond.name} ({bond.mode}): built only by an install, never by apply on "
             f"the live link; where the node runs without it (verify's bond:{bond.name} fails): {way}")
 
