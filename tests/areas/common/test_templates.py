@@ -224,3 +224,14 @@ def test_netplan_and_networkd_take_the_tables(kit: Any, netplan: Any, networkd: 
     assert ens2["Route"]["Table"] == "102" and ens2["Route"]["Destination"] == "10.0.2.0/24"
     assert ens2["RoutingPolicyRule"]["From"].startswith("10.0.2.121") and ens2["RoutingPolicyRule"]["Table"] == "102"
     assert networkd(units) == []
+
+
+def test_a_bond_sharing_a_prefix_gets_its_table_too(kit: Any, networkd: Any) -> None:
+    (bond,) = bonded_interfaces(kit)
+    ifaces = decide.source_tables([bond, {"interface": "ens3", "address": "10.0.2.121/24", "mtu": 9000}],
+                                  "10.0.2.0/24", first_table=101)
+    rendered = yaml.safe_load(render("netplan-data.yaml.j2", common_data_interfaces=ifaces))
+    assert rendered == decide.netplan_data_config(ifaces)
+    assert rendered["network"]["bonds"]["bond0"]["routing-policy"] == [{"from": "10.0.2.21", "table": 101}]
+    assert ini(decide.networkd_data_files(ifaces)["90-provision-data-bond0.network"])["Route"]["Table"] == "101"
+    assert networkd(decide.networkd_data_files(ifaces)) == []
