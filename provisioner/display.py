@@ -86,6 +86,12 @@ def print_plan(console: Console, plan: Plan, cluster: str) -> None:
             by_text.setdefault(node.formats, []).append(node.name)
     for text, names in by_text.items():  # destructive where the disks are blank (or forced)
         console.print(f"{', '.join(contract(names))}: {text}", style="bold red", markup=False, highlight=False)
+    left: dict[str, list[str]] = {}
+    for node in plan.nodes:
+        if node.install_only:
+            left.setdefault(node.install_only, []).append(node.name)
+    for text, names in left.items():  # what this apply does not build (a management bond)
+        console.print(f"{', '.join(contract(names))}: {text}", style="yellow", markup=False, highlight=False)
 
 
 def print_live(console: Console, reads: Sequence[LiveRead]) -> None:

@@ -52,8 +52,10 @@ _NOT_CONFIGURATION = frozenset({"bmc", "install", "install_method"})
 def _unset_since_v1(node: Node) -> dict[str, Any]:
     """Node fields added after states were first recorded, left out while unset (so those
     states' fingerprints stay valid): ``scratch``, ``bonds``, an interface's ``rdma_device`` and
-    ``more``. A pydantic ``exclude`` mapping."""
+    ``more``, a disk's ``per_node``. A pydantic ``exclude`` mapping."""
     out: dict[str, Any] = dict.fromkeys(_NOT_CONFIGURATION, True)
+    # a disk's per_node is spent on expansion (every node's disk has its id): never set here
+    out["hardware"] = {"disks": {"__all__": {"per_node": True}}}
     if node.scratch is None:
         out["scratch"] = True
     if not node.bonds:
@@ -138,6 +140,9 @@ class NodePlan:
     install: str = ""
     # the scratch volume the storage play makes on this node's disks, in words; "" if none runs
     formats: str = ""
+    # what only an install builds (a management bond) and this apply leaves as it is, in words:
+    # for a node apply configures without installing it, new or with its own section changed
+    install_only: str = ""
 
 
 @dataclass
@@ -153,6 +158,12 @@ class Plan:
         return [n.name for n in self.nodes if n.formats]
 
     @property
+    def install_only(self) -> list[str]:
+        """Nodes with something only an install builds (a management bond) that this apply,
+        configuring them without installing them, does not build."""
+        return [n.name for n in self.nodes if n.install_only]
+
+    @property
     def has_changes(self) -> bool:
         return self.cluster_files_change or bool(self.installs) or any(
             n.status != "unchanged" and (n.status, n.lifecycle) != ("removed", "removed")  # a removal done is none
@@ -165,8 +176,10 @@ class Plan:
             "targets": self.targets,
             "installs": self.installs,
             "formats": self.formats,
+            "install_only": self.install_only,
             # no install or no format on a node: null, as every --json says "none" (docs/operations.md)
-            "nodes": [{**asdict(n), "install": n.install or None, "formats": n.formats or None} for n in self.nodes],
+            "nodes": [{**asdict(n), "install": n.install or None, "formats": n.formats or None,
+                       "install_only": n.install_only or None} for n in self.nodes],
         }
 
 
@@ -213,8 +226,9 @@ def compute(
     full: bool = False,
     reinstall: list[str] | None = None,
 ) -> Plan:
-    """The plan: per node status, heavy targets, the plays each node will run, and the PXE
-    installs (nodes marked ``install: pxe`` that are new, and ``reinstall``)."""
+    """The plan: per node status, heavy targets, the plays each node will run, the PXE
+    installs (nodes marked ``install: pxe`` that are new, and ``reinstall``), and what only an
+    install builds on the other nodes that are new or whose own section changed."""
     names = m.node_names()
     # a node added again after its removal starts afresh
     states = {name: "new" if ns.lifecycle == "removed" else ns.lifecycle for name, ns in state.nodes.items()}
@@ -245,6 +259,9 @@ def compute(
             targets.append(node.name)
         if installer is not None and node.name in installs:
             plan.install = installer.summary(m, node, node.name in (reinstall or []))
+        elif installer is not None and (limit is None or node.name in limit) and (
+                plan.status == "new" or "node" in plan.sections):  # where a bond may be new to it
+            plan.install_only = installer.install_only(m, node)
         if needs_heavy and (plan.status == "new" or "storage" in plan.sections or full):
             plan.formats = registry.destructive(m, node)
         node_plans.append(plan)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import io
 from pathlib import Path
 from typing import Any
@@ -239,10 +240,12 @@ def test_full_with_limit_targets_only_the_limit(m: Manifest) -> None:
 
 def test_plan_to_json(m: Manifest) -> None:
     data = compute(m, State(), PLAYS, limit=["node01"]).to_json()
-    assert set(data) == {"has_changes", "cluster_files_change", "targets", "installs", "formats", "nodes"}
+    assert set(data) == {"has_changes", "cluster_files_change", "targets", "installs", "formats", "install_only",
+                         "nodes"}
     assert data["targets"] == ["node01"]
     assert data["installs"] == []
     assert data["formats"] == ["node01"]  # its scratch disk (tests/conftest.py)
+    assert data["install_only"] == []
     assert data["nodes"][1] == {
         "name": "node01",
         "status": "new",
@@ -253,6 +256,7 @@ def test_plan_to_json(m: Manifest) -> None:
         "install": None,  # was "": --json says null for none (issue 27 item 13)
         "formats": ("scratch: formats nvme-SCRATCH where blank (1 disk, xfs at /scratch); "
                     "disks holding data are refused"),
+        "install_only": None,  # no management bond
     }
 
 
@@ -287,6 +291,31 @@ def test_the_plan_table_lists_installs(kit: Any) -> None:
     assert "PXE installs (they wipe the install disks): node01, node02" in text
 
 
+def test_per_node_disk_ids_fingerprint_as_entries_of_their_own(kit: Any) -> None:
+    """A disk's ``per_node`` (issue 28) is spent on expansion: a ranged entry's nodes get the
+    fingerprints the same nodes had as entries of their own, and a manifest without it the
+    ones it had before the field existed (recorded here: kit.base(storage=True))."""
+    base = kit.load(kit.base(storage=True)).manifest
+    assert {n.name: node_sections(base, n)["node"] for n in base.nodes} == {
+        "head01": "869fcdf52d80cc50", "node01": "9094df7022a3d88a", "node02": "2660ac94977481cf"}
+    ranged = kit.base()
+    ranged["nodes"][1]["hardware"]["disks"] = [{"per_node": ["nvme-S1", "nvme-S2[1-2]"], "use": "scratch"}]
+    separate = kit.base()
+    entry = separate["nodes"].pop(1)
+    for k, ids in enumerate(["nvme-S1", "nvme-S2[1-2]"]):
+        node = copy.deepcopy(entry)
+        node["name"] = f"node0{k + 1}"
+        for nic in node["interfaces"].values():
+            nic["ip"] = nic["ip"][:-2] + str(21 + k)
+        node["interfaces"]["management"]["mac"] = f"52:54:00:00:00:{21 + k}"
+        node["bmc"]["address"] = f"10.0.1.{21 + k}"
+        node["hardware"]["disks"] = [{"id": ids, "use": "scratch"}]
+        separate["nodes"].append(node)
+    one, two = kit.load(ranged).manifest, kit.load(separate).manifest
+    for name in ("node01", "node02"):
+        assert node_sections(one, one.node(name)) == node_sections(two, two.node(name))
+
+
 def test_the_install_intent_is_no_configuration_change(kit: Any) -> None:
     """Marking a configured node install: pxe changes nothing on it (and states recorded
     before the field existed stay unchanged)."""
@@ -298,6 +327,73 @@ def test_the_install_intent_is_no_configuration_change(kit: Any) -> None:
     for name in plain.node_names():
         assert node_sections(marked, marked.node(name)) == node_sections(plain, plain.node(name))
     assert not compute(marked, settled(plain), PLAYS).has_changes
+
+
+# --------------------------------------------------------------------------- a management bond
+BOND_WORDS = ("management bond bond0 (active-backup): built only by an install, never by apply on the live "
+              "link; where the node runs without it (verify's bond:bond0 fails): ")
+
+
+def bonded(kit: Any, install: str = "pxe", bond: bool = True) -> dict[str, Any]:
+    """node01-02 (installed over PXE or by hand), their management link bond0 (or eno1)."""
+    data = kit.base()
+    data["nodes"][1].update(install=install, install_disks=["nvme-DISK_[1-2]"])
+    if bond:
+        data["nodes"][1]["interfaces"]["management"]["interface"] = "bond0"
+        data["nodes"][1]["bonds"] = {"bond0": {"mode": "active-backup", "members": ["eno1", "eno2"]}}
+    return data  # type: ignore[no-any-return]
+
+
+def test_plan_says_apply_does_not_build_a_management_bond_added_to_an_installed_node(kit: Any) -> None:
+    """Issue 28: only an install builds a management bond; apply leaves the live link as it is.
+    Adding the bond to installed nodes, plan says so per node (and in --json); a reinstall
+    builds it, so a node being reinstalled gets the install's words instead."""
+    before = kit.load(bonded(kit, bond=False)).manifest
+    after = kit.load(bonded(kit)).manifest
+    plan = compute(after, settled(before, "installed"), PLAYS)
+    nodes = by_name(plan)
+    assert "node" in nodes["node01"].sections
+    words = BOND_WORDS + "provision apply --reinstall NODE"
+    assert nodes["node01"].install_only == nodes["node02"].install_only == words
+    assert nodes["head01"].install_only == ""  # no bond
+    assert plan.install_only == ["node01", "node02"]
+    data = plan.to_json()
+    assert data["install_only"] == ["node01", "node02"]
+    assert [n["install_only"] for n in data["nodes"]] == [None, words, words]
+    again = by_name(compute(after, settled(before, "installed"), PLAYS, reinstall=["node02"]))
+    assert again["node02"].install.startswith("PXE reinstall") and again["node02"].install_only == ""
+    assert again["node01"].install_only.startswith("management bond bond0")
+    limited = compute(after, settled(before, "installed"), PLAYS, limit=["node02"])
+    assert limited.install_only == ["node02"]  # nodes outside --limit are not run
+
+
+def test_plan_is_quiet_about_a_bond_the_install_builds_or_that_did_not_change(kit: Any) -> None:
+    m = kit.load(bonded(kit)).manifest
+    fresh = compute(m, State(), PLAYS)
+    assert fresh.installs == ["node01", "node02"] and fresh.install_only == []  # the install builds it
+    assert compute(m, settled(m, "configured"), PLAYS).install_only == []  # nothing changed on the nodes
+    assert compute(m, settled(m, "configured"), PLAYS, full=True).install_only == []
+    data = bonded(kit)
+    data["nodes"][1]["interfaces"]["data"]["interface"] = "bond1"  # a data bond: apply builds it
+    data["nodes"][1]["interfaces"]["management"]["interface"] = "eno1"
+    data["nodes"][1]["bonds"] = {"bond1": {"mode": "802.3ad", "members": ["ens1f0", "ens1f1"]}}
+    data_bond = kit.load(data).manifest
+    assert compute(data_bond, settled(m, "installed"), PLAYS).install_only == []
+
+
+def test_plan_says_it_for_a_new_node_installed_by_hand(kit: Any) -> None:
+    m = kit.load(bonded(kit, install="manual")).manifest
+    plan = compute(m, State(), PLAYS)
+    assert plan.installs == [] and plan.install_only == ["node01", "node02"]
+    assert by_name(plan)["node01"].install_only == BOND_WORDS + (
+        "bond it by hand as its install did, or provision apply --reinstall NODE")
+    buf = io.StringIO()
+    print_plan(Console(file=buf, width=400), plan, "testc")
+    assert f"node[01-02]: {BOND_WORDS}bond it by hand" in buf.getvalue()
+    data = bonded(kit, install="manual")
+    del data["nodes"][1]["install_disks"]  # cannot be installed over PXE: no reinstall to offer
+    plain = compute(kit.load(data).manifest, State(), PLAYS)
+    assert by_name(plain)["node02"].install_only == BOND_WORDS + "bond it by hand as its install did"
 
 
 # --------------------------------------------------------------------------- host patterns

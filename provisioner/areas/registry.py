@@ -150,6 +150,9 @@ class Install:
     image_nodes: Callable[[Manifest, str], tuple[str, ...]]  # the nodes an OS's image is deployed onto
     playbook: str  # prepares the install server (on the head node) before the installs
     runner: str
+    # what only an install builds on a node (its management bond), in the plan's words, for
+    # nodes this apply does not install ("": nothing)
+    install_only: Callable[[Manifest, Node], str]
     preflight: Preflight | None = None  # checked before anything is armed or powered
 
     def steps(self) -> InstallSteps:
@@ -259,7 +262,7 @@ if TYPE_CHECKING:  # what BAREMETAL_INSTALL loads by name, type-checked here (no
 BAREMETAL_INSTALL = Install(
     targets=baremetal_decide.install_targets, summary=baremetal_deploy.install_summary,
     needs_ramdisk=baremetal_deploy.needs_ramdisk, image_nodes=baremetal_deploy.image_nodes,
-    playbook="pxe.yml", runner="provisioner.areas.baremetal.install",
+    playbook="pxe.yml", runner="provisioner.areas.baremetal.install", install_only=baremetal_decide.install_only,
     preflight=Preflight(image_file=baremetal_deploy.image_file, method=baremetal_deploy.method,
                         module_names=baremetal_preflight.module_names, checks=baremetal_preflight.checks,
                         failed=baremetal_preflight.failed, refusal=baremetal_preflight.refusal),

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from provisioner.errors import Diagnostic, ManifestError
 from provisioner.manifest.checks import run_checks
 from provisioner.manifest.model import Manifest
-from provisioner.manifest.nodes import Bmc, Interface, Nic, Node
+from provisioner.manifest.nodes import Bmc, Hardware, Interface, Nic, Node
 from provisioner.manifest.ranges import RangeError, add_ip, add_mac, expand
 from provisioner.manifest.source import PathKey, Source
 
@@ -164,6 +164,20 @@ def _disk_per_node(disk: str, count: int, where: PathKey) -> list[str]:
     return items
 
 
+def _hardware_per_node(hardware: Hardware, count: int, where: PathKey, entry: str) -> list[Hardware]:
+    """Each node's hardware of an entry of ``count`` nodes: a disk given ``per_node`` gets
+    that node's id. The entry's own hardware, shared, where no disk is given so."""
+    if all(d.per_node is None for d in hardware.disks):
+        return [hardware] * count
+    for j, disk in enumerate(hardware.disks):
+        if disk.per_node is not None and len(disk.per_node) != count:
+            raise NodeRangeError((*where, j, "per_node"), f"{entry}: per_node lists {len(disk.per_node)} disk "
+                                 f"id(s) for {count} node(s); give one per node, in the entry's order")
+    return [hardware.model_copy(update={"disks": [
+        d if d.per_node is None else d.model_copy(update={"id": d.per_node[k], "per_node": None})
+        for d in hardware.disks]}) for k in range(count)]
+
+
 _N = TypeVar("_N", bound=Nic)
 
 
@@ -187,6 +201,7 @@ def expand_nodes(nodes: list[Node]) -> list[Node]:
         names = expand(node.name)
         per_node = [_disk_per_node(d, len(names), ("nodes", index, "install_disks", i))
                     for i, d in enumerate(node.install_disks)]
+        hardware = _hardware_per_node(node.hardware, len(names), ("nodes", index, "hardware", "disks"), node.name)
         for offset, name in enumerate(names):
             interfaces: dict[Any, Interface] = {}
             for net, iface in node.interfaces.items():
@@ -205,7 +220,8 @@ def expand_nodes(nodes: list[Node]) -> list[Node]:
                 except RangeError as exc:
                     raise NodeRangeError(where, f"{node.name}: BMC {exc}") from None
             disks = [disks_of_entry[offset] for disks_of_entry in per_node]
-            copy = node.model_copy(update={"name": name, "interfaces": interfaces, "bmc": bmc, "install_disks": disks})
+            copy = node.model_copy(update={"name": name, "interfaces": interfaces, "bmc": bmc, "install_disks": disks,
+                                           "hardware": hardware[offset]})
             copy._source_index = index
             out.append(copy)
     return out

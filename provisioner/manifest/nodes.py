@@ -204,8 +204,21 @@ class Cpu(Strict):
         return self.cores * self.threads_per_core
 
 
+def _disk_id(v: str) -> str:
+    if "/" in v or not v:
+        raise ValueError(f"{v!r}: give the name under /dev/disk/by-id, without a path")
+    return v
+
+
 class Disk(Strict):
-    id: str = Field(description="name under /dev/disk/by-id")
+    """A disk of the node by its name under /dev/disk/by-id (a range: several disks of the
+    node); on a ranged node entry whose nodes' disks differ (serials), ``per_node`` instead:
+    one id per node of the entry, in its order. Expanded nodes carry ``id`` only."""
+
+    id: str = Field(default="", description="name under /dev/disk/by-id")
+    per_node: list[str] | None = Field(
+        default=None, min_length=1, description="instead of id: one by-id name per node of a ranged entry, "
+        "in its order (each may be a range: that node's several disks)")
     size_gb: int | None = Field(default=None, ge=1)
     kind: Literal["nvme", "ssd", "hdd"] = "hdd"
     use: Literal["os", "scratch", "zfs", "none"] = "none"
@@ -213,9 +226,20 @@ class Disk(Strict):
     @field_validator("id")
     @classmethod
     def _id(cls, v: str) -> str:
-        if "/" in v or not v:
-            raise ValueError(f"{v!r}: give the name under /dev/disk/by-id, without a path")
-        return v
+        return _disk_id(v)
+
+    @field_validator("per_node")
+    @classmethod
+    def _per_node(cls, v: list[str] | None) -> list[str] | None:
+        return None if v is None else [_disk_id(item) for item in v]
+
+    @model_validator(mode="after")
+    def _one_way(self) -> Disk:
+        if self.per_node is not None and self.id:
+            raise ValueError("give id or per_node, not both")
+        if self.per_node is None and not self.id:
+            raise ValueError("give the disk's id (or per_node: one id per node of a ranged entry)")
+        return self
 
 
 class Scratch(Strict):

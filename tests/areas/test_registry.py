@@ -63,5 +63,7 @@ def test_each_area_with_verify_checks_adds_its_own(kit: Any) -> None:
     assert people == [] and backup == []  # no users, no backup section: no check
     assert "mount:/data" in storage and "gpu.count" in gpu and "docker.runtime" in gpu
     assert slurm_checks[0] == "slurm.node"
-    bare = kit.load(kit.base()).manifest  # no storage sections: the storage area checks nothing there
-    assert registry.verify_checks(bare)[1](bare.node("node01"), "") == []
+    bare = kit.load(kit.base()).manifest  # no storage sections: the storage area checks only scratch there
+    assert [c.name for c in registry.verify_checks(bare)[1](bare.node("node01"), "")] == [
+        "mount:/scratch", "io:/scratch"]
+    assert registry.verify_checks(bare)[1](bare.node("head01"), "") == []  # no scratch disk

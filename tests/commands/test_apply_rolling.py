@@ -106,6 +106,11 @@ def fakes(monkeypatch: pytest.MonkeyPatch, broken: str = "", dcgm: dict[str, str
                 return Output(rc=226 if host in (dcgm or {}) else 0, stdout=(dcgm or {}).get(host, DCGM_PASS))
             if text.startswith("ping"):
                 return Output(stdout="3 packets transmitted, 3 received, 0% packet loss")
+            if text.startswith("findmnt"):  # the compute nodes' scratch (tests/conftest.py)
+                return Output(stdout='{"filesystems": [{"source": "/dev/nvme1n1p1", "fstype": "xfs", '
+                                     '"options": "rw,noatime"}]}')
+            if text.startswith("dd "):
+                return Output(stdout="write rc=0\nread rc=0\n")
             return Output()
         return execute
 

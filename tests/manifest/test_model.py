@@ -232,6 +232,40 @@ def test_zero_padded_range_expansion(kit: Any) -> None:
     assert str(m.node("node11").ip) == "10.0.0.24"
 
 
+def test_per_node_disk_ids_of_a_ranged_entry(kit: Any) -> None:
+    """Issue 28: the nodes of one entry whose disks carry different serials each get their
+    own id (``per_node``, in the entry's order; an item may be a range: that node's disks)."""
+    data = kit.base()
+    data["nodes"][1]["name"] = "node[01-03]"
+    data["nodes"][1]["hardware"]["disks"] = [
+        {"id": "nvme-OS", "kind": "nvme", "use": "os"},
+        {"per_node": ["nvme-990PRO_S7KGNJ0W1", "nvme-990PRO_S7KGNJ0X[7-8]", "nvme-990PRO_S7KGNJ0Z4"],
+         "kind": "nvme", "use": "scratch"}]
+    m = kit.load(data).manifest
+    disks = {n: [(d.id, d.per_node) for d in m.node(n).hardware.disks] for n in ("node01", "node02", "node03")}
+    assert disks == {"node01": [("nvme-OS", None), ("nvme-990PRO_S7KGNJ0W1", None)],
+                     "node02": [("nvme-OS", None), ("nvme-990PRO_S7KGNJ0X[7-8]", None)],
+                     "node03": [("nvme-OS", None), ("nvme-990PRO_S7KGNJ0Z4", None)]}
+    assert m.node("head01").hardware.disks[0].id == "ata-DISK_[1-4]"  # no per_node: as before
+
+
+def test_per_node_disk_ids_must_match_the_entry(kit: Any) -> None:
+    data = kit.base()
+    data["nodes"][1]["hardware"]["disks"] = [{"per_node": ["nvme-A", "nvme-B", "nvme-C"], "use": "scratch"}]
+    text = kit.dump(data)
+    (diag,) = kit.errors(text)
+    assert diag.path == "nodes[1].hardware.disks[0].per_node"
+    assert diag.message == ("node[01-02]: per_node lists 3 disk id(s) for 2 node(s); give one per node, "
+                            "in the entry's order")
+    assert (diag.line, diag.col) == kit.pos_of(text, "per_node")
+    data["nodes"][1]["hardware"]["disks"] = [{"id": "nvme-A", "per_node": ["nvme-A", "nvme-B"]}]
+    assert "give id or per_node, not both" in kit.errors(data)[0].message
+    data["nodes"][1]["hardware"]["disks"] = [{"use": "scratch"}]
+    assert "give the disk's id (or per_node" in kit.errors(data)[0].message
+    data["nodes"][1]["hardware"]["disks"] = [{"per_node": ["nvme-A", "/dev/nvme1n1"]}]
+    assert "without a path" in kit.errors(data)[0].message
+
+
 def test_ranged_node_needs_an_ipv4_bmc_address() -> None:
     assert formatted(mutate("address: 10.1.1.21", "address: bmc-gpu")) == [
         "m.yaml:19:23: nodes[1].bmc.address: gpu[1-3]: a ranged node needs an IPv4 BMC address to increment"

@@ -47,7 +47,7 @@ def test_no_gpu_no_slurm_no_docker_no_such_checks(kit: Any) -> None:
     del data["nodes"][1]["hardware"]["gpu"]
     m = kit.load(data).manifest
     node = names(catalog.plan(m), "node01")
-    assert node == ["hosts", "clock", "mtu.management", "mtu.data"]
+    assert node == ["hosts", "clock", "mtu.management", "mtu.data", "mount:/scratch", "io:/scratch"]
 
 
 def test_a_nodes_checks_come_area_by_area_in_registry_order(kit: Any) -> None:

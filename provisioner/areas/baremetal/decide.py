@@ -240,6 +240,25 @@ def mgmt_bond(node: Node) -> MgmtBond | None:
     return MgmtBond(name, bond.mode, tuple(bond_member(x) for x in bond.members))
 
 
+def install_only(m: Manifest, node: Node) -> str:
+    """The plan's words for what only an install builds on ``node``, which an apply that does
+    not install it leaves as it is: its management bond ("" without one). Apply runs over the
+    live management link and never rebuilds it (docs/baremetal.md, "A bonded management
+    link"); a node installed before its bond was added runs without it until reinstalled.
+    No node names: the plan groups nodes by these words."""
+    bond = mgmt_bond(node)
+    if bond is None:
+        return ""
+    reinstall = "provision apply --reinstall NODE"
+    if node.install == "manual":  # installed by hand; a reinstall only where one could install it
+        installable = not_installable(m, node) is None and node.bmc is not None
+        way = "bond it by hand as its install did" + (f", or {reinstall}" if installable else "")
+    else:
+        way = reinstall
+    return (f"management bond {bond.name} ({bond.mode}): built only by an install, never by apply on "
+            f"the live link; where the node runs without it (verify's bond:{bond.name} fails): {way}")
+
+
 def logins(m: Manifest) -> list[Login]:
     """Accounts with SSH access after the install: every admin user with their own keys,
     plus the account Ansible connects as (``cluster.ssh.user``: root, or an account with

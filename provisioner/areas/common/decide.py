@@ -10,7 +10,8 @@ the same list in root's authorized_keys on every apply (``common_root_authorized
 
 The data network (issue 19 item 11) is configured by the common role from
 ``common_data_interfaces`` (:func:`data_interfaces`); the two renderers say what the role's
-files carry per OS (address, MTU, no route), and the tests hold the role's templates to them.
+files carry per OS (address, MTU, no gateway; NICs that share a prefix a routing table each),
+and the tests hold the role's templates to them.
 """
 
 from __future__ import annotations
@@ -100,13 +101,15 @@ def data_interfaces(m: Manifest, node: Node) -> list[dict[str, Any]]:
     item 11: /etc/hosts lists ``<node>-data`` and NFS may use that network, so its address
     must be set): interface, address/prefix and MTU; never a gateway (the default route stays on
     the management network). Interfaces without a name cannot be configured and are left
-    out."""
+    out. Several NICs on one network each get a routing table of their own
+    (:func:`source_tables`)."""
     out: list[dict[str, Any]] = []
     for net_name in DATA_NETWORKS:
         iface = node.interfaces.get(net_name)
         net = getattr(m.networks, net_name)
         if iface is None or net is None:
             continue
+        entries = []
         for nic in iface.nics():  # the network's NIC and its further ones, each its own address
             if not nic.interface:
                 continue
@@ -115,8 +118,40 @@ def data_interfaces(m: Manifest, node: Node) -> list[dict[str, Any]]:
             bond = node.bonds.get(nic.interface)
             if bond is not None:  # only then: a NIC's entry stays what it was before bonds existed
                 entry["bond"] = {"mode": bond.mode, "members": [bond_member(member) for member in bond.members]}
-            out.append(entry)
+            entries.append(entry)
+        out.extend(source_tables(entries, str(net.cidr), first_table=SOURCE_TABLE_BASE + 1 + len(out)))
     return out
+
+
+# The routing tables of NICs that share a network's prefix: 101, 102, ... per node (the main
+# table is 254, local 255; 1-252 are free for the site).
+SOURCE_TABLE_BASE = 100
+# Several NICs on one prefix: each answers ARP only for its own addresses, and announces only
+# those (else one NIC answers for all, and every packet to the node arrives there).
+SOURCE_ROUTED_SYSCTL: dict[str, int] = {"net.ipv4.conf.all.arp_ignore": 1, "net.ipv4.conf.all.arp_announce": 2}
+
+
+def source_tables(entries: list[dict[str, Any]], network: str, first_table: int) -> list[dict[str, Any]]:
+    """A network's interface entries; where there are several (NICs sharing the prefix), each
+    with ``table`` (its own routing table: the prefix on that NIC) and ``network`` (the
+    prefix): packets from a NIC's address leave by that NIC (a rule ``from <address>``), not
+    all by the one NIC the main table's first route names. One NIC: its entry as before."""
+    if len(entries) < 2:
+        return entries
+    return [{**entry, "table": first_table + k, "network": network} for k, entry in enumerate(entries)]
+
+
+def data_sysctl(interfaces: list[dict[str, Any]]) -> dict[str, int]:
+    """sysctl settings the data interfaces need beyond ``common_sysctl``: the ARP behaviour
+    of NICs sharing a prefix (:data:`SOURCE_ROUTED_SYSCTL`) where any entry has a table."""
+    return dict(SOURCE_ROUTED_SYSCTL) if any("table" in i for i in interfaces) else {}
+
+
+def source_route(interface: dict[str, Any]) -> tuple[str, str, int] | None:
+    """(prefix, address, table) of a source-routed entry, else None."""
+    if "table" not in interface:
+        return None
+    return interface["network"], interface["address"].split("/")[0], interface["table"]
 
 
 def bond_member(member: str) -> dict[str, str]:
@@ -143,20 +178,29 @@ def netplan_member_id(bond: str, index: int, member: dict[str, str]) -> str:
 
 def netplan_data_config(interfaces: list[dict[str, Any]]) -> dict[str, Any]:
     """Ubuntu: a netplan file for the data interfaces: static, no DHCP, no router
-    advertisements or link-local addresses, no routes; ``optional`` so that a data link
-    without carrier does not hold up boot (network-online waits for management only).
+    advertisements or link-local addresses, no gateway (NICs sharing a prefix: each its
+    table, :func:`source_tables`); ``optional`` so that a data link without carrier does not
+    hold up boot (network-online waits for management only).
     roles/common/templates/netplan-data.yaml.j2 renders the same (tests compare them)."""
     def quiet(mtu: int) -> dict[str, Any]:
         return {"dhcp4": False, "dhcp6": False, "accept-ra": False, "link-local": [], "optional": True,
                 "mtu": mtu}
 
+    def routed(i: dict[str, Any]) -> dict[str, Any]:
+        route = source_route(i)
+        if route is None:
+            return {}
+        prefix, address, table = route
+        return {"routes": [{"to": prefix, "scope": "link", "from": address, "table": table}],
+                "routing-policy": [{"from": address, "table": table}]}
+
     ethernets: dict[str, Any] = {}
     bonds: dict[str, Any] = {}
     for i in interfaces:
-        link = quiet(i["mtu"]) | {"addresses": [i["address"]]}
+        link = quiet(i["mtu"]) | {"addresses": [i["address"]]} | routed(i)
         bond = i.get("bond")
         if bond is None:
-            ethernets[i["interface"]] = {**quiet(i["mtu"]), "addresses": [i["address"]]}
+            ethernets[i["interface"]] = {**quiet(i["mtu"]), "addresses": [i["address"]], **routed(i)}
             continue
         ids = []
         for n, member in enumerate(bond["members"]):
@@ -173,14 +217,21 @@ def netplan_data_config(interfaces: list[dict[str, Any]]) -> dict[str, Any]:
 def networkd_data_unit(interface: dict[str, Any]) -> str:
     """Debian 12: a systemd-networkd .network file for one data interface (the management
     interface stays with ifupdown): address and MTU, no gateway, no link-local or RA, not
-    required for network-online, no LLDP. roles/common/templates/networkd-data.network.j2
+    required for network-online, no LLDP; a NIC sharing its network's prefix with others its
+    own table and rule (:func:`source_tables`). roles/common/templates/networkd-data.network.j2
     renders the same (tests compare them)."""
-    return "\n".join([
+    lines = [
         "[Match]", f"Name={interface['interface']}", "",
         "[Link]", f"MTUBytes={interface['mtu']}", "RequiredForOnline=no", "",
         "[Network]", f"Address={interface['address']}", "LinkLocalAddressing=no", "IPv6AcceptRA=no",
         "ConfigureWithoutCarrier=yes", "LLDP=no", "EmitLLDP=no", "",
-    ])
+    ]
+    route = source_route(interface)
+    if route is not None:  # a NIC sharing its network's prefix: its own table, by source address
+        prefix, address, table = route
+        lines += ["[Route]", f"Destination={prefix}", "Scope=link", f"PreferredSource={address}", f"Table={table}", "",
+                  "[RoutingPolicyRule]", f"From={address}/32", f"Table={table}", ""]
+    return "\n".join(lines)
 
 
 def networkd_bond_netdev(interface: dict[str, Any]) -> str:

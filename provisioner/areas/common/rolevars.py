@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.areas.common.decide import data_interfaces, enforced_root_keys
+from provisioner.areas.common.decide import data_interfaces, data_sysctl, enforced_root_keys
 from provisioner.manifest.model import Manifest
 from provisioner.manifest.nodes import Node
 
@@ -62,9 +62,14 @@ def ntp_for(m: Manifest, node: Node) -> tuple[list[str], list[str]]:
 
 def node_vars(m: Manifest, node: Node) -> dict[str, Any]:
     servers, served = ntp_for(m, node)
-    return {
+    interfaces = data_interfaces(m, node)
+    out: dict[str, Any] = {
         "common_hostname": node.name,
         "common_ntp_servers": servers,
         "common_ntp_serve_networks": served,
-        "common_data_interfaces": data_interfaces(m, node),
+        "common_data_interfaces": interfaces,
     }
+    sysctl = data_sysctl(interfaces)
+    if sysctl:  # only then: a node's variables stay what they were before it existed
+        out["common_data_sysctl"] = sysctl
+    return out

@@ -24,6 +24,26 @@ def node_network_ip(node: Node, net: NetworkName) -> str | None:
     return str(iface.ip) if iface is not None else None
 
 
+def spread(client_ip: str, count: int) -> int:
+    """Which of a server's ``count`` NICs on a network a client mounts from: the client's
+    address there modulo ``count``. Addresses increment per node in a range, so a range of
+    clients takes the NICs in turn; and the choice is the client's own, so adding, removing
+    or reordering other nodes moves no mount (a moved mount is a remount)."""
+    return int(ipaddress.IPv4Address(client_ip)) % count
+
+
+def server_nic_ip(server: Node, client: Node, net: NetworkName) -> str | None:
+    """The server's address on ``net`` a client mounts from: with one NIC there (a bond is
+    one), that NIC's; with several (data, roce), the one :func:`spread` gives the client,
+    among the server's NICs the OS configures (those with a name; the first always counts).
+    None: the server or the client has no interface on ``net``."""
+    server_iface, client_ip = server.interfaces.get(net), node_network_ip(client, net)
+    if server_iface is None or client_ip is None:
+        return None
+    nics = [server_iface, *(nic for nic in server_iface.more if nic.interface)]
+    return str(nics[spread(client_ip, len(nics))].ip)
+
+
 def network_of(m: Manifest, client: str) -> NetworkName | None:
     """The manifest network a client entry names or lies in (None: outside all of them)."""
     if client in NETWORK_NAMES:
@@ -196,12 +216,13 @@ def server_address(m: Manifest, export: NfsExport, client: Node, proto: str) -> 
     and the export allows the client's address there (the server checks the source address
     of the mount, which is the client's address on that network). The networks the export
     names come first, in its order (the shared RDMA fabric for rdma); a CIDR that spans
-    several networks (10.0.0.0/16) is matched by address. No such network: StorageError (the
+    several networks (10.0.0.0/16) is matched by address. A server with several NICs there
+    spreads its clients over them (:func:`server_nic_ip`). No such network: StorageError (the
     server would refuse the mount)."""
     server = m.node(export.node)
     if proto == "rdma":
         net = rdma_network(m, export, client)
-        ip = node_network_ip(server, net) if net is not None else None
+        ip = server_nic_ip(server, client, net) if net is not None else None
         if ip is None:
             raise StorageError(f"export {export.name!r}: {server.name} has no interface on an RDMA fabric "
                                f"{client.name} is on", node=server.name)
@@ -209,7 +230,7 @@ def server_address(m: Manifest, export: NfsExport, client: Node, proto: str) -> 
     allowed = [ipaddress.IPv4Network(c) for c in export_clients(m, export)]
     named = export_networks(m, export)
     for net in [*named, *(n for n in NETWORK_NAMES if n not in named)]:
-        server_ip = node_network_ip(server, net)
+        server_ip = server_nic_ip(server, client, net)
         client_ip = node_network_ip(client, net)
         if server_ip is None or client_ip is None:
             continue

@@ -1,5 +1,6 @@
-"""The storage area's verify checks: RDMA bandwidth on the fabric, NFS and MergerFS mounts with
-a short write/read through each, ZFS pool health, the age of each dataset's newest snapshot."""
+"""The storage area's verify checks: RDMA bandwidth on the fabric, the local scratch file system,
+NFS and MergerFS mounts with a short write/read through each, ZFS pool health, the age of each
+dataset's newest snapshot."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from provisioner.areas.storage import fabric, mergerfs, nfs, snapshots, zfs
+from provisioner.areas.storage import fabric, mergerfs, nfs, scratch, snapshots, zfs
 from provisioner.manifest.fields import NetworkName
 from provisioner.manifest.model import Manifest
 from provisioner.manifest.nodes import Node
@@ -349,8 +350,27 @@ def rdma_checks(m: Manifest, node: Node, rings: dict[NetworkName, Ring], out: Ch
                     again_if=WRITE_BW_CALIBRATION_FAILED)
 
 
+# mount(8) options that set the atime behaviour; the last one given wins
+ATIME_OPTIONS = frozenset({"atime", "noatime", "relatime", "norelatime", "strictatime", "nostrictatime"})
+
+
+def scratch_options(volume: scratch.ScratchVolume) -> list[str]:
+    """The scratch mount's options the kernel shows: ``noatime`` (``nofail`` lives in fstab
+    only), unless a later option of the manifest's sets atime otherwise (``relatime``). The
+    manifest's other options are left to the file system, which shows them its own way."""
+    last_atime = [o for o in volume.options if o in ATIME_OPTIONS][-1:]
+    return ["noatime"] if last_atime == ["noatime"] else []
+
+
 def mount_checks(m: Manifest, node: Node, out: CheckList) -> None:
-    """``mount:<path>`` and ``io:<path>`` for each NFS mount and MergerFS union of the node."""
+    """``mount:<path>`` and ``io:<path>`` for the node's scratch file system, each NFS mount
+    and each MergerFS union."""
+    volume = scratch.scratch_volume(node)
+    if volume is not None:
+        out.add(f"mount:{volume.path}", findmnt_command(volume.path),
+                judged(parse_findmnt, mount_verdict((volume.fs,), scratch_options(volume), volume.path)), "kernel")
+        out.add(f"io:{volume.path}", io_command(volume.path, node.name), judged(parse_io, io_verdict(volume.path)),
+                "kernel")
     for mount in nfs.mounts_for(m, node):
         proto = nfs.mount_proto(m, mount, node)
         want = [o for o in nfs.mount_options(mount, proto) if o.split("=")[0] in SHOWN_NFS_OPTIONS]

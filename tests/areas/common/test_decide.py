@@ -74,9 +74,9 @@ def test_a_roce_nic_is_configured_like_a_data_nic(kit: Any) -> None:
     hosts = hosts_entries(m)  # every port resolves: the network's as <node>-roce, the second as <node>-roce2
     assert {"ip": "10.0.4.22", "names": ["node02-roce.test.internal", "node02-roce"]} in hosts
     assert {"ip": "10.0.4.122", "names": ["node02-roce2.test.internal", "node02-roce2"]} in hosts
-    assert common.data_interfaces(m, m.node("node02"))[1:] == [
-        {"interface": "ens2f0np0", "address": "10.0.4.22/24", "mtu": 9000},
-        {"interface": "ens2f1np1", "address": "10.0.4.122/24", "mtu": 9000},
+    assert common.data_interfaces(m, m.node("node02"))[1:] == [  # sharing a prefix: a table each
+        {"interface": "ens2f0np0", "address": "10.0.4.22/24", "mtu": 9000, "table": 102, "network": "10.0.4.0/24"},
+        {"interface": "ens2f1np1", "address": "10.0.4.122/24", "mtu": 9000, "table": 103, "network": "10.0.4.0/24"},
     ]
 
 

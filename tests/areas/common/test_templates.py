@@ -153,3 +153,85 @@ def test_netplan_generates_the_data_units_and_networkd_takes_them(kit: Any, netp
     assert "PermanentMACAddress=52:54:00:aa:00:02" in units["10-netplan-bond0-m1.network"]
     assert "MTUBytes=9000" in units["10-netplan-ens2f0np0.network"]
     assert networkd(units) == []
+
+
+# --------------------------------------------------------------------------- NICs sharing a prefix (issue 28)
+def two_nic_interfaces(kit: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """node01's data network over two NICs (ens1 10.0.2.21, ens2 10.0.2.121): its data
+    interfaces and its common variables."""
+    data = kit.base()
+    data["nodes"][1]["interfaces"]["data"] = [{"ip": "10.0.2.21", "interface": "ens1"},
+                                              {"ip": "10.0.2.121", "interface": "ens2"}]
+    m = kit.load(data).manifest
+    variables = common.node_vars(m, m.node("node01"))
+    return variables["common_data_interfaces"], variables
+
+
+def test_nics_sharing_a_prefix_each_get_a_table(kit: Any) -> None:
+    """Two NICs on one prefix: the main table sends every packet to that prefix out of one
+    of them (replies to NFS clients of the second address included), and by default each
+    answers ARP for both addresses. Each gets its own table and rule, and ARP is per NIC.
+    A node with one NIC per network renders as before (no table, no extra sysctl)."""
+    ifaces, variables = two_nic_interfaces(kit)
+    assert ifaces == [
+        {"interface": "ens1", "address": "10.0.2.21/24", "mtu": 9000, "table": 101, "network": "10.0.2.0/24"},
+        {"interface": "ens2", "address": "10.0.2.121/24", "mtu": 9000, "table": 102, "network": "10.0.2.0/24"}]
+    assert variables["common_data_sysctl"] == {"net.ipv4.conf.all.arp_ignore": 1,
+                                               "net.ipv4.conf.all.arp_announce": 2}
+    m = kit.load(kit.base()).manifest
+    plain = common.node_vars(m, m.node("node01"))
+    assert plain["common_data_interfaces"] == [{"interface": "ens1", "address": "10.0.2.21/24", "mtu": 9000}]
+    assert "common_data_sysctl" not in plain
+    # the tables are the node's own: a second network's NICs continue the count
+    assert [i["table"] for i in decide.source_tables(ifaces, "10.0.4.0/24", first_table=103)] == [103, 104]
+
+
+def test_the_role_renders_the_tables_as_decided(kit: Any) -> None:
+    ifaces, _ = two_nic_interfaces(kit)
+    rendered = yaml.safe_load(render("netplan-data.yaml.j2", common_data_interfaces=ifaces))
+    assert rendered == decide.netplan_data_config(ifaces)
+    ens2 = rendered["network"]["ethernets"]["ens2"]
+    assert ens2["routes"] == [{"to": "10.0.2.0/24", "scope": "link", "from": "10.0.2.121", "table": 102}]
+    assert ens2["routing-policy"] == [{"from": "10.0.2.121", "table": 102}]
+    for iface in ifaces:
+        unit = render("networkd-data.network.j2", item=iface)
+        assert body(unit) == decide.networkd_data_unit(iface)
+    parsed = ini(decide.networkd_data_unit(ifaces[1]))
+    assert parsed["Route"] == {"Destination": "10.0.2.0/24", "Scope": "link", "PreferredSource": "10.0.2.121",
+                               "Table": "102"}
+    assert parsed["RoutingPolicyRule"] == {"From": "10.0.2.121/32", "Table": "102"}
+    sysctl = render("sysctl.conf.j2", common_sysctl={"vm.swappiness": 10, "net.ipv4.conf.all.arp_ignore": 0},
+                    common_data_sysctl={"net.ipv4.conf.all.arp_ignore": 1, "net.ipv4.conf.all.arp_announce": 2})
+    assert body(sysctl).split("\n") == ["vm.swappiness = 10", "net.ipv4.conf.all.arp_announce = 2",
+                                        "net.ipv4.conf.all.arp_ignore = 1", ""]
+
+
+def test_the_sysctl_file_is_as_before_without_shared_prefixes() -> None:
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    sysctl = render("sysctl.conf.j2", common_sysctl=defaults["common_sysctl"],
+                    common_data_sysctl=defaults["common_data_sysctl"])
+    assert body(sysctl) == "".join(f"{k} = {v}\n" for k, v in sorted(defaults["common_sysctl"].items()))
+
+
+def test_netplan_and_networkd_take_the_tables(kit: Any, netplan: Any, networkd: Any) -> None:
+    """netplan's own generator turns the role's file into the same [Route] and
+    [RoutingPolicyRule] the Debian units carry, and systemd-networkd has nothing to say
+    about either."""
+    ifaces, _ = two_nic_interfaces(kit)
+    assert networkd(decide.networkd_data_files(ifaces)) == []
+    units = netplan(yaml.safe_load(render("netplan-data.yaml.j2", common_data_interfaces=ifaces)))
+    ens2 = ini(units["10-netplan-ens2.network"])
+    assert ens2["Route"]["Table"] == "102" and ens2["Route"]["Destination"] == "10.0.2.0/24"
+    assert ens2["RoutingPolicyRule"]["From"].startswith("10.0.2.121") and ens2["RoutingPolicyRule"]["Table"] == "102"
+    assert networkd(units) == []
+
+
+def test_a_bond_sharing_a_prefix_gets_its_table_too(kit: Any, networkd: Any) -> None:
+    (bond,) = bonded_interfaces(kit)
+    ifaces = decide.source_tables([bond, {"interface": "ens3", "address": "10.0.2.121/24", "mtu": 9000}],
+                                  "10.0.2.0/24", first_table=101)
+    rendered = yaml.safe_load(render("netplan-data.yaml.j2", common_data_interfaces=ifaces))
+    assert rendered == decide.netplan_data_config(ifaces)
+    assert rendered["network"]["bonds"]["bond0"]["routing-policy"] == [{"from": "10.0.2.21", "table": 101}]
+    assert ini(decide.networkd_data_files(ifaces)["90-provision-data-bond0.network"])["Route"]["Table"] == "101"
+    assert networkd(decide.networkd_data_files(ifaces)) == []

@@ -202,6 +202,65 @@ def test_server_address_prefers_served_network_then_management(llm: Manifest, la
     assert nfs.server_address(lab, corpus2, lab.node("gpu3"), "tcp") == "192.168.60.12"  # named network first
 
 
+def test_spread_takes_a_servers_nics_in_turn_by_the_clients_address() -> None:
+    assert [nfs.spread(f"10.0.2.{i}", 2) for i in range(20, 25)] == [0, 1, 0, 1, 0]
+    assert [nfs.spread(f"10.0.2.{i}", 3) for i in range(21, 25)] == [0, 1, 2, 0]  # 10.0.2.21 divides by 3
+    assert {nfs.spread(f"10.0.2.{i}", 1) for i in range(1, 255)} == {0}
+
+
+def two_nic_server(kit: Any, clients: int = 4, named: bool = True) -> Manifest:
+    """head01 serves tank/data on the data network over two NICs (ens1 10.0.2.10, ens2
+    10.0.2.11; ``named``: the second has its interface name); node01..node0<clients> mount it."""
+    data = kit.base(storage=True)
+    second = {"ip": "10.0.2.11", **({"interface": "ens2"} if named else {})}
+    data["nodes"][0]["interfaces"]["data"] = [{"ip": "10.0.2.10", "interface": "ens1"}, second]
+    data["nodes"][1]["name"] = f"node[01-{clients:02d}]"
+    return kit.load(data).manifest  # type: ignore[no-any-return]
+
+
+def test_clients_spread_over_a_servers_data_nics(kit: Any) -> None:
+    """Issue 28: a server with two data NICs served every client from the first. Now the
+    clients (10.0.2.21..24) take its NICs in turn, and the mount's rendered source says so."""
+    m = two_nic_server(kit)
+    export = nfs.export_by_name(m, "data")
+    got = {n: nfs.server_address(m, export, m.node(n), "tcp") for n in ("node01", "node02", "node03", "node04")}
+    assert got == {"node01": "10.0.2.11", "node02": "10.0.2.10", "node03": "10.0.2.11", "node04": "10.0.2.10"}
+    assert nfs_client_vars(m, m.node("node02"))["nfs_client_mounts"][0]["what"] == "10.0.2.10:/tank/data"
+    assert nfs_client_vars(m, m.node("node03"))["nfs_client_mounts"][0]["what"] == "10.0.2.11:/tank/data"
+    # a client's choice is its own: more clients move none of the others
+    more = two_nic_server(kit, clients=9)
+    assert {n: nfs.server_address(more, export, more.node(n), "tcp") for n in got} == got
+    # a NIC the OS does not configure (no interface name) is not mounted from
+    unnamed = two_nic_server(kit, named=False)
+    assert {nfs.server_address(unnamed, export, unnamed.node(n), "tcp") for n in got} == {"10.0.2.10"}
+
+
+def test_a_single_nic_server_renders_its_clients_byte_for_byte_as_before(kit: Any) -> None:
+    """The spread changes nothing where a server has one NIC on the network: the clients'
+    variables (and so their fingerprints) stay as they were: the server's first address."""
+    m = kit.load(kit.base(storage=True)).manifest
+    export = nfs.export_by_name(m, "data")
+    for name in ("node01", "node02"):
+        node = m.node(name)
+        assert nfs.server_address(m, export, node, "tcp") == nfs.node_network_ip(m.node("head01"), "data")
+        assert nfs_client_vars(m, node)["nfs_client_mounts"][0]["what"] == "10.0.2.10:/tank/data"
+
+
+def test_rdma_clients_spread_over_a_servers_roce_nics(kit: Any) -> None:
+    data = kit.base(storage=True)
+    data["networks"]["roce"] = {"cidr": "10.0.4.0/24", "mtu": 4200}
+    data["nodes"][0]["interfaces"]["roce"] = [{"ip": "10.0.4.10", "interface": "ens3f0"},
+                                              {"ip": "10.0.4.11", "interface": "ens3f1"}]
+    data["nodes"][1]["interfaces"]["roce"] = {"ip": "10.0.4.21", "interface": "ens3f0"}
+    data["nfs"]["exports"][0]["clients"] = ["roce"]
+    data["nfs"]["mounts"][0]["proto"] = "rdma"
+    m = kit.load(data).manifest
+    export = nfs.export_by_name(m, "data")
+    assert [nfs.server_address(m, export, m.node(n), "rdma") for n in ("node01", "node02")] == [
+        "10.0.4.11", "10.0.4.10"]
+    assert nfs_client_vars(m, m.node("node01"))["nfs_client_mounts"][0]["what"] == "10.0.4.11:/tank/data"
+
+
 def test_validate_rejects_an_export_on_a_network_its_server_is_not_on(kit: Any) -> None:
     """clients: [infiniband] on a server without InfiniBand: every mount would be refused."""
     data = kit.base(storage=True)

@@ -360,10 +360,13 @@ def test_a_node_without_scratch_keeps_its_recorded_fingerprint(kit: Any) -> None
     """States recorded before scratch existed stay valid: no new key in the node section."""
     m = kit.load(kit.base()).manifest
     head = m.node("head01")
-    # the old dump: none of the fields added since (scratch; bonds, rdma_device, more: issue 28)
+    # the old dump: none of the fields added since (scratch; bonds, rdma_device, more, a disk's
+    # per_node: issue 28)
     before = head.model_dump(mode="json", exclude={"bmc", "install", "install_method", "scratch", "bonds"})
     for iface in before["interfaces"].values():
         del iface["rdma_device"], iface["more"]
+    for disk in before["hardware"]["disks"]:
+        del disk["per_node"]
     assert node_sections(m, head)["node"] == fingerprint(before)
     data = kit.base()
     data["nodes"][0]["scratch"] = {"path": "/scratch"}

@@ -196,6 +196,32 @@ def test_mount_and_pool_verdicts(kit: Any) -> None:
         "tank: state FAULTED")
 
 
+def test_scratch_is_checked_mounted_with_its_options_and_written(kit: Any) -> None:
+    """Issue 28: a node's scratch file system (node01, node02: nvme-SCRATCH) gets
+    ``mount:/scratch`` (its file system, noatime) and ``io:/scratch``; a node without
+    scratch disks gets neither."""
+    data = kit.base()
+    data["nodes"][1]["scratch"] = {"path": "/local", "fs": "ext4", "options": ["discard"]}
+    checks = catalog.plan(kit.load(data).manifest)
+    mount = by_name(checks, "node01", "mount:/local")
+    assert mount.needs == "kernel" and "--mountpoint /local" in mount.command.text  # type: ignore[union-attr]
+    good = ('{"filesystems": [{"source": "/dev/nvme1n1p1", "fstype": "ext4", '
+            '"options": "rw,noatime,discard"}]}')
+    assert mount.judge(Output(stdout=good)) == Outcome("PASS", "ext4 from /dev/nvme1n1p1")
+    assert mount.judge(Output(stdout=good.replace("noatime", "relatime"))).detail == "/local lacks noatime"
+    assert mount.judge(Output(stdout=good.replace('"ext4"', '"xfs"'))).detail == (
+        "/local is xfs from /dev/nvme1n1p1, expected ext4")
+    assert mount.judge(Output(stdout="")).detail == "/local is not mounted"
+    io = by_name(checks, "node02", "io:/local")
+    assert ".provision-verify-node02" in io.command.text  # type: ignore[union-attr]
+    assert io.judge(Output(stdout="write rc=1\nread rc=1\n")).detail == "cannot write 64 MiB under /local"
+    assert not [n for n in names(checks, "head01") if n.endswith("/local") or n.endswith("/scratch")]
+    # the manifest's own atime option replaces noatime: the check asks for no atime option then
+    data["nodes"][1]["scratch"]["options"] = ["relatime"]
+    relatime = by_name(catalog.plan(kit.load(data).manifest), "node01", "mount:/local")
+    assert relatime.judge(Output(stdout=good.replace("noatime", "relatime"))).status == "PASS"
+
+
 def test_write_bw_verdict() -> None:
     bw = verify.write_bw_verdict(0.75)
     assert bw(verify.WriteBw(100, 96.4)).status == "PASS"
