@@ -1,0 +1,252 @@
+"""One Slurm for the whole cluster (``slurm.source: build``), decided from the manifest (pure):
+which release, from which pinned source files, built with which options into which .deb
+packages per OS release, cached under which key, and how the nodes get them (a signed apt
+repository served from the head node, pinned over the OS's Slurm).
+
+The facts and their sources: docs/versions.md, "Slurm built for the cluster"; the design:
+docs/design.md, "One Slurm for the cluster". The edge that runs the commands below (a chroot
+of each OS release, the cache, the signing) is not here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Literal
+
+from provisioner.manifest.model import Manifest
+
+Packaging = Literal["schedmd", "debian"]
+
+
+@dataclass(frozen=True)
+class SlurmSource:
+    """Pinned source files of one Slurm version. ``packaging``: whose debian/ directory builds
+    it: SchedMD's own (in its tarball since 23.11; binary packages ``slurm-smd-*``) or
+    Debian's source package (``slurm-wlm``: the OS packages' names). The build does not care
+    which beyond :func:`unpack_command` and the package names."""
+
+    version: str
+    packaging: Packaging
+    files: tuple[str, ...]  # upstream file names; files[0] is checked against sha256 and unpacked
+    upstream: str  # the folder holding them when slurm.mirror is unset
+    sha256: str  # of files[0]
+    read_from: str  # where the version and sha256 were read
+
+    @property
+    def release(self) -> str:
+        """The major release: 25.05.1 -> 25.05."""
+        return ".".join(self.version.split(".")[:2])
+
+
+_SPACK = ("spack/spack-packages repos/spack_repo/builtin/packages/slurm/package.py (commit 1319487e), "
+          "which pins SchedMD's GitHub tag archives by sha256")
+SOURCES: dict[str, SlurmSource] = {
+    "25.05.1": SlurmSource(
+        "25.05.1", "schedmd", ("slurm-25-05-1-1.tar.gz",), "https://github.com/SchedMD/slurm/archive/",
+        "b568c761a6c9d72358addb3bb585456e73e80a02214ce375d2de8534f9ddb585", _SPACK),
+    "24.11.6": SlurmSource(
+        "24.11.6", "schedmd", ("slurm-24-11-6-1.tar.gz",), "https://github.com/SchedMD/slurm/archive/",
+        "282708483326f381eb001a14852a1a82e65e18f37b62b7a5f4936c0ed443b600", _SPACK),
+    # Debian trixie's source package: what the build machine here can reach (CI's source).
+    "24.11.5": SlurmSource(
+        "24.11.5", "debian",
+        ("slurm-wlm_24.11.5-4+deb13u1.dsc", "slurm-wlm_24.11.5.orig.tar.gz",
+         "slurm-wlm_24.11.5-4+deb13u1.debian.tar.xz"),
+        "http://deb.debian.org/debian/pool/main/s/slurm-wlm/",
+        "3cba9330f0f2d4189540558aba7f6ebb0d97f26fb5d8c1b4e90f1de7df1d9153",
+        "Debian trixie main Sources (deb.debian.org, read 2026-11-27): Checksums-Sha256 of the .dsc; "
+        "dpkg-source checks the other two files against the .dsc"),
+}
+# The newest pinned release SchedMD still supports (25.05; 24.11 went out of support in 2026).
+DEFAULT_VERSION = "25.05.1"
+
+# What every build turns on (configure finds each library at build time: its -dev package in
+# the chroot is what switches the feature on); part of the cache key.
+BUILD_OPTIONS: tuple[str, ...] = ("nvml", "pmix", "cgroup-v2", "slurmrestd", "pam", "mysql", "munge", "hwloc", "lua")
+RECIPE_VERSION = 1
+
+
+def wanted(m: Manifest) -> bool:
+    return m.slurm.enabled and m.slurm.source == "build"
+
+
+def source(m: Manifest) -> SlurmSource | None:
+    """The pinned source the manifest builds, None with ``slurm.source: os`` or an unknown
+    version (:func:`problems` reports it)."""
+    if not wanted(m):
+        return None
+    return SOURCES.get(m.slurm.version or DEFAULT_VERSION)
+
+
+def built_release(m: Manifest) -> str | None:
+    """The major release every Slurm node runs with ``slurm.source: build``, else None."""
+    src = source(m)
+    return src.release if src else None
+
+
+def source_urls(m: Manifest, src: SlurmSource) -> tuple[str, ...]:
+    """Where each source file is fetched: slurm.mirror's folder, else the upstream one."""
+    base = m.slurm.mirror or src.upstream
+    base = base if base.endswith("/") else base + "/"
+    return tuple(base + name for name in src.files)
+
+
+# ---------------------------------------------------------------- build dependencies per OS
+
+# Packages per build option, per OS release (the names the archives use; docs/versions.md,
+# "Slurm built for the cluster", has the sources). mk-build-deps installs the rest of
+# debian/control's Build-Depends; these make sure each option's library is there whatever the
+# packaging lists (SchedMD's 24.11 control has no NVML, Debian's none of NVML).
+_COMMON_DEPS: dict[str, tuple[str, ...]] = {
+    "toolchain": ("build-essential", "fakeroot", "devscripts", "equivs", "ca-certificates"),
+    "nvml": ("libnvidia-ml-dev",),
+    "pmix": ("libpmix-dev",),
+    "cgroup-v2": ("libdbus-1-dev",),
+    "slurmrestd": ("libhttp-parser-dev", "libjson-c-dev", "libjwt-dev", "libyaml-dev"),
+    "pam": ("libpam0g-dev",),
+    "mysql": ("libmariadb-dev",),
+    "munge": ("libmunge-dev",),
+    "hwloc": ("libhwloc-dev",),
+    "lua": ("liblua5.3-dev",),
+}
+BUILD_DEPS: dict[str, dict[str, tuple[str, ...]]] = {
+    "debian-12": _COMMON_DEPS,
+    "ubuntu-22.04": _COMMON_DEPS,
+    "ubuntu-24.04": _COMMON_DEPS,
+}
+# Archive components the chroot needs for those packages (libnvidia-ml-dev: Debian non-free,
+# Ubuntu multiverse).
+BUILD_COMPONENTS: dict[str, tuple[str, ...]] = {
+    "debian-12": ("main", "contrib", "non-free"),
+    "ubuntu-22.04": ("main", "universe", "multiverse"),
+    "ubuntu-24.04": ("main", "universe", "multiverse"),
+}
+
+
+def build_packages(os_name: str) -> tuple[str, ...]:
+    """Every package the build chroot of ``os_name`` installs before mk-build-deps, once each."""
+    deps = BUILD_DEPS[os_name]
+    names = [p for option in ("toolchain", *BUILD_OPTIONS) for p in deps[option]]
+    return tuple(dict.fromkeys(names))
+
+
+# debian/control edits a source needs on an OS release, with why: Debian trixie's packaging
+# asks dpkg-dev >= 1.22.5 (the 64-bit time_t transition's dpkg-buildflags); bookworm has
+# 1.21.23 and amd64 has a 64-bit time_t anyway, so the bound is dropped there.
+CONTROL_EDITS: dict[tuple[Packaging, str], tuple[tuple[str, str], ...]] = {
+    ("debian", "debian-12"): (("dpkg-dev (>= 1.22.5)", "dpkg-dev"),),
+    ("debian", "ubuntu-22.04"): (("dpkg-dev (>= 1.22.5)", "dpkg-dev"),),
+}
+
+
+def unpack_command(src: SlurmSource) -> list[str]:
+    """The source tree in ./src from the fetched files[0] (already checked against sha256)."""
+    if src.packaging == "debian":
+        return ["dpkg-source", "-x", src.files[0], "src"]  # checks the other files against the .dsc
+    return ["sh", "-c", f"mkdir src && tar -xf {src.files[0]} --strip-components=1 -C src"]
+
+
+APT = "apt-get -o DPkg::Lock::Timeout=60 -o Acquire::http::Timeout=60"
+
+
+def build_commands(src: SlurmSource, os_name: str, jobs: int = 2) -> list[list[str]]:
+    """The build, in order, run as root in a chroot of ``os_name`` whose working directory
+    holds the fetched source files; the .deb files land in the working directory."""
+    cmds: list[list[str]] = [
+        ["sh", "-c", f"{APT} update && {APT} install -y --no-install-recommends "
+                     + " ".join(build_packages(os_name))],
+        unpack_command(src),
+    ]
+    for old, new in CONTROL_EDITS.get((src.packaging, os_name), ()):
+        cmds.append(["sed", "-i", f"s/{_sed(old)}/{_sed(new)}/", "src/debian/control"])
+    cmds += [
+        ["sh", "-c", "cd src && mk-build-deps --install --remove --tool "
+                     f"'{APT} -y --no-install-recommends' debian/control"],
+        ["sh", "-c", f"cd src && dpkg-buildpackage -b -uc -us -j{jobs}"],
+    ]
+    return cmds
+
+
+def _sed(text: str) -> str:
+    return "".join("\\" + c if c in "/.[]*^$\\" else c for c in text)
+
+
+def cache_key(src: SlurmSource, os_name: str) -> str:
+    """Hash of every input of one build: a build is redone only when one of them changes."""
+    blob = json.dumps({
+        "recipe": RECIPE_VERSION, "version": src.version, "packaging": src.packaging, "sha256": src.sha256,
+        "os": os_name, "options": BUILD_OPTIONS, "packages": build_packages(os_name),
+        "edits": CONTROL_EDITS.get((src.packaging, os_name), ()),
+    }, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def cache_dir(src: SlurmSource, os_name: str) -> str:
+    """The build's folder in the state directory's Slurm cache (``.provision/slurm/``)."""
+    return f"{os_name}-{src.version}-{cache_key(src, os_name)}"
+
+
+# ---------------------------------------------------------------- what comes out
+
+# Binary packages per daemon and feature. SchedMD's: read from the slurm-smd .dsc's Binary
+# line; Debian's: trixie's slurm-wlm (docs/versions.md).
+PACKAGES: dict[Packaging, dict[str, tuple[str, ...]]] = {
+    "schedmd": {
+        "client": ("slurm-smd", "slurm-smd-client"),
+        "controller": ("slurm-smd-slurmctld",),
+        "compute": ("slurm-smd-slurmd",),
+        "dbd": ("slurm-smd-slurmdbd",),
+        "restd": ("slurm-smd-slurmrestd",),
+        "pam_adopt": ("slurm-smd-libpam-slurm-adopt",),
+        "pmi": ("slurm-smd-libpmi2-0",),
+    },
+    "debian": {
+        "client": ("slurm-client", "slurm-wlm-basic-plugins"),
+        "controller": ("slurmctld",),
+        "compute": ("slurmd",),
+        "dbd": ("slurmdbd", "slurm-wlm-mysql-plugin"),
+        "restd": ("slurmrestd",),
+        "pam_adopt": ("libpam-slurm-adopt",),
+        "pmi": ("libpmi2-0t64",),
+    },
+}
+
+
+def debs(src: SlurmSource) -> tuple[str, ...]:
+    """The binary packages a build must leave (the cache holds exactly these)."""
+    return tuple(sorted({p for names in PACKAGES[src.packaging].values() for p in names}))
+
+
+# Files the built packages must hold, one per build option that makes a file: a build whose
+# chroot lacked a library silently leaves its plugin out, and the check after the build fails.
+PROOF_FILES: dict[str, str] = {
+    "nvml": "gpu_nvml.so",
+    "pmix": "mpi_pmix",
+    "cgroup-v2": "cgroup_v2.so",
+    "slurmrestd": "slurmrestd",
+    "pam": "pam_slurm_adopt.so",
+    "mysql": "accounting_storage_mysql.so",
+}
+
+# ---------------------------------------------------------------- manifest checks
+
+NOT_INSTALLED_YET = (
+    "slurm.source: build is decided (versions, build recipe, repository, upgrade order) but the slurm "
+    "role does not install built packages yet (issue 33); keep slurm.source: os until it does")
+
+
+def problems(m: Manifest) -> list[tuple[tuple[str, ...], str]]:
+    """(manifest path, error) for the build settings."""
+    s = m.slurm
+    if not s.enabled:
+        return []
+    if s.source == "os":
+        return [(("slurm", key), f"slurm.{key} applies only with slurm.source: build")
+                for key in ("version", "mirror") if getattr(s, key) is not None]
+    if s.version is not None and s.version not in SOURCES:
+        known = ", ".join(sorted(SOURCES))
+        return [(("slurm", "version"), f"Slurm {s.version} has no pinned source here (known: {known}); "
+                 "pin its files and sha256 in provisioner/areas/slurm/build.py SOURCES")]
+    return [(("slurm", "source"), NOT_INSTALLED_YET)]
