@@ -1,0 +1,50 @@
+"""provisioner.areas.slurm.repo: the built Slurm's repository on the head, its key and pin, and
+the role variables (none with slurm.source: os)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from provisioner.areas.slurm import repo
+from provisioner.areas.slurm.rolevars import cluster_vars
+from provisioner.manifest import Manifest
+
+
+def built(m: Manifest, **settings: Any) -> Manifest:
+    slurm = m.slurm.model_copy(update={"source": "build", **settings})
+    return m.model_copy(update={"slurm": slurm})
+
+
+def test_the_os_source_adds_no_role_variable(kit: Any) -> None:
+    m = kit.load(kit.base()).manifest
+    assert repo.cluster_vars(m) == {}
+    assert "slurm_build" not in cluster_vars(m) and "slurm_build" in cluster_vars(built(m))
+
+
+def test_role_variables_serve_one_repository_per_os_release_and_pin_it(kit: Any) -> None:
+    data = kit.on_os(kit.base(), "debian-12")
+    data["nodes"][0]["os"] = "ubuntu-24.04"  # 22.05 under a 23.11 controller: valid with the OS's Slurm too
+    m = built(kit.load(data).manifest)
+    v = repo.cluster_vars(m)["slurm_build"]
+    head = m.head.ip
+    assert v["sources"] == {
+        "debian-12": f"deb [signed-by=/etc/apt/keyrings/provision-slurm.asc] http://{head}:8073/debian-12/ ./",
+        "ubuntu-24.04": f"deb [signed-by=/etc/apt/keyrings/provision-slurm.asc] http://{head}:8073/ubuntu-24.04/ ./",
+    }
+    assert v["pin"].startswith(f'Package: *\nPin: origin "{head}"\nPin-Priority: 1001\n')
+    assert "Pin: release o=Ubuntu\nPin-Priority: -1" in v["pin"]  # SchedMD's names: the OS's Slurm never
+    assert v["packages"]["compute"] == ["slurm-smd-slurmd"] and v["cgroup_plugin"] == "autodetect"
+    debian = repo.cluster_vars(built(m, version="24.11.5"))["slurm_build"]
+    assert "Pin-Priority: -1" not in debian["pin"]  # same names as the OS's: the 1001 pin decides
+
+
+def test_the_repository_is_signed_on_the_control_machine() -> None:
+    cmds = repo.repo_commands("debian-12", "/st/secrets/slurm-repo-gnupg")
+    assert cmds[0][-1].startswith("dpkg-scanpackages") and "Label=slurm-debian-12" in cmds[1][-1]
+    assert cmds[2] == ["gpg", "--batch", "--yes", "--homedir", "/st/secrets/slurm-repo-gnupg", "--clearsign",
+                       "--output", "InRelease", "Release"]
+    make = repo.key_commands("/st/secrets/slurm-repo-gnupg", "testc")
+    assert make[0][-4:] == ["provision Slurm repository (testc)", "ed25519", "sign", "never"]
+    assert make[1][-3:] == ["--output", "/st/secrets/slurm-repo-gnupg/public.asc", "--export"]
+
+
