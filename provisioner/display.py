@@ -86,6 +86,14 @@ def print_plan(console: Console, plan: Plan, cluster: str) -> None:
             by_text.setdefault(node.formats, []).append(node.name)
     for text, names in by_text.items():  # destructive where the disks are blank (or forced)
         console.print(f"{', '.join(contract(names))}: {text}", style="bold red", markup=False, highlight=False)
+    for upgrade in plan.upgrades:
+        if upgrade.refusal:
+            console.print(f"{upgrade.area} upgrade refused: {upgrade.refusal}", style="bold red", markup=False,
+                          highlight=False)
+            continue
+        console.print(f"{upgrade.area} upgrade, in this order:", highlight=False, markup=False)
+        for n, step in enumerate(upgrade.steps, start=1):
+            console.print(f"  {n}. {step}", highlight=False, markup=False)
 
 
 def print_live(console: Console, reads: Sequence[LiveRead]) -> None:

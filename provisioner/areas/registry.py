@@ -26,7 +26,10 @@ An entry names, each optional but the role variables:
 * ``usage``: the pure side of ``provision report usage`` (:class:`UsageReport`; monitoring);
 * ``backup``: ``provision backup`` and ``restore`` of the head node (:class:`HeadBackup`; backup);
 * ``live``: what ``provision plan`` reads from a running service to show the drift apply's
-  reconcile would remove there (:class:`LiveDrift`; slurm: slurmdbd's accounts).
+  reconcile would remove there (:class:`LiveDrift`; slurm: slurmdbd's accounts);
+* ``upgrade``: what a good apply records of a node in the state, and the in-place upgrade
+  from those records to the manifest, in order, or why it is refused (:class:`Upgrade`;
+  slurm: its release).
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ from provisioner.areas.slurm import checks as slurm_checks
 from provisioner.areas.slurm import decide as slurm_decide
 from provisioner.areas.slurm import munge as slurm_munge
 from provisioner.areas.slurm import rolevars as slurm
+from provisioner.areas.slurm import upgrade as slurm_upgrade
 from provisioner.areas.slurm import verify as slurm_verify
 from provisioner.areas.storage import checks as storage_checks
 from provisioner.areas.storage import rolevars as storage
@@ -199,6 +203,27 @@ SLURMDBD_DRIFT = LiveDrift(
 )
 
 
+Records = Mapping[str, Mapping[str, str] | None]  # per node: its state record (None: never configured)
+
+
+@dataclass(frozen=True)
+class Upgrade:
+    """An in-place upgrade of software the nodes run: ``recorded`` (m, node) is what a good
+    apply records of the node; ``order`` (m, records) the upgrade's steps in plan's words,
+    in order, and why it is refused ("" when it is not)."""
+
+    recorded: Callable[[Manifest, Node], dict[str, str]]
+    order: Callable[[Manifest, Records], tuple[list[str], str]]
+
+
+def _slurm_order(m: Manifest, records: Records) -> tuple[list[str], str]:
+    found = slurm_upgrade.order(m, records)
+    return found.steps, found.refusal
+
+
+SLURM_UPGRADE = Upgrade(recorded=slurm_upgrade.recorded, order=_slurm_order)
+
+
 @dataclass(frozen=True)
 class HeadBackup:
     """``provision backup`` and ``provision restore``: the shell lines run on ``node`` (the
@@ -249,6 +274,7 @@ class Area:
     usage: UsageReport | None = None
     live: LiveDrift | None = None
     backup: HeadBackup | None = None
+    upgrade: Upgrade | None = None
 
 
 if TYPE_CHECKING:  # what BAREMETAL_INSTALL loads by name, type-checked here (no import at run time)
@@ -279,7 +305,8 @@ AREAS: tuple[Area, ...] = (
          verify=gpu_verify.checks),
     Area("slurm", slurm.cluster_vars, slurm.node_vars, slurm.LIGHT_KEYS, groups=slurm.groups,
          checks=slurm_checks.CHECKS, verify=slurm_verify.checks, prepare=slurm_munge.prepare_munge_key,
-         secret_values=slurm_munge.secret_values, image_roles=("munge", "slurm"), live=SLURMDBD_DRIFT),
+         secret_values=slurm_munge.secret_values, image_roles=("munge", "slurm"), live=SLURMDBD_DRIFT,
+         upgrade=SLURM_UPGRADE),
     Area("baremetal", baremetal.cluster_vars, baremetal.node_vars, baremetal.LIGHT_KEYS,
          checks=baremetal_checks.CHECKS, install=BAREMETAL_INSTALL),
     Area("monitoring", monitoring.cluster_vars, monitoring.node_vars, monitoring.LIGHT_KEYS, groups=monitoring.groups,
@@ -394,3 +421,23 @@ def head_backup() -> HeadBackup:
 def live_drifts(m: Manifest) -> list[LiveDrift]:
     """The areas' services whose drift ``provision plan`` reads for ``m``, in AREAS order."""
     return [area.live for area in AREAS if area.live is not None and area.live.wanted(m)]
+
+
+def recorded(m: Manifest, node: Node) -> dict[str, str]:
+    """What the areas record of ``node`` at a good apply (the state's ``recorded``)."""
+    merged: dict[str, str] = {}
+    for area in AREAS:
+        if area.upgrade is not None:
+            merged |= area.upgrade.recorded(m, node)
+    return merged
+
+
+def upgrades(m: Manifest, records: Records) -> list[tuple[str, list[str], str]]:
+    """Per area with an in-place upgrade to do or to refuse: (area, steps, refusal)."""
+    out = []
+    for area in AREAS:
+        if area.upgrade is not None:
+            steps, refusal = area.upgrade.order(m, records)
+            if steps or refusal:
+                out.append((area.name, steps, refusal))
+    return out
