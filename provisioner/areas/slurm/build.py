@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -229,6 +230,15 @@ PROOF_FILES: dict[str, str] = {
     "pam": "pam_slurm_adopt.so",
     "mysql": "accounting_storage_mysql.so",
 }
+
+
+
+def missing_options(paths: Iterable[str]) -> list[str]:
+    """The build options whose file none of ``paths`` (every file the built packages hold,
+    as ``dpkg-deb -c`` lists them) ends with or names; [] for a complete build."""
+    names = [p.rsplit("/", 1)[-1] for p in paths]
+    return [option for option, file in PROOF_FILES.items() if not any(n.startswith(file) for n in names)]
+
 
 # ---------------------------------------------------------------- manifest checks
 

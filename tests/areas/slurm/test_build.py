@@ -92,3 +92,13 @@ def test_build_settings_are_checked_at_their_line(kit: Any) -> None:
     messages = [d.message for d in kit.errors(data)]
     assert any("does not match" in msg or "pattern" in msg for msg in messages)
     assert any("'ftp://x' is not an http(s):// or file:// URL" in msg for msg in messages)
+
+
+def test_a_build_that_left_an_option_out_is_found() -> None:
+    complete = ["./usr/lib/x86_64-linux-gnu/slurm/gpu_nvml.so", "./usr/lib/x86_64-linux-gnu/slurm/mpi_pmix_v5.so",
+                "./usr/lib/x86_64-linux-gnu/slurm/cgroup_v2.so", "./usr/sbin/slurmrestd",
+                "./usr/lib/x86_64-linux-gnu/security/pam_slurm_adopt.so",
+                "./usr/lib/x86_64-linux-gnu/slurm/accounting_storage_mysql.so"]
+    assert build.missing_options(complete) == []
+    assert build.missing_options(complete[1:]) == ["nvml"]  # no libnvidia-ml-dev in the chroot
+    assert build.missing_options([]) == list(build.PROOF_FILES)
