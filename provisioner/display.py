@@ -87,13 +87,13 @@ def print_plan(console: Console, plan: Plan, cluster: str) -> None:
     for text, names in by_text.items():  # destructive where the disks are blank (or forced)
         console.print(f"{', '.join(contract(names))}: {text}", style="bold red", markup=False, highlight=False)
     for upgrade in plan.upgrades:
+        if upgrade.steps:
+            console.print(f"{upgrade.area} upgrade, in this order:", highlight=False, markup=False)
+        for n, step in enumerate(upgrade.steps, start=1):
+            console.print(f"  {n}. {step}", highlight=False, markup=False)
         if upgrade.refusal:
             console.print(f"{upgrade.area} upgrade refused: {upgrade.refusal}", style="bold red", markup=False,
                           highlight=False)
-            continue
-        console.print(f"{upgrade.area} upgrade, in this order:", highlight=False, markup=False)
-        for n, step in enumerate(upgrade.steps, start=1):
-            console.print(f"  {n}. {step}", highlight=False, markup=False)
 
 
 def print_live(console: Console, reads: Sequence[LiveRead]) -> None:

@@ -435,10 +435,12 @@ def test_plan_shows_the_slurm_upgrade_in_order_and_apply_records_the_release(kit
     for ns in state.nodes.values():
         ns.recorded = {"slurm": "23.11"}
     plan = compute(new, state, PLAYS)
-    assert plan.upgrades[0].refusal == "" and plan.upgrades[0].steps[1:] == [
+    assert plan.upgrades[0].steps[1:] == [
         "slurmctld on head01", "slurmd on node[01-02], a batch at a time, drained first: provision apply --rolling"]
+    assert "role does not install built packages yet" in plan.upgrades[0].refusal  # apply keeps off it
     buf = io.StringIO()
     print_plan(Console(file=buf, width=250), plan, "testc")
     assert "slurm upgrade, in this order:\n  1. back up" in buf.getvalue()
+    assert "slurm upgrade refused: slurm.source: build is decided" in buf.getvalue()
     assert rolevars.recorded(new, new.head) == {"slurm": "24.11"}
     assert compute(old, settled(old), PLAYS).upgrades == []

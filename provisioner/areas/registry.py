@@ -216,12 +216,7 @@ class Upgrade:
     order: Callable[[Manifest, Records], tuple[list[str], str]]
 
 
-def _slurm_order(m: Manifest, records: Records) -> tuple[list[str], str]:
-    found = slurm_upgrade.order(m, records)
-    return found.steps, found.refusal
-
-
-SLURM_UPGRADE = Upgrade(recorded=slurm_upgrade.recorded, order=_slurm_order)
+SLURM_UPGRADE = Upgrade(recorded=slurm_upgrade.recorded, order=slurm_upgrade.plan_view)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from provisioner.areas.slurm.build import NOT_INSTALLED_YET, wanted
 from provisioner.areas.slurm.decide import client_nodes, controller, slurm_nodes
 from provisioner.areas.slurm.hostlist import hostlist
 from provisioner.areas.slurm.releases import SLURM_RELEASES, SLURM_VERSION_BY_OS, node_release, releases_back
@@ -101,3 +102,10 @@ def order(m: Manifest, records: Mapping[str, Mapping[str, str] | None]) -> Upgra
     if clients:
         out.append(f"client commands on {hostlist(clients)}")
     return Upgrade(steps=out)
+
+
+def plan_view(m: Manifest, records: Mapping[str, Mapping[str, str] | None]) -> tuple[list[str], str]:
+    """:func:`order` as plan shows it and apply obeys it: with ``slurm.source: build`` apply
+    is refused until the slurm role installs the built packages (the steps still show)."""
+    up = order(m, records)
+    return up.steps, up.refusal or (NOT_INSTALLED_YET if wanted(m) else "")

@@ -88,6 +88,8 @@ def test_build_settings_are_checked_at_their_line(kit: Any) -> None:
     data["slurm"].update(source="build", version="23.11.4")
     diag = kit.error(data, "has no pinned source")
     assert diag.path == "slurm.version" and "known: 24.11.5, 24.11.6, 25.05.1" in diag.message
+    data["slurm"].update(version="24.11.6", mirror="file:///srv/mirror")
+    assert kit.load(data).manifest.slurm.mirror == "file:///srv/mirror"
     data["slurm"].update(version="25.5", mirror="ftp://x")
     messages = [d.message for d in kit.errors(data)]
     assert any("does not match" in msg or "pattern" in msg for msg in messages)

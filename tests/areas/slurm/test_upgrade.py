@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from provisioner.areas.slurm.upgrade import order, path, recorded
+from provisioner.areas.slurm.build import NOT_INSTALLED_YET
+from provisioner.areas.slurm.upgrade import order, path, plan_view, recorded
 from provisioner.manifest import Manifest
 
 
@@ -74,3 +75,12 @@ def test_new_nodes_and_settled_nodes_need_nothing(kit: Any) -> None:
 def test_a_downgrade_is_refused(kit: Any) -> None:
     m = built(kit.load(kit.on_os(kit.base(), "debian-12")).manifest, version="24.11.6")
     assert "Slurm cannot downgrade in place" in order(m, configured(m, {"slurm": "25.05"})).refusal
+
+
+def test_apply_keeps_off_a_built_slurm_until_the_role_installs_it(kit: Any) -> None:
+    m = kit.load(kit.on_os(kit.base(), "debian-12")).manifest
+    assert plan_view(m, configured(m)) == ([], "")
+    steps, refusal = plan_view(built(m), {})  # a new cluster: no steps, still refused
+    assert (steps, refusal) == ([], NOT_INSTALLED_YET)
+    steps, refusal = plan_view(built(m), configured(m, {"slurm": "23.11"}))
+    assert steps[-1].startswith("slurmd on node[01-02]") and refusal == NOT_INSTALLED_YET
