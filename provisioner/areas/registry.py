@@ -27,6 +27,8 @@ An entry names, each optional but the role variables:
 * ``backup``: ``provision backup`` and ``restore`` of the head node (:class:`HeadBackup`; backup);
 * ``live``: what ``provision plan`` reads from a running service to show the drift apply's
   reconcile would remove there (:class:`LiveDrift`; slurm: slurmdbd's accounts);
+* ``package_build``: software the area builds into .deb packages per OS release ahead of an
+  apply (:class:`PackageBuild`; slurm: one Slurm for the cluster, ``provision slurm build``);
 * ``upgrade``: what a good apply records of a node in the state, and the in-place upgrade
   from those records to the manifest, in order, or why it is refused (:class:`Upgrade`;
   slurm: its release).
@@ -66,6 +68,7 @@ from provisioner.areas.people import checks as people_checks
 from provisioner.areas.people import rolevars as people
 from provisioner.areas.people import verify as people_verify
 from provisioner.areas.slurm import accounts as slurm_accounts
+from provisioner.areas.slurm import build as slurm_build
 from provisioner.areas.slurm import checks as slurm_checks
 from provisioner.areas.slurm import decide as slurm_decide
 from provisioner.areas.slurm import munge as slurm_munge
@@ -216,6 +219,20 @@ class Upgrade:
     order: Callable[[Manifest, Records], tuple[list[str], str]]
 
 
+@dataclass(frozen=True)
+class PackageBuild:
+    """``jobs`` (m, only OS or None): one build per OS release, each with its sources, its
+    mmdebstrap command line and the packages it must leave; ``missing`` (file paths of the
+    built packages): the build options a build left out; ``timeout_s``: one build's bound."""
+
+    jobs: Callable[[Manifest, str | None], Sequence[slurm_build.Job]]
+    missing: Callable[[Iterable[str]], list[str]]
+    timeout_s: int
+
+
+SLURM_BUILD = PackageBuild(jobs=slurm_build.jobs, missing=slurm_build.missing_options,
+                           timeout_s=slurm_build.BUILD_TIMEOUT_S)
+
 SLURM_UPGRADE = Upgrade(recorded=slurm_upgrade.recorded, order=slurm_upgrade.plan_view)
 
 
@@ -270,6 +287,7 @@ class Area:
     live: LiveDrift | None = None
     backup: HeadBackup | None = None
     upgrade: Upgrade | None = None
+    package_build: PackageBuild | None = None
 
 
 if TYPE_CHECKING:  # what BAREMETAL_INSTALL loads by name, type-checked here (no import at run time)
@@ -301,7 +319,7 @@ AREAS: tuple[Area, ...] = (
     Area("slurm", slurm.cluster_vars, slurm.node_vars, slurm.LIGHT_KEYS, groups=slurm.groups,
          checks=slurm_checks.CHECKS, verify=slurm_verify.checks, prepare=slurm_munge.prepare_munge_key,
          secret_values=slurm_munge.secret_values, image_roles=("munge", "slurm"), live=SLURMDBD_DRIFT,
-         upgrade=SLURM_UPGRADE),
+         upgrade=SLURM_UPGRADE, package_build=SLURM_BUILD),
     Area("baremetal", baremetal.cluster_vars, baremetal.node_vars, baremetal.LIGHT_KEYS,
          checks=baremetal_checks.CHECKS, install=BAREMETAL_INSTALL),
     Area("monitoring", monitoring.cluster_vars, monitoring.node_vars, monitoring.LIGHT_KEYS, groups=monitoring.groups,
@@ -436,3 +454,11 @@ def upgrades(m: Manifest, records: Records) -> list[tuple[str, list[str], str]]:
             if steps or refusal:
                 out.append((area.name, steps, refusal))
     return out
+
+
+def package_build() -> PackageBuild:
+    """The area that builds packages ahead of an apply (``provision slurm build``)."""
+    found = [area.package_build for area in AREAS if area.package_build is not None]
+    if len(found) != 1:
+        raise ValueError("exactly one area builds packages")
+    return found[0]

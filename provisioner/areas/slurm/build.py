@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from provisioner.image.recipe import KEYRINGS, OS_IMAGES
 from provisioner.manifest.model import Manifest
 
 Packaging = Literal["schedmd", "debian"]
@@ -238,6 +240,68 @@ def missing_options(paths: Iterable[str]) -> list[str]:
     as ``dpkg-deb -c`` lists them) ends with or names; [] for a complete build."""
     names = [p.rsplit("/", 1)[-1] for p in paths]
     return [option for option, file in PROOF_FILES.items() if not any(n.startswith(file) for n in names)]
+
+
+# ---------------------------------------------------------------- one build per OS release
+
+BUILD_TIMEOUT_S = 5400  # one OS release's build, all of it (a Slurm build is minutes to tens of minutes)
+CHROOT_DIR = "/build"  # where the source files and the build live inside the chroot
+
+
+def chroot_script(src: SlurmSource, os_name: str, jobs: int = 2) -> str:
+    """The build as one shell line run in the chroot: :func:`build_commands` in ``/build``,
+    then the .deb files moved to ``/build/out``."""
+    steps = [shlex.join(cmd) for cmd in build_commands(src, os_name, jobs)]
+    return " && ".join([f"cd {CHROOT_DIR}", *steps, "mkdir -p out", "mv ./*.deb out/"])
+
+
+@dataclass(frozen=True)
+class Job:
+    """One OS release's build: what to fetch and check, the cache folder, what must come out."""
+
+    os: str
+    source: SlurmSource
+    urls: tuple[str, ...]  # one per source.files
+    name: str  # the cache folder (:func:`cache_dir`)
+    debs: tuple[str, ...]  # binary packages the build must leave
+
+    def mmdebstrap(self, workdir: str, outdir: str, proxy: str | None = None, mirror: str | None = None,
+                   jobs: int = 2) -> list[str]:
+        """A throwaway chroot of the OS release (``--mode=root``, no output tree: /dev/null),
+        the source files of ``workdir`` copied in, the build run inside, the .deb files
+        copied out to ``outdir``."""
+        facts = OS_IMAGES[self.os]  # type: ignore[index]
+        base = (mirror or facts.default_mirror).rstrip("/")
+        script = chroot_script(self.source, self.os, jobs)
+        cmd = [
+            "mmdebstrap", "--mode=root", "--variant=apt", "--format=null",
+            "--aptopt=Acquire::Retries \"3\"", "--aptopt=Acquire::http::Timeout \"60\"",
+            "--aptopt=DPkg::Lock::Timeout \"120\"",
+            f"--customize-hook=mkdir -p \"$1{CHROOT_DIR}\"",
+            f"--customize-hook=sync-in {workdir} {CHROOT_DIR}",
+            f"--customize-hook=chroot \"$1\" sh -c {shlex.quote(script)}",
+            f"--customize-hook=sync-out {CHROOT_DIR}/out {outdir}",
+        ]
+        if proxy:
+            cmd.append(f"--aptopt=Acquire::http::Proxy \"{proxy}\"")
+        cmd += [f"--keyring={KEYRINGS[facts.distro][0]}", facts.suite, "/dev/null", *facts.sources(base)]
+        return cmd
+
+
+def jobs(m: Manifest, only: str | None = None) -> list[Job]:
+    """The builds of the manifest (one per OS release of its Slurm nodes, or ``only``); []
+    with ``slurm.source: os``."""
+    src = source(m)
+    if src is None:
+        return []
+    return [Job(os_name, src, source_urls(m, src), cache_dir(src, os_name), debs(src))
+            for os_name in slurm_os_releases(m) if only in (None, os_name)]
+
+
+def slurm_os_releases(m: Manifest) -> tuple[str, ...]:
+    """The OS releases of the manifest's Slurm nodes (controller, slurmd nodes, login nodes)."""
+    names = {n.os for n in m.nodes if n.has_role("compute") or n.has_role("login") or n.name == m.head.name}
+    return tuple(sorted(names))
 
 
 # ---------------------------------------------------------------- manifest checks

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.areas.slurm.build import PACKAGES, SlurmSource, source
+from provisioner.areas.slurm.build import PACKAGES, SlurmSource, slurm_os_releases, source
 from provisioner.manifest.fields import OsName
 from provisioner.manifest.model import Manifest
 
@@ -65,12 +65,6 @@ def repo_commands(os_name: str, home: str) -> list[list[str]]:
     ]
 
 
-def os_releases(m: Manifest) -> tuple[str, ...]:
-    """The OS releases of the manifest's Slurm nodes: one build each."""
-    names = {n.os for n in m.nodes if n.has_role("compute") or n.has_role("login") or n.name == m.head.name}
-    return tuple(sorted(names))
-
-
 def cluster_vars(m: Manifest) -> dict[str, Any]:
     """The role variables of a built Slurm (nothing with ``slurm.source: os``, so that the
     fingerprints of existing clusters stay as they are)."""
@@ -84,7 +78,7 @@ def cluster_vars(m: Manifest) -> dict[str, Any]:
         "repo_port": REPO_PORT,
         "repo_root": REPO_ROOT,
         "keyring": REPO_KEYRING,
-        "sources": {os_name: apt_source(m, os_name) for os_name in os_releases(m)},
+        "sources": {os_name: apt_source(m, os_name) for os_name in slurm_os_releases(m)},
         "pin_file": PIN_FILE,
         "pin": pin(m, src),
         "cgroup_plugin": "autodetect",

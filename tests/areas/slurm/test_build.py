@@ -104,3 +104,21 @@ def test_a_build_that_left_an_option_out_is_found() -> None:
     assert build.missing_options(complete) == []
     assert build.missing_options(complete[1:]) == ["nvml"]  # no libnvidia-ml-dev in the chroot
     assert build.missing_options([]) == list(build.PROOF_FILES)
+
+
+def test_one_job_per_os_release_in_a_throwaway_chroot(kit: Any) -> None:
+    data = kit.on_os(kit.base(), "debian-12")
+    data["nodes"][0]["os"] = "ubuntu-24.04"
+    data["slurm"]["source"] = "build"
+    m = kit.load(data).manifest
+    found = build.jobs(m)
+    assert [j.os for j in found] == ["debian-12", "ubuntu-24.04"] and build.jobs(m, "ubuntu-22.04") == []
+    argv = found[1].mmdebstrap("/w/src", "/w/out", mirror="http://mirror.example/ubuntu/")
+    assert argv[:4] == ["mmdebstrap", "--mode=root", "--variant=apt", "--format=null"]
+    assert "--customize-hook=sync-in /w/src /build" in argv and "--customize-hook=sync-out /build/out /w/out" in argv
+    at = argv.index("noble")
+    assert argv[at + 1] == "/dev/null" and argv[at + 2].startswith("deb http://mirror.example/ubuntu noble ")
+    assert "--keyring=/usr/share/keyrings/ubuntu-archive-keyring.gpg" in argv
+    script = build.chroot_script(found[0].source, "debian-12", jobs=1)
+    assert script.startswith("cd /build && sh -c ") and script.endswith("&& mkdir -p out && mv ./*.deb out/")
+    assert "dpkg-buildpackage -b -uc -us -j1" in script

@@ -1,0 +1,124 @@
+"""provisioner.commands.slurm: `provision slurm build`: fetch and check the pinned sources, build
+in a chroot of each OS release (a stand-in for mmdebstrap here), check what came out, cache it."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from provisioner.areas import registry
+from provisioner.areas.slurm.build import PROOF_FILES, Job, jobs
+from provisioner.commands import slurm as cmd
+from provisioner.errors import ProvisionError
+
+PLUGIN_DIR = "./usr/lib/x86_64-linux-gnu/slurm/"
+
+
+class FakeBuild:
+    """mmdebstrap's stand-in: leaves one .deb per wanted package in the sync-out folder;
+    dpkg-deb -c lists the option files (all, or without ``lacking``)."""
+
+    def __init__(self, packages: tuple[str, ...], lacking: str = "", rc: int = 0, hang: bool = False) -> None:
+        self.packages, self.lacking, self.rc, self.hang = packages, lacking, rc, hang
+        self.builds: list[list[str]] = []
+
+    def __call__(self, argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        if argv[0] == "dpkg-deb":
+            files = [PLUGIN_DIR + f + ".so" for option, f in PROOF_FILES.items() if option != self.lacking]
+            listing = "\n".join(f"-rw-r--r-- root/root 1 2026 {f}" for f in files)
+            return subprocess.CompletedProcess(argv, 0, listing, "")
+        assert argv[0] == "mmdebstrap" and kw["timeout"] > 0
+        self.builds.append(argv)
+        if self.hang:
+            raise subprocess.TimeoutExpired(argv, kw["timeout"])
+        outdir = Path(next(a for a in argv if a.startswith("--customize-hook=sync-out ")).split()[-1])
+        for name in self.packages:
+            (outdir / f"{name}_1.0-1_amd64.deb").write_bytes(name.encode())
+        return subprocess.CompletedProcess(argv, self.rc, "", "")
+
+
+def mirror_with(tmp_path: Path, job: Job, content: bytes | None = None) -> None:
+    """A file:// mirror holding the job's files; the first with ``content`` (default: its pin's
+    match is impossible, so the job's source gets that content's sha256 instead)."""
+    tmp_path.mkdir(exist_ok=True)
+    for name in job.source.files:
+        (tmp_path / name).write_bytes(content or name.encode())
+
+
+def job_for(tmp_path: Path, kit: Any, version: str = "25.05.1", tamper: bool = False) -> Job:
+    data = kit.on_os(kit.base(), "debian-12")
+    data["slurm"].update(source="build", version=version, mirror=f"file://{tmp_path / 'mirror'}")
+    (job,) = jobs(kit.load(data).manifest)
+    mirror_with(tmp_path / "mirror", job)
+    first = (tmp_path / "mirror" / job.source.files[0]).read_bytes()
+    digest = hashlib.sha256(first + (b"x" if tamper else b"")).hexdigest()
+    src = type(job.source)(**{**job.source.__dict__, "sha256": digest})  # the stand-in file's own pin
+    return Job(job.os, src, job.urls, job.name, job.debs)
+
+
+def build(job: Job, cache: Path, fake: FakeBuild) -> cmd.Built:
+    b = registry.package_build()
+    return cmd.build_one(job, cache, proxy="http://127.0.0.1:3142", mirror=None, jobs=2, timeout=b.timeout_s,
+                         missing=b.missing, run=fake)
+
+
+def test_builds_checks_and_caches(tmp_path: Path, kit: Any) -> None:
+    job = job_for(tmp_path, kit)
+    fake = FakeBuild(job.debs)
+    built = build(job, tmp_path / "cache", fake)
+    assert built.source == "built" and built.path == tmp_path / "cache" / job.name
+    assert {cmd.package_name(d) for d in built.debs} == set(job.debs)
+    sums = (built.path / "SHA256SUMS").read_text()
+    assert sums.count("\n") == len(job.debs) and "slurm-smd-slurmd_1.0-1_amd64.deb" in sums
+    argv = fake.builds[0]
+    assert "--aptopt=Acquire::http::Proxy \"http://127.0.0.1:3142\"" in argv
+    at = argv.index("bookworm")
+    assert argv[at + 1:at + 3] == [
+        "/dev/null", "deb http://deb.debian.org/debian bookworm main contrib non-free non-free-firmware"]
+    assert any("dpkg-buildpackage -b -uc -us -j2" in a for a in argv)
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [job.name]  # no partial left
+    again = build(job, tmp_path / "cache", fake)
+    assert again.source == "cached" and len(fake.builds) == 1
+
+
+@pytest.mark.parametrize(("fake_args", "tamper", "message"), [
+    ({}, True, "pinned"),  # the source does not match its pin: nothing runs
+    ({"lacking": "nvml"}, False, "lack build options nvml"),
+    ({"rc": 2}, False, r"failed \(mmdebstrap exit 2\)"),
+    ({"hang": True}, False, "took longer than"),
+])
+def test_a_failed_build_leaves_nothing(tmp_path: Path, kit: Any, fake_args: dict[str, Any], tamper: bool,
+                                       message: str) -> None:
+    job = job_for(tmp_path, kit, tamper=tamper)
+    fake = FakeBuild(job.debs, **fake_args)
+    with pytest.raises(ProvisionError, match=message):
+        build(job, tmp_path / "cache", fake)
+    assert list((tmp_path / "cache").iterdir()) == []
+    assert len(fake.builds) == (0 if tamper else 1)
+
+
+def test_a_build_without_a_wanted_package_fails(tmp_path: Path, kit: Any) -> None:
+    job = job_for(tmp_path, kit, version="24.11.5")  # Debian's packaging: three source files
+    assert len(job.urls) == 3 and job.urls[0].endswith("/mirror/slurm-wlm_24.11.5-4+deb13u1.dsc")
+    with pytest.raises(ProvisionError, match="the build left no slurmd"):
+        build(job, tmp_path / "cache", FakeBuild(tuple(p for p in job.debs if p != "slurmd")))
+
+
+def test_the_command_refuses_what_it_cannot_build(tmp_path: Path, kit: Any, write_manifest: Any) -> None:
+    console = Console(file=None, stderr=True)
+    args = argparse.Namespace(manifest=write_manifest(kit.base()), os=None, cache_dir=tmp_path, jobs=2, json=False)
+    with pytest.raises(ProvisionError, match=r"nothing to build: the manifest has slurm\.source: os"):
+        cmd.build_all(args, console, console, euid=lambda: 0, which=lambda _: "/x")
+    data = kit.base()
+    data["slurm"]["source"] = "build"
+    args.manifest = write_manifest(data)
+    with pytest.raises(ProvisionError, match="needs root"):
+        cmd.build_all(args, console, console, euid=lambda: 1000, which=lambda _: "/x")
+    with pytest.raises(ProvisionError, match="mmdebstrap is not installed"):
+        cmd.build_all(args, console, console, euid=lambda: 0, which=lambda _: None)
