@@ -3,8 +3,8 @@
 `provision image build` does for images).
 
 What is built, from what and how is the area's (provisioner.areas.slurm.build, reached through
-the registry); this edge fetches the source files (http(s) or file://, bounded) and checks the
-first against its pinned sha256, runs the build in a throwaway chroot of the OS release
+the registry); this edge fetches the source tarball (http(s) or file://, bounded) and checks
+it against its pinned sha256, runs the build in a throwaway chroot of the OS release
 (mmdebstrap, bounded), checks that every package and every build option came out, and moves
 the packages into the cache with a SHA256SUMS. Layout (``.provision/slurm/`` beside the
 manifest unless given): ``<os>-<version>-<key>/`` holding the .deb files and ``SHA256SUMS``;
@@ -112,11 +112,10 @@ def build_one(job: Any, cache: Path, *, proxy: str | None, mirror: str | None, j
     out.mkdir()
     start = time.monotonic()
     try:
-        for url, name in zip(job.urls, job.source.files, strict=True):
-            fetcher(url, work / name)
-        got = sha256_file(work / job.source.files[0])
+        fetcher(job.url, work / job.source.file)
+        got = sha256_file(work / job.source.file)
         if got != job.source.sha256:
-            raise ProvisionError(f"{job.urls[0]}: sha256 {got}, pinned {job.source.sha256}; not built")
+            raise ProvisionError(f"{job.url}: sha256 {got}, pinned {job.source.sha256}; not built")
         cmd = job.mmdebstrap(str(work), str(out), proxy=proxy, mirror=mirror, jobs=jobs)
         try:
             result = run(cmd, timeout=timeout, check=False)
@@ -175,8 +174,8 @@ def build_all(args: argparse.Namespace, out: Console, err: Console, *, euid: Cal
     cache.mkdir(parents=True, exist_ok=True)
     done: list[Built] = []
     for job in todo:
-        out.print(f"{job.os}: Slurm {job.source.version} ({job.source.packaging}'s packaging): building unless "
-                  "cached ...", markup=False)
+        out.print(f"{job.os}: Slurm {job.source.version} from {job.url}: building unless cached ...",
+                  markup=False)
         built = build_one(job, cache, proxy=m.cluster.mirrors.apt_proxy, mirror=m.cluster.mirrors.apt,
                           jobs=args.jobs, timeout=builder.timeout_s, missing=builder.missing, run=runner)
         took = f" in {built.seconds:.0f} s" if built.source == "built" else ""

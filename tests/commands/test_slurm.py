@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,23 +44,15 @@ class FakeBuild:
         return subprocess.CompletedProcess(argv, self.rc, "", "")
 
 
-def mirror_with(tmp_path: Path, job: Job, content: bytes | None = None) -> None:
-    """A file:// mirror holding the job's files; the first with ``content`` (default: its pin's
-    match is impossible, so the job's source gets that content's sha256 instead)."""
-    tmp_path.mkdir(exist_ok=True)
-    for name in job.source.files:
-        (tmp_path / name).write_bytes(content or name.encode())
-
-
 def job_for(tmp_path: Path, kit: Any, version: str = "25.05.1", tamper: bool = False) -> Job:
     data = kit.on_os(kit.base(), "debian-12")
     data["slurm"].update(source="build", version=version, mirror=f"file://{tmp_path / 'mirror'}")
     (job,) = jobs(kit.load(data).manifest)
-    mirror_with(tmp_path / "mirror", job)
-    first = (tmp_path / "mirror" / job.source.files[0]).read_bytes()
-    digest = hashlib.sha256(first + (b"x" if tamper else b"")).hexdigest()
-    src = type(job.source)(**{**job.source.__dict__, "sha256": digest})  # the stand-in file's own pin
-    return Job(job.os, src, job.urls, job.name, job.debs)
+    (tmp_path / "mirror").mkdir()
+    (tmp_path / "mirror" / job.source.file).write_bytes(b"a stand-in tarball")
+    digest = hashlib.sha256(b"a stand-in tarball" + (b"x" if tamper else b"")).hexdigest()
+    src = replace(job.source, sha256=digest)  # the stand-in's own pin (or a wrong one)
+    return replace(job, source=src)
 
 
 def build(job: Job, cache: Path, fake: FakeBuild) -> cmd.Built:
@@ -104,10 +97,10 @@ def test_a_failed_build_leaves_nothing(tmp_path: Path, kit: Any, fake_args: dict
 
 
 def test_a_build_without_a_wanted_package_fails(tmp_path: Path, kit: Any) -> None:
-    job = job_for(tmp_path, kit, version="24.11.5")  # Debian's packaging: three source files
-    assert len(job.urls) == 3 and job.urls[0].endswith("/mirror/slurm-wlm_24.11.5-4+deb13u1.dsc")
-    with pytest.raises(ProvisionError, match="the build left no slurmd"):
-        build(job, tmp_path / "cache", FakeBuild(tuple(p for p in job.debs if p != "slurmd")))
+    job = job_for(tmp_path, kit, version="24.11.5")
+    assert job.url == f"file://{tmp_path}/mirror/slurm-24-11-5-1.tar.gz"
+    with pytest.raises(ProvisionError, match="the build left no slurm-smd-slurmd"):
+        build(job, tmp_path / "cache", FakeBuild(tuple(p for p in job.debs if p != "slurm-smd-slurmd")))
 
 
 def test_the_command_refuses_what_it_cannot_build(tmp_path: Path, kit: Any, write_manifest: Any) -> None:

@@ -4,8 +4,8 @@ packages per OS release, cached under which key, and how the nodes get them (a s
 repository served from the head node, pinned over the OS's Slurm).
 
 The facts and their sources: docs/versions.md, "Slurm built for the cluster"; the design:
-docs/design.md, "One Slurm for the cluster". The edge that runs the commands below (a chroot
-of each OS release, the cache, the signing) is not here.
+docs/design.md, "One Slurm for the cluster". The edge that runs the build (a chroot of each
+OS release, the cache) is ``provisioner/commands/slurm.py``.
 """
 
 from __future__ import annotations
@@ -15,26 +15,20 @@ import json
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
 
 from provisioner.image.recipe import KEYRINGS, OS_IMAGES
 from provisioner.manifest.model import Manifest
 
-Packaging = Literal["schedmd", "debian"]
-
 
 @dataclass(frozen=True)
 class SlurmSource:
-    """Pinned source files of one Slurm version. ``packaging``: whose debian/ directory builds
-    it: SchedMD's own (in its tarball since 23.11; binary packages ``slurm-smd-*``) or
-    Debian's source package (``slurm-wlm``: the OS packages' names). The build does not care
-    which beyond :func:`unpack_command` and the package names."""
+    """A pinned Slurm source tarball: SchedMD's GitHub tag archive, which carries SchedMD's own
+    Debian packaging (``debian/``, since 23.11; binary packages ``slurm-smd-*``)."""
 
     version: str
-    packaging: Packaging
-    files: tuple[str, ...]  # upstream file names; files[0] is checked against sha256 and unpacked
-    upstream: str  # the folder holding them when slurm.mirror is unset
-    sha256: str  # of files[0]
+    file: str  # the upstream file name (a mirror holds it under this name)
+    upstream: str  # the folder holding it when slurm.mirror is unset
+    sha256: str
     read_from: str  # where the version and sha256 were read
 
     @property
@@ -43,24 +37,20 @@ class SlurmSource:
         return ".".join(self.version.split(".")[:2])
 
 
+GITHUB = "https://github.com/SchedMD/slurm/archive/"
 _SPACK = ("spack/spack-packages repos/spack_repo/builtin/packages/slurm/package.py (commit 1319487e), "
           "which pins SchedMD's GitHub tag archives by sha256")
 SOURCES: dict[str, SlurmSource] = {
-    "25.05.1": SlurmSource(
-        "25.05.1", "schedmd", ("slurm-25-05-1-1.tar.gz",), "https://github.com/SchedMD/slurm/archive/",
-        "b568c761a6c9d72358addb3bb585456e73e80a02214ce375d2de8534f9ddb585", _SPACK),
-    "24.11.6": SlurmSource(
-        "24.11.6", "schedmd", ("slurm-24-11-6-1.tar.gz",), "https://github.com/SchedMD/slurm/archive/",
-        "282708483326f381eb001a14852a1a82e65e18f37b62b7a5f4936c0ed443b600", _SPACK),
-    # Debian trixie's source package: what the build machine here can reach (CI's source).
-    "24.11.5": SlurmSource(
-        "24.11.5", "debian",
-        ("slurm-wlm_24.11.5-4+deb13u1.dsc", "slurm-wlm_24.11.5.orig.tar.gz",
-         "slurm-wlm_24.11.5-4+deb13u1.debian.tar.xz"),
-        "http://deb.debian.org/debian/pool/main/s/slurm-wlm/",
-        "3cba9330f0f2d4189540558aba7f6ebb0d97f26fb5d8c1b4e90f1de7df1d9153",
-        "Debian trixie main Sources (deb.debian.org, read 2026-11-27): Checksums-Sha256 of the .dsc; "
-        "dpkg-source checks the other two files against the .dsc"),
+    "25.05.1": SlurmSource("25.05.1", "slurm-25-05-1-1.tar.gz", GITHUB,
+                           "b568c761a6c9d72358addb3bb585456e73e80a02214ce375d2de8534f9ddb585", _SPACK),
+    "24.11.6": SlurmSource("24.11.6", "slurm-24-11-6-1.tar.gz", GITHUB,
+                           "282708483326f381eb001a14852a1a82e65e18f37b62b7a5f4936c0ed443b600", _SPACK),
+    # Debian trixie's slurm-wlm_24.11.5.orig.tar.gz is this archive (top folder
+    # slurm-slurm-24-11-5-1, SchedMD's debian/ inside): what the build machine here can reach.
+    "24.11.5": SlurmSource("24.11.5", "slurm-24-11-5-1.tar.gz", GITHUB,
+                           "e1a5547edd212c38b5e3230a284133f777b32746551f094aaa81cc4af375e332",
+                           "Debian trixie main Sources (deb.debian.org, read 2026-11-27): Checksums-Sha256 of "
+                           "slurm-wlm_24.11.5.orig.tar.gz"),
 }
 # The newest pinned release SchedMD still supports (25.05; 24.11 went out of support in 2026).
 DEFAULT_VERSION = "25.05.1"
@@ -89,11 +79,10 @@ def built_release(m: Manifest) -> str | None:
     return src.release if src else None
 
 
-def source_urls(m: Manifest, src: SlurmSource) -> tuple[str, ...]:
-    """Where each source file is fetched: slurm.mirror's folder, else the upstream one."""
+def source_url(m: Manifest, src: SlurmSource) -> str:
+    """Where the tarball is fetched: slurm.mirror's folder, else the upstream one."""
     base = m.slurm.mirror or src.upstream
-    base = base if base.endswith("/") else base + "/"
-    return tuple(base + name for name in src.files)
+    return (base if base.endswith("/") else base + "/") + src.file
 
 
 # ---------------------------------------------------------------- build dependencies per OS
@@ -101,7 +90,7 @@ def source_urls(m: Manifest, src: SlurmSource) -> tuple[str, ...]:
 # Packages per build option, per OS release (the names the archives use; docs/versions.md,
 # "Slurm built for the cluster", has the sources). mk-build-deps installs the rest of
 # debian/control's Build-Depends; these make sure each option's library is there whatever the
-# packaging lists (SchedMD's 24.11 control has no NVML, Debian's none of NVML).
+# packaging lists (SchedMD's 24.11 control has no NVML; 25.11's has).
 _COMMON_DEPS: dict[str, tuple[str, ...]] = {
     "toolchain": ("build-essential", "fakeroot", "devscripts", "equivs", "ca-certificates"),
     "nvml": ("libnvidia-ml-dev",),
@@ -135,53 +124,28 @@ def build_packages(os_name: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-# debian/control edits a source needs on an OS release, with why: Debian trixie's packaging
-# asks dpkg-dev >= 1.22.5 (the 64-bit time_t transition's dpkg-buildflags); bookworm has
-# 1.21.23 and amd64 has a 64-bit time_t anyway, so the bound is dropped there.
-CONTROL_EDITS: dict[tuple[Packaging, str], tuple[tuple[str, str], ...]] = {
-    ("debian", "debian-12"): (("dpkg-dev (>= 1.22.5)", "dpkg-dev"),),
-    ("debian", "ubuntu-22.04"): (("dpkg-dev (>= 1.22.5)", "dpkg-dev"),),
-}
-
-
-def unpack_command(src: SlurmSource) -> list[str]:
-    """The source tree in ./src from the fetched files[0] (already checked against sha256)."""
-    if src.packaging == "debian":
-        return ["dpkg-source", "-x", src.files[0], "src"]  # checks the other files against the .dsc
-    return ["sh", "-c", f"mkdir src && tar -xf {src.files[0]} --strip-components=1 -C src"]
-
-
 APT = "apt-get -o DPkg::Lock::Timeout=60 -o Acquire::http::Timeout=60"
 
 
 def build_commands(src: SlurmSource, os_name: str, jobs: int = 2) -> list[list[str]]:
     """The build, in order, run as root in a chroot of ``os_name`` whose working directory
-    holds the fetched source files; the .deb files land in the working directory."""
-    cmds: list[list[str]] = [
+    holds the fetched tarball; the .deb files land in the working directory. SchedMD's
+    quickstart_admin, "Building Debian Packages": mk-build-deps, then a binary-only build."""
+    return [
         ["sh", "-c", f"{APT} update && {APT} install -y --no-install-recommends "
                      + " ".join(build_packages(os_name))],
-        unpack_command(src),
-    ]
-    for old, new in CONTROL_EDITS.get((src.packaging, os_name), ()):
-        cmds.append(["sed", "-i", f"s/{_sed(old)}/{_sed(new)}/", "src/debian/control"])
-    cmds += [
+        ["sh", "-c", f"mkdir src && tar -xf {shlex.quote(src.file)} --strip-components=1 -C src"],
         ["sh", "-c", "cd src && mk-build-deps --install --remove --tool "
                      f"'{APT} -y --no-install-recommends' debian/control"],
         ["sh", "-c", f"cd src && dpkg-buildpackage -b -uc -us -j{jobs}"],
     ]
-    return cmds
-
-
-def _sed(text: str) -> str:
-    return "".join("\\" + c if c in "/.[]*^$\\" else c for c in text)
 
 
 def cache_key(src: SlurmSource, os_name: str) -> str:
     """Hash of every input of one build: a build is redone only when one of them changes."""
     blob = json.dumps({
-        "recipe": RECIPE_VERSION, "version": src.version, "packaging": src.packaging, "sha256": src.sha256,
-        "os": os_name, "options": BUILD_OPTIONS, "packages": build_packages(os_name),
-        "edits": CONTROL_EDITS.get((src.packaging, os_name), ()),
+        "recipe": RECIPE_VERSION, "version": src.version, "sha256": src.sha256, "os": os_name,
+        "options": BUILD_OPTIONS, "packages": build_packages(os_name),
     }, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -193,33 +157,22 @@ def cache_dir(src: SlurmSource, os_name: str) -> str:
 
 # ---------------------------------------------------------------- what comes out
 
-# Binary packages per daemon and feature. SchedMD's: read from the slurm-smd .dsc's Binary
-# line; Debian's: trixie's slurm-wlm (docs/versions.md).
-PACKAGES: dict[Packaging, dict[str, tuple[str, ...]]] = {
-    "schedmd": {
-        "client": ("slurm-smd", "slurm-smd-client"),
-        "controller": ("slurm-smd-slurmctld",),
-        "compute": ("slurm-smd-slurmd",),
-        "dbd": ("slurm-smd-slurmdbd",),
-        "restd": ("slurm-smd-slurmrestd",),
-        "pam_adopt": ("slurm-smd-libpam-slurm-adopt",),
-        "pmi": ("slurm-smd-libpmi2-0",),
-    },
-    "debian": {
-        "client": ("slurm-client", "slurm-wlm-basic-plugins"),
-        "controller": ("slurmctld",),
-        "compute": ("slurmd",),
-        "dbd": ("slurmdbd", "slurm-wlm-mysql-plugin"),
-        "restd": ("slurmrestd",),
-        "pam_adopt": ("libpam-slurm-adopt",),
-        "pmi": ("libpmi2-0t64",),
-    },
+# Binary packages per daemon and feature, from SchedMD's debian/control (read in the 24.11.5
+# tarball; the same names in 25.11.4's .dsc).
+PACKAGES: dict[str, tuple[str, ...]] = {
+    "client": ("slurm-smd", "slurm-smd-client"),
+    "controller": ("slurm-smd-slurmctld",),
+    "compute": ("slurm-smd-slurmd",),
+    "dbd": ("slurm-smd-slurmdbd",),
+    "restd": ("slurm-smd-slurmrestd",),
+    "pam_adopt": ("slurm-smd-libpam-slurm-adopt",),
+    "pmi": ("slurm-smd-libpmi2-0",),
 }
 
 
-def debs(src: SlurmSource) -> tuple[str, ...]:
-    """The binary packages a build must leave (the cache holds exactly these)."""
-    return tuple(sorted({p for names in PACKAGES[src.packaging].values() for p in names}))
+def debs() -> tuple[str, ...]:
+    """The binary packages a build must leave (it leaves more: docs, sview, the PBS wrappers)."""
+    return tuple(sorted({p for names in PACKAGES.values() for p in names}))
 
 
 # Files the built packages must hold, one per build option that makes a file: a build whose
@@ -261,7 +214,7 @@ class Job:
 
     os: str
     source: SlurmSource
-    urls: tuple[str, ...]  # one per source.files
+    url: str
     name: str  # the cache folder (:func:`cache_dir`)
     debs: tuple[str, ...]  # binary packages the build must leave
 
@@ -294,7 +247,7 @@ def jobs(m: Manifest, only: str | None = None) -> list[Job]:
     src = source(m)
     if src is None:
         return []
-    return [Job(os_name, src, source_urls(m, src), cache_dir(src, os_name), debs(src))
+    return [Job(os_name, src, source_url(m, src), cache_dir(src, os_name), debs())
             for os_name in slurm_os_releases(m) if only in (None, os_name)]
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.areas.slurm.build import PACKAGES, SlurmSource, slurm_os_releases, source
+from provisioner.areas.slurm.build import PACKAGES, slurm_os_releases, source
 from provisioner.manifest.fields import OsName
 from provisioner.manifest.model import Manifest
 
@@ -32,14 +32,13 @@ def apt_source(m: Manifest, os_name: OsName | str) -> str:
     return f"deb [signed-by={REPO_KEYRING}] {repo_url(m, os_name)} ./"
 
 
-def pin(m: Manifest, src: SlurmSource) -> str:
+def pin(m: Manifest) -> str:
     """/etc/apt/preferences.d/provision-slurm: the head's packages over any other version
-    (1001: also over a newer OS one, so an OS update never swaps a node's Slurm), and with
-    SchedMD's packaging the OS's own Slurm packages never installed."""
+    (1001: also over a newer one elsewhere, so no update swaps a node's Slurm), and the OS's
+    own Slurm packages (other names, the same files) never installed."""
     text = f"Package: *\nPin: origin \"{m.head.ip}\"\nPin-Priority: 1001\n"
-    if src.packaging == "schedmd":
-        text += f"\nPackage: {' '.join(OS_SLURM_PACKAGES)}\nPin: release o=Debian\nPin-Priority: -1\n"
-        text += f"\nPackage: {' '.join(OS_SLURM_PACKAGES)}\nPin: release o=Ubuntu\nPin-Priority: -1\n"
+    for origin in ("Debian", "Ubuntu"):
+        text += f"\nPackage: {' '.join(OS_SLURM_PACKAGES)}\nPin: release o={origin}\nPin-Priority: -1\n"
     return text
 
 
@@ -73,14 +72,13 @@ def cluster_vars(m: Manifest) -> dict[str, Any]:
         return {}
     return {"slurm_build": {
         "version": src.version,
-        "packaging": src.packaging,
-        "packages": {daemon: list(names) for daemon, names in PACKAGES[src.packaging].items()},
+        "packages": {daemon: list(names) for daemon, names in PACKAGES.items()},
         "repo_port": REPO_PORT,
         "repo_root": REPO_ROOT,
         "keyring": REPO_KEYRING,
         "sources": {os_name: apt_source(m, os_name) for os_name in slurm_os_releases(m)},
         "pin_file": PIN_FILE,
-        "pin": pin(m, src),
+        "pin": pin(m),
         "cgroup_plugin": "autodetect",
     }}
 

@@ -10,6 +10,7 @@ import pytest
 
 from provisioner.areas.slurm import build
 from provisioner.areas.slurm.build import SOURCES
+from provisioner.image.recipe import OS_IMAGES
 from provisioner.manifest import Manifest
 
 
@@ -28,31 +29,28 @@ def test_every_pinned_source_names_its_file_checksum_and_origin() -> None:
     assert build.DEFAULT_VERSION in SOURCES
     for version, src in SOURCES.items():
         assert src.version == version and re.fullmatch(r"[0-9a-f]{64}", src.sha256)
-        assert src.read_from and src.upstream.endswith("/")
+        assert src.file == f"slurm-{version.replace('.', '-')}-1.tar.gz"  # SchedMD's tag archive name
+        assert src.read_from and src.upstream == "https://github.com/SchedMD/slurm/archive/"
         assert src.release in ("24.11", "25.05")
 
 
-def test_the_default_is_schedmds_tarball_from_upstream_or_the_mirror(kit: Any) -> None:
-    m = built(kit.load(kit.base()).manifest)
+def test_the_default_is_the_tarball_from_upstream_or_the_mirror(kit: Any) -> None:
+    data = kit.base()
+    data["slurm"]["source"] = "build"
+    m = kit.load(data).manifest
     src = build.source(m)
-    assert src is not None and (src.version, src.packaging) == ("25.05.1", "schedmd")
-    assert build.source_urls(m, src) == ("https://github.com/SchedMD/slurm/archive/slurm-25-05-1-1.tar.gz",)
+    assert src is not None and src.version == "25.05.1"
+    assert build.source_url(m, src) == "https://github.com/SchedMD/slurm/archive/slurm-25-05-1-1.tar.gz"
     mirrored = built(m, mirror="file:///srv/mirror/slurm")
-    assert build.source_urls(mirrored, src) == ("file:///srv/mirror/slurm/slurm-25-05-1-1.tar.gz",)
+    assert build.source_url(mirrored, src) == "file:///srv/mirror/slurm/slurm-25-05-1-1.tar.gz"
 
 
-def test_debians_source_package_builds_the_same_way(kit: Any) -> None:
-    src = SOURCES["24.11.5"]
-    schedmd = build.build_commands(SOURCES["25.05.1"], "debian-12")
-    debian = build.build_commands(src, "debian-12")
-    assert debian[1] == ["dpkg-source", "-x", "slurm-wlm_24.11.5-4+deb13u1.dsc", "src"]
-    assert schedmd[1][-1].startswith("mkdir src && tar -xf slurm-25-05-1-1.tar.gz --strip-components=1")
-    # bookworm's dpkg-dev (1.21.23) is older than trixie's packaging asks: the bound is dropped there
-    assert debian[2] == ["sed", "-i", r"s/dpkg-dev (>= 1\.22\.5)/dpkg-dev/", "src/debian/control"]
-    assert len(build.build_commands(src, "ubuntu-24.04")) == len(schedmd) == 4
-    assert debian[-2:] == schedmd[-2:]
-    assert "mk-build-deps --install --remove" in debian[-2][-1]
-    assert debian[-1][-1] == "cd src && dpkg-buildpackage -b -uc -us -j2"
+def test_schedmds_packaging_builds_it(kit: Any) -> None:
+    cmds = [c[-1] for c in build.build_commands(SOURCES["24.11.5"], "debian-12")]
+    assert cmds[0].endswith("install -y --no-install-recommends " + " ".join(build.build_packages("debian-12")))
+    assert cmds[1] == "mkdir src && tar -xf slurm-24-11-5-1.tar.gz --strip-components=1 -C src"
+    assert cmds[2].startswith("cd src && mk-build-deps --install --remove --tool 'apt-get -o DPkg::Lock::Timeout=60")
+    assert cmds[3] == "cd src && dpkg-buildpackage -b -uc -us -j2"
 
 
 @pytest.mark.parametrize("os_name", ["debian-12", "ubuntu-22.04", "ubuntu-24.04"])
@@ -63,6 +61,7 @@ def test_every_os_release_installs_each_options_library(os_name: str) -> None:
         assert set(build.BUILD_DEPS[os_name][option]) <= set(packages)
     assert {"libnvidia-ml-dev", "libpmix-dev", "libdbus-1-dev", "libjwt-dev", "libpam0g-dev"} <= set(packages)
     assert build.build_commands(SOURCES["25.05.1"], os_name)[0][-1].endswith(" ".join(packages))
+    assert set(build.BUILD_COMPONENTS[os_name]) <= set(OS_IMAGES[os_name].components)  # type: ignore[index]
 
 
 def test_the_cache_key_follows_every_input() -> None:
@@ -73,10 +72,8 @@ def test_the_cache_key_follows_every_input() -> None:
     assert build.cache_dir(src, "debian-12") == f"debian-12-25.05.1-{build.cache_key(src, 'debian-12')}"
 
 
-def test_packages_per_packaging() -> None:
-    assert "slurm-smd-slurmd" in build.debs(SOURCES["25.05.1"])
-    assert "slurm-smd-libpam-slurm-adopt" in build.debs(SOURCES["25.05.1"])
-    assert {"slurmd", "slurmctld", "libpam-slurm-adopt"} <= set(build.debs(SOURCES["24.11.5"]))
+def test_the_packages_every_build_leaves() -> None:
+    assert {"slurm-smd-slurmd", "slurm-smd-slurmctld", "slurm-smd-libpam-slurm-adopt"} <= set(build.debs())
 
 
 def test_build_settings_are_checked_at_their_line(kit: Any) -> None:
