@@ -72,6 +72,7 @@ from provisioner.areas.slurm import build as slurm_build
 from provisioner.areas.slurm import checks as slurm_checks
 from provisioner.areas.slurm import decide as slurm_decide
 from provisioner.areas.slurm import munge as slurm_munge
+from provisioner.areas.slurm import repo as slurm_repo
 from provisioner.areas.slurm import rolevars as slurm
 from provisioner.areas.slurm import upgrade as slurm_upgrade
 from provisioner.areas.slurm import verify as slurm_verify
@@ -219,19 +220,63 @@ class Upgrade:
     order: Callable[[Manifest, Records], tuple[list[str], str]]
 
 
+class BuildSource(Protocol):
+    @property
+    def version(self) -> str: ...
+    @property
+    def file(self) -> str: ...
+    @property
+    def sha256(self) -> str: ...
+
+
+class BuildJob(Protocol):
+    """One OS release's build of an area's :class:`PackageBuild`."""
+
+    @property
+    def os(self) -> str: ...
+    @property
+    def source(self) -> BuildSource: ...
+    @property
+    def url(self) -> str: ...
+    @property
+    def name(self) -> str: ...  # its folder in the cache
+    @property
+    def debs(self) -> tuple[str, ...]: ...  # the packages it must leave
+
+    def mmdebstrap(self, workdir: str, outdir: str, proxy: str | None = None, mirror: str | None = None,
+                   jobs: int = 2) -> list[str]: ...
+
+
 @dataclass(frozen=True)
 class PackageBuild:
     """``jobs`` (m, only OS or None): one build per OS release, each with its sources, its
     mmdebstrap command line and the packages it must leave; ``missing`` (file paths of the
     built packages): the build options a build left out; ``timeout_s``: one build's bound."""
 
-    jobs: Callable[[Manifest, str | None], Sequence[slurm_build.Job]]
+    jobs: Callable[[Manifest, str | None], Sequence[BuildJob]]
     missing: Callable[[Iterable[str]], list[str]]
     timeout_s: int
+    repo: PackageRepo
 
 
-SLURM_BUILD = PackageBuild(jobs=slurm_build.jobs, missing=slurm_build.missing_options,
-                           timeout_s=slurm_build.BUILD_TIMEOUT_S)
+@dataclass(frozen=True)
+class PackageRepo:
+    """The signed flat apt repository per OS release the builds are published in (on the
+    control machine; the key a GnuPG home ``signing_home`` in the state's secrets/)."""
+
+    signing_home: str
+    public_key: str  # the exported public key's file name in signing_home
+    key_commands: Callable[[str, str], list[list[str]]]  # (home, cluster): make the key, export it
+    stanza: Callable[[str, str, bytes], str]  # (dpkg-deb --field output, file name, its bytes): a Packages entry
+    release: Callable[[str, Mapping[str, bytes], str], str]  # (os, {index: bytes}, date)
+    sign_command: Callable[[str], list[str]]  # (home): Release -> InRelease
+
+
+SLURM_BUILD = PackageBuild(
+    jobs=slurm_build.jobs, missing=slurm_build.missing_options, timeout_s=slurm_build.BUILD_TIMEOUT_S,
+    repo=PackageRepo(signing_home=slurm_repo.SIGNING_HOME, public_key=slurm_repo.PUBLIC_KEY,
+                     key_commands=slurm_repo.key_commands, stanza=slurm_repo.packages_stanza,
+                     release=slurm_repo.release_text, sign_command=slurm_repo.sign_command))
 
 SLURM_UPGRADE = Upgrade(recorded=slurm_upgrade.recorded, order=slurm_upgrade.plan_view)
 

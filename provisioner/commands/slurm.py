@@ -6,23 +6,30 @@ What is built, from what and how is the area's (provisioner.areas.slurm.build, r
 the registry); this edge fetches the source tarball (http(s) or file://, bounded) and checks
 it against its pinned sha256, runs the build in a throwaway chroot of the OS release
 (mmdebstrap, bounded), checks that every package and every build option came out, and moves
-the packages into the cache with a SHA256SUMS. Layout (``.provision/slurm/`` beside the
-manifest unless given): ``<os>-<version>-<key>/`` holding the .deb files and ``SHA256SUMS``;
-``.partial-<name>/`` while a build runs (gone when it ends, however it ends).
+the packages into the cache with a SHA256SUMS; then it publishes each OS release's packages
+as a flat apt repository, indexed and signed with the cluster's key (made once, a GnuPG home
+in the state directory's secrets/). Layout (``.provision/slurm/`` beside the manifest unless
+given): ``<os>-<version>-<key>/`` holding the .deb files and ``SHA256SUMS``; ``repo/<os>/``
+(the .debs, Packages, Packages.gz, Release, InRelease) and ``repo/public.asc``;
+``.partial-<name>/`` while a build or a publication runs (gone when it ends, however it ends).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import datetime as dt
+import gzip
 import hashlib
 import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,7 +104,7 @@ def cached(path: Path, wanted: Sequence[str]) -> tuple[str, ...] | None:
     return names
 
 
-def build_one(job: Any, cache: Path, *, proxy: str | None, mirror: str | None, jobs: int, timeout: float,
+def build_one(job: registry.BuildJob, cache: Path, *, proxy: str | None, mirror: str | None, jobs: int, timeout: float,
               missing: Callable[[list[str]], list[str]], run: Runner = subprocess.run,
               fetcher: Callable[[str, Path], None] = fetch) -> Built:
     """Build ``job`` (an area's build job) into ``cache`` unless it is there."""
@@ -150,6 +157,73 @@ def _contents(deb: Path, run: Runner) -> list[str]:
     return [line.split()[-1] for line in result.stdout.splitlines() if line.split()]
 
 
+def _run_checked(cmd: Sequence[str], run: Runner, what: str, **kw: Any) -> Any:
+    result = run(list(cmd), capture_output=True, timeout=120, check=False, **kw)
+    if result.returncode != 0:
+        detail = result.stderr.decode(errors="replace") if isinstance(result.stderr, bytes) else result.stderr
+        raise ProvisionError(f"{what} failed: {str(detail).strip()[:400]}")
+    return result
+
+
+@contextlib.contextmanager
+def gnupg(home: Path, run: Runner = subprocess.run) -> Iterator[str]:
+    """``home`` under a short name (gpg's agent socket lives in the home, and a deep state
+    directory's path is longer than a socket's 108 bytes); the agent gpg starts is stopped
+    when the block ends, however it ends."""
+    link_dir = Path(tempfile.mkdtemp(prefix="pv-gpg-"))
+    short = link_dir / "h"
+    short.symlink_to(home.resolve())
+    try:
+        yield str(short)
+    finally:
+        run(["gpgconf", "--homedir", str(short), "--kill", "gpg-agent"], capture_output=True, timeout=30,
+            check=False)
+        shutil.rmtree(link_dir, ignore_errors=True)
+
+
+def signing_key(repo: registry.PackageRepo, secrets: Path, cluster: str, run: Runner = subprocess.run) -> Path:
+    """The GnuPG home holding the cluster's repository key in ``secrets`` (0700), made once."""
+    home = secrets / repo.signing_home
+    if (home / repo.public_key).is_file():
+        return home
+    home.mkdir(parents=True, exist_ok=True)
+    os.chmod(secrets, 0o700)
+    os.chmod(home, 0o700)
+    with gnupg(home, run) as short:
+        for cmd in repo.key_commands(short, cluster):
+            _run_checked(cmd, run, "making the Slurm repository's signing key")
+    return home
+
+
+def publish(built: Built, root: Path, repo: registry.PackageRepo, home: Path, *, run: Runner = subprocess.run,
+            now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)) -> Path:
+    """``root``/<os>/: the flat repository of ``built``'s packages, indexed and signed (the
+    head serves it as is); ``root``/<public key>: what the nodes trust it with."""
+    target, partial = root / built.os, root / f"{PARTIAL_PREFIX}{built.os}"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    try:
+        entries = []
+        for deb in sorted(built.debs):
+            shutil.copyfile(built.path / deb, partial / deb)
+            control = _run_checked(["dpkg-deb", "--field", str(partial / deb)], run, f"reading {deb}", text=True)
+            entries.append(repo.stanza(control.stdout, deb, (partial / deb).read_bytes()))
+        packages = "\n".join(entries).encode()
+        indexes = {"Packages": packages, "Packages.gz": gzip.compress(packages, mtime=0)}
+        for name, data in indexes.items():
+            (partial / name).write_bytes(data)
+        date = now().strftime("%a, %d %b %Y %H:%M:%S UTC")
+        (partial / "Release").write_text(repo.release(built.os, indexes, date))
+        with gnupg(home, run) as short:
+            _run_checked(repo.sign_command(short), run, "signing the Slurm repository", cwd=partial)
+        shutil.copyfile(home / repo.public_key, root / repo.public_key)
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(partial, target)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return target
+
+
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     with processes_end_with_a_signal(STOP_GRACE):
         return build_all(args, out, err)
@@ -181,10 +255,15 @@ def build_all(args: argparse.Namespace, out: Console, err: Console, *, euid: Cal
         took = f" in {built.seconds:.0f} s" if built.source == "built" else ""
         out.print(f"{job.os}: {built.source}{took}: {len(built.debs)} packages in {built.path}", markup=False)
         done.append(built)
+    home = signing_key(builder.repo, StateDir.beside(args.manifest).secrets, m.cluster.name, runner)
+    repos = {b.os: publish(b, cache / "repo", builder.repo, home, run=runner) for b in done}
+    for os_name, path in repos.items():
+        out.print(f"{os_name}: signed repository {path}", markup=False)
     if args.json:
         print(json.dumps({"ok": True, "builds": [
             {"os": b.os, "version": b.version, "source": b.source, "path": str(b.path), "debs": list(b.debs),
-             "seconds": round(b.seconds, 1) if b.source == "built" else None} for b in done]}))
+             "repo": str(repos[b.os]), "seconds": round(b.seconds, 1) if b.source == "built" else None}
+            for b in done]}))
     return 0
 
 

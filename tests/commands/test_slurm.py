@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import shutil
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -115,3 +116,50 @@ def test_the_command_refuses_what_it_cannot_build(tmp_path: Path, kit: Any, writ
         cmd.build_all(args, console, console, euid=lambda: 1000, which=lambda _: "/x")
     with pytest.raises(ProvisionError, match="mmdebstrap is not installed"):
         cmd.build_all(args, console, console, euid=lambda: 0, which=lambda _: None)
+
+
+def tiny_deb(folder: Path, name: str) -> str:
+    """A real (empty) .deb named like a built one."""
+    tree = folder / f"tree-{name}"
+    (tree / "DEBIAN").mkdir(parents=True)
+    (tree / "DEBIAN" / "control").write_text(
+        f"Package: {name}\nVersion: 24.11.5-1\nArchitecture: all\nMaintainer: t <t@t>\nDescription: test\n")
+    deb = f"{name}_24.11.5-1_all.deb"
+    subprocess.run(["dpkg-deb", "--build", "--root-owner-group", str(tree), str(folder / deb)], check=True,
+                   capture_output=True, timeout=60)
+    return deb
+
+
+@pytest.mark.skipif(not all(map(shutil.which, ("gpg", "gpgv", "dpkg-deb", "apt-get"))), reason="gpg, apt tools")
+def test_the_packages_are_published_signed_and_apt_takes_them(tmp_path: Path) -> None:
+    built_dir = tmp_path / "debian-12-24.11.5-k"
+    built_dir.mkdir()
+    debs = tuple(tiny_deb(built_dir, name) for name in ("slurm-smd", "slurm-smd-slurmd"))
+    built = cmd.Built("debian-12", "24.11.5", built_dir, debs, "built")
+    repo = registry.package_build().repo
+    home = cmd.signing_key(repo, tmp_path / "secrets", "testc")
+    assert (tmp_path / "secrets").stat().st_mode & 0o077 == 0 and home.stat().st_mode & 0o077 == 0
+    assert cmd.signing_key(repo, tmp_path / "secrets", "testc") == home  # made once
+    target = cmd.publish(built, tmp_path / "repo", repo, home)
+    assert sorted(p.name for p in target.iterdir()) == sorted(
+        [*debs, "InRelease", "Packages", "Packages.gz", "Release"])
+    keyring = tmp_path / "key.gpg"
+    public = tmp_path / "repo" / "public.asc"
+    (tmp_path / "g").mkdir(mode=0o700)
+    subprocess.run(["gpg", "--homedir", str(tmp_path / "g"), "--batch", "--yes", "--dearmor", "--output", str(keyring),
+                    str(public)], check=True, timeout=30)
+    subprocess.run(["gpgv", "--keyring", str(keyring), str(target / "InRelease")], check=True, timeout=30,
+                   capture_output=True)
+    # apt itself: the signed flat repository, pinned as the nodes pin it, offers its version
+    state = tmp_path / "apt"
+    (state / "lists" / "partial").mkdir(parents=True)
+    (state / "sources.list").write_text(f"deb [signed-by={keyring}] file://{target} ./\n")
+    (state / "preferences").write_text("Package: *\nPin: release o=provision\nPin-Priority: 1001\n")
+    opts = [f"-o=Dir::Etc::SourceList={state / 'sources.list'}", "-o=Dir::Etc::SourceParts=/nonexistent",
+            f"-o=Dir::State::Lists={state / 'lists'}", f"-o=Dir::Etc::Preferences={state / 'preferences'}",
+            "-o=Dir::Etc::PreferencesParts=/nonexistent", f"-o=Dir::Cache={state}", "-o=APT::Sandbox::User=root"]
+    update = subprocess.run(["apt-get", *opts, "update"], capture_output=True, text=True, timeout=60)
+    assert update.returncode == 0 and "W:" not in update.stdout + update.stderr, update.stdout + update.stderr
+    policy = subprocess.run(["apt-cache", *opts, "policy", "slurm-smd-slurmd"], capture_output=True, text=True,
+                            timeout=60, check=True).stdout
+    assert "Candidate: 24.11.5-1" in policy and "1001 file:" in policy

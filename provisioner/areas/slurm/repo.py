@@ -5,6 +5,8 @@ variables of a built Slurm. The design: docs/design.md, "One Slurm for the clust
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 from provisioner.areas.slurm.build import PACKAGES, slurm_os_releases, source
@@ -12,8 +14,9 @@ from provisioner.manifest.fields import OsName
 from provisioner.manifest.model import Manifest
 
 # The OS archives' Slurm packages, kept off nodes that run SchedMD's (other names, same files).
+# (Not libpmi*: libpmix2, PMIx itself, is the OS's and Slurm's PMIx plugin needs it.)
 OS_SLURM_PACKAGES = ("slurm-wlm*", "slurm-client*", "slurmd", "slurmctld", "slurmdbd", "slurmrestd",
-                     "libslurm*", "libpmi*", "libpam-slurm*", "sackd")
+                     "libslurm*", "libpmi0*", "libpmi2-0*", "libpam-slurm*", "sackd")
 REPO_PORT = 8073  # the head's nginx serves the repository here (80: pxe_server, 8071: pxe-state)
 REPO_ROOT = "/srv/provision-slurm"
 REPO_KEYRING = "/etc/apt/keyrings/provision-slurm.asc"
@@ -21,6 +24,7 @@ REPO_KEYRING = "/etc/apt/keyrings/provision-slurm.asc"
 # anywhere; only the public key goes to the nodes, as REPO_KEYRING).
 SIGNING_HOME = "slurm-repo-gnupg"
 PIN_FILE = "/etc/apt/preferences.d/provision-slurm"
+ORIGIN = "provision"
 
 
 def repo_url(m: Manifest, os_name: OsName | str) -> str:
@@ -43,25 +47,38 @@ def pin(m: Manifest) -> str:
 
 
 def key_commands(home: str, cluster: str) -> list[list[str]]:
-    """Make the cluster's repository key in the GnuPG home ``home`` (once: the edge runs these
-    only when ``home`` holds no key) and export its public half as ``home``/public.asc."""
+    """Make the cluster's repository key in the GnuPG home ``home`` (once: the edge runs the
+    first only when ``home`` holds no secret key) and export its public half, which the nodes
+    get as REPO_KEYRING."""
     return [
         ["gpg", "--batch", "--homedir", home, "--passphrase", "", "--quick-gen-key",
          f"provision Slurm repository ({cluster})", "ed25519", "sign", "never"],
-        ["gpg", "--batch", "--homedir", home, "--armor", "--output", f"{home}/public.asc", "--export"],
+        ["gpg", "--batch", "--yes", "--homedir", home, "--armor", "--output", f"{home}/{PUBLIC_KEY}", "--export"],
     ]
 
 
-def repo_commands(os_name: str, home: str) -> list[list[str]]:
-    """On the control machine, in the cache's ``repo/<os>/`` holding the built .debs: the flat
-    repository's indexes, signed with the cluster key in the GnuPG home ``home`` (the secret key
-    never leaves the control machine; the head only serves the files)."""
-    return [
-        ["sh", "-c", "dpkg-scanpackages --multiversion . > Packages && gzip -9kf Packages"],
-        ["sh", "-c", "apt-ftparchive -o APT::FTPArchive::Release::Origin=provision "
-                     f"-o APT::FTPArchive::Release::Label=slurm-{os_name} release . > Release"],
-        ["gpg", "--batch", "--yes", "--homedir", home, "--clearsign", "--output", "InRelease", "Release"],
-    ]
+PUBLIC_KEY = "public.asc"
+
+
+def packages_stanza(control: str, file_name: str, data: bytes) -> str:
+    """A .deb's entry in the flat repository's Packages index: its control fields (``dpkg-deb
+    --field``) and where and what the file is (what apt checks the download against)."""
+    fields = control.strip("\n")
+    return (f"{fields}\nFilename: ./{file_name}\nSize: {len(data)}\n"
+            f"SHA256: {hashlib.sha256(data).hexdigest()}\n")
+
+
+def release_text(os_name: str, indexes: Mapping[str, bytes], date: str) -> str:
+    """The repository's Release file: its origin and label (what the pin and apt-cache policy
+    show) and the size and SHA256 of each index (``Packages``, ``Packages.gz``)."""
+    lines = [f"Origin: {ORIGIN}", f"Label: slurm-{os_name}", f"Date: {date}", "SHA256:"]
+    lines += [f" {hashlib.sha256(data).hexdigest()} {len(data)} {name}" for name, data in sorted(indexes.items())]
+    return "\n".join(lines) + "\n"
+
+
+def sign_command(home: str) -> list[str]:
+    """Release -> InRelease (clear-signed) in the current folder, with the key in ``home``."""
+    return ["gpg", "--batch", "--yes", "--homedir", home, "--clearsign", "--output", "InRelease", "Release"]
 
 
 def cluster_vars(m: Manifest) -> dict[str, Any]:
