@@ -238,8 +238,10 @@ def build_all(args: argparse.Namespace, out: Console, err: Console, *, euid: Cal
     m = loaded.manifest
     builder = registry.package_build()
     todo = builder.jobs(m, args.os)
+    if not builder.jobs(m, None):
+        raise ProvisionError("nothing to build: the manifest has slurm.source: os")
     if not todo:
-        raise ProvisionError("nothing to build: the manifest has slurm.source: os (or no Slurm node on --os)")
+        raise ProvisionError(f"--os {args.os}: none of the manifest's Slurm nodes runs it")
     if which("mmdebstrap") is None:
         raise ProvisionError("mmdebstrap is not installed: apt-get install mmdebstrap")
     if euid() != 0:

@@ -112,6 +112,9 @@ def test_the_command_refuses_what_it_cannot_build(tmp_path: Path, kit: Any, writ
     data = kit.base()
     data["slurm"]["source"] = "build"
     args.manifest = write_manifest(data)
+    with pytest.raises(ProvisionError, match="--os debian-12: none of the manifest's Slurm nodes runs it"):
+        cmd.build_all(argparse.Namespace(**{**vars(args), "os": "debian-12"}), console, console, euid=lambda: 0,
+                      which=lambda _: "/x")
     with pytest.raises(ProvisionError, match="needs root"):
         cmd.build_all(args, console, console, euid=lambda: 1000, which=lambda _: "/x")
     with pytest.raises(ProvisionError, match="mmdebstrap is not installed"):
