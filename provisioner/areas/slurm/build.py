@@ -167,6 +167,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "restd": ("slurm-smd-slurmrestd",),
     "pam_adopt": ("slurm-smd-libpam-slurm-adopt",),
     "pmi": ("slurm-smd-libpmi2-0",),
+    "dev": ("slurm-smd-dev",),  # the headers pyxis is built against (the containers role: libslurm-dev today)
 }
 
 
