@@ -203,10 +203,12 @@ CHROOT_DIR = "/build"  # where the source files and the build live inside the ch
 
 
 def chroot_script(src: SlurmSource, os_name: str, jobs: int = 2) -> str:
-    """The build as one shell line run in the chroot: :func:`build_commands` in ``/build``,
-    then the .deb files moved to ``/build/out``."""
+    """The build as one shell line run in the chroot: :func:`build_commands` in ``/build``
+    without a terminal, then the .deb files moved to ``/build/out``."""
     steps = [shlex.join(cmd) for cmd in build_commands(src, os_name, jobs)]
-    return " && ".join([f"cd {CHROOT_DIR}", *steps, "mkdir -p out", "mv ./*.deb out/"])
+    # no debconf question may wait for an answer nobody gives (libnvidia-ml1's alternatives)
+    return " && ".join([f"cd {CHROOT_DIR}", "export DEBIAN_FRONTEND=noninteractive", *steps, "mkdir -p out",
+                        "mv ./*.deb out/"])
 
 
 @dataclass(frozen=True)

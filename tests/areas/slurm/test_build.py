@@ -117,5 +117,6 @@ def test_one_job_per_os_release_in_a_throwaway_chroot(kit: Any) -> None:
     assert argv[at + 1] == "/dev/null" and argv[at + 2].startswith("deb http://mirror.example/ubuntu noble ")
     assert "--keyring=/usr/share/keyrings/ubuntu-archive-keyring.gpg" in argv
     script = build.chroot_script(found[0].source, "debian-12", jobs=1)
-    assert script.startswith("cd /build && sh -c ") and script.endswith("&& mkdir -p out && mv ./*.deb out/")
+    assert script.startswith("cd /build && export DEBIAN_FRONTEND=noninteractive && sh -c ")
+    assert script.endswith("&& mkdir -p out && mv ./*.deb out/")
     assert "dpkg-buildpackage -b -uc -us -j1" in script
