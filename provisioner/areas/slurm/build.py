@@ -188,7 +188,6 @@ PROOF_FILES: dict[str, str] = {
 }
 
 
-
 def missing_options(paths: Iterable[str]) -> list[str]:
     """The build options whose file none of ``paths`` (every file the built packages hold,
     as ``dpkg-deb -c`` lists them) ends with or names; [] for a complete build."""
