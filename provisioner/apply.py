@@ -259,6 +259,7 @@ def record_result(
         current = node_sections(m, m.node(name), heavy_cluster)
         if name in plan.targets or not ns.fingerprints:
             ns.fingerprints = current
+            ns.recorded = registry.recorded(m, m.node(name))  # what its node-local plays made it run
         else:  # passive sections (the BMC) need no node-local play: this run settles them too
             ns.fingerprints.update({k: v for k, v in current.items() if k in PASSIVE_SECTIONS})
         ns.lifecycle = "configured"
@@ -438,6 +439,9 @@ def _apply(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Console
         close_abandoned_runs(st)
         plan = compute(m, st, plays, limit=opts.limit, full=opts.full, reinstall=opts.reinstall)
         print_plan(console, plan, m.cluster.name)
+        refused = [f"{u.area}: {u.refusal}" for u in plan.upgrades if u.refusal]
+        if refused:
+            raise ProvisionError("nothing was changed; upgrade refused: " + "; ".join(refused))
         installs = probe_installs(loaded, plan, opts)
         problems = missing_secrets(loaded, installs.wipe)
         if problems:
@@ -573,6 +577,9 @@ def dry_run(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Consol
         st = state.load_for(m.cluster.name)
         plan = compute(m, st, plays, limit=opts.limit, full=opts.full, reinstall=opts.reinstall)
         print_plan(console, plan, m.cluster.name)
+        refused = [f"{u.area}: {u.refusal}" for u in plan.upgrades if u.refusal]
+        if refused:
+            raise ProvisionError("nothing was changed; upgrade refused: " + "; ".join(refused))
         installs = probe_installs(loaded, plan, opts)
         for why in installs.spared.values():
             console.print(why, style="yellow", markup=False, highlight=False)

@@ -49,6 +49,7 @@ COMMANDS: dict[str, str] = {
     "drain": "provisioner.commands.drain",
     "resume": "provisioner.commands.drain",
     "image": "provisioner.commands.image",
+    "slurm": "provisioner.commands.slurm",
     "report": "provisioner.commands.report",
     "backup": "provisioner.commands.backup",
     "restore": "provisioner.commands.backup",
@@ -238,6 +239,23 @@ def _parser() -> argparse.ArgumentParser:
     prune.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     prune.add_argument("--cache-dir", type=Path, help="image cache (default: .provision/images/ beside the manifest)")
     prune.add_argument("--json", action="store_true", help="print what was (or would be) removed as JSON")
+
+    slurm = sub.add_parser("slurm", help="one Slurm for the cluster (slurm.source: build)",
+                           description="one Slurm for the cluster (slurm.source: build)")
+    slurm_sub = slurm.add_subparsers(dest="slurm_action", required=True, metavar="ACTION")
+    sb = slurm_sub.add_parser(
+        "build", help="build the manifest's Slurm into .deb packages per OS release, unless cached",
+        description="build the manifest's pinned Slurm into .deb packages, one build per OS release of its "
+                    "Slurm nodes, in a throwaway chroot of that release (mmdebstrap, as root), unless the cache "
+                    "holds it; the sources are checked against their pinned sha256")
+    sb.add_argument("manifest", type=Path, help="the cluster manifest (YAML)")
+    sb.add_argument("--os", choices=["debian-12", "ubuntu-22.04", "ubuntu-24.04"],
+                    help="only this OS release (default: every one of the manifest's Slurm nodes)")
+    sb.add_argument("--cache-dir", type=Path, help="package cache (default: .provision/slurm/ beside the manifest)")
+    sb.add_argument("--jobs", type=_whole_number(1, "jobs"), default=2, metavar="N",
+                    help="parallel compile jobs (default 2)")
+    sb.add_argument("--json", action="store_true",
+                    help="print the builds as JSON on stdout (the progress goes to stderr)")
 
     report = sub.add_parser("report", help="reports from the running cluster",
                             description="reports from the running cluster")

@@ -92,6 +92,14 @@ def print_plan(console: Console, plan: Plan, cluster: str) -> None:
             left.setdefault(node.install_only, []).append(node.name)
     for text, names in left.items():  # what this apply does not build (a management bond)
         console.print(f"{', '.join(contract(names))}: {text}", style="yellow", markup=False, highlight=False)
+    for upgrade in plan.upgrades:
+        if upgrade.steps:
+            console.print(f"{upgrade.area} upgrade, in this order:", highlight=False, markup=False)
+        for n, step in enumerate(upgrade.steps, start=1):
+            console.print(f"  {n}. {step}", highlight=False, markup=False)
+        if upgrade.refusal:
+            console.print(f"{upgrade.area} upgrade refused: {upgrade.refusal}", style="bold red", markup=False,
+                          highlight=False)
 
 
 def print_live(console: Console, reads: Sequence[LiveRead]) -> None:

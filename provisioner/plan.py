@@ -112,6 +112,15 @@ def cluster_fingerprint(m: Manifest, cluster: ClusterVars | None = None) -> str:
 
 
 @dataclass(frozen=True)
+class Upgrade:
+    """An area's in-place upgrade (Slurm's release): its steps in order, or why it is refused."""
+
+    area: str
+    steps: list[str]
+    refusal: str
+
+
+@dataclass(frozen=True)
 class PlaySpec:
     name: str
     hosts: str
@@ -151,6 +160,8 @@ class Plan:
     cluster_files_change: bool
     targets: list[str]
     installs: list[str] = field(default_factory=list)  # nodes apply installs over PXE (wiping them)
+    # in-place upgrades from what the nodes ran at their last good apply: area, steps in order, refusal
+    upgrades: list[Upgrade] = field(default_factory=list)
 
     @property
     def formats(self) -> list[str]:
@@ -177,6 +188,7 @@ class Plan:
             "installs": self.installs,
             "formats": self.formats,
             "install_only": self.install_only,
+            "upgrades": [asdict(u) for u in self.upgrades],
             # no install or no format on a node: null, as every --json says "none" (docs/operations.md)
             "nodes": [{**asdict(n), "install": n.install or None, "formats": n.formats or None,
                        "install_only": n.install_only or None} for n in self.nodes],
@@ -277,7 +289,9 @@ def compute(
             if plan.name in hosts and label not in plan.plays:
                 plan.plays.append(label)
     cluster_change = state.cluster_fingerprint != cluster_fingerprint(m, cluster)
-    return Plan(node_plans, cluster_change, targets, installs)
+    records = {name: ns.recorded if ns.lifecycle == "configured" else None for name, ns in state.nodes.items()}
+    upgrades = [Upgrade(area, steps, refusal) for area, steps, refusal in registry.upgrades(m, records)]
+    return Plan(node_plans, cluster_change, targets, installs, upgrades)
 
 
 def load_plays(site: Path) -> list[PlaySpec]:

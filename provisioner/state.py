@@ -49,6 +49,8 @@ class NodeState:
     last_run: str | None = None
     last_result: str | None = None
     removed_at: str | None = None
+    # what the areas record of the node at its last good apply (slurm: the Slurm release it runs)
+    recorded: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -113,7 +115,7 @@ class StateVersionError(ValueError):
 # What each recorded field must hold: str, str | None ("str?"), list[str], dict[str, str], dict[str, int].
 _NODE_SHAPES: dict[str, str] = {
     "lifecycle": "lifecycle", "fingerprints": "dict[str]", "applied_at": "str?", "last_run": "str?",
-    "last_result": "str?", "removed_at": "str?",
+    "last_result": "str?", "removed_at": "str?", "recorded": "dict[str]",
 }
 _RUN_SHAPES: dict[str, str] = {
     "id": "str", "started": "str", "finished": "str?", "command": "str", "limit": "list[str]",

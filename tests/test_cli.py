@@ -595,6 +595,20 @@ def test_state_dir_that_is_a_file_is_a_clear_error(capsys: Capsys, example: Path
         assert f"{afile} is not a directory" in err and "--state-dir" in err and "internal error" not in err
 
 
+def test_a_refused_upgrade_stops_apply_before_any_change(
+    capsys: Capsys, example: Path, no_ansible: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 33: plan shows a refused in-place upgrade (Slurm 22.05 -> 24.11), apply stops at it."""
+    refusal = "node[01-02] run Slurm 22.05, which Slurm 24.11 cannot upgrade in place"
+    monkeypatch.setattr(registry, "upgrades", lambda m, records: [("slurm", [], refusal)])
+    code, out, _err = run(capsys, "plan", str(example))
+    assert code == 0 and f"slurm upgrade refused: {refusal}" in " ".join(out.split())
+    code, _out, err = run(capsys, "apply", str(example), "--yes")
+    assert code == 1
+    assert f"nothing was changed; upgrade refused: slurm: {refusal}" in " ".join(err.split())
+    assert no_ansible == []
+
+
 def pxe_example(example: Path) -> Path:
     """The example with its GPU nodes marked for a PXE install."""
     data = yaml.safe_load(example.read_text())

@@ -241,7 +241,7 @@ def test_full_with_limit_targets_only_the_limit(m: Manifest) -> None:
 def test_plan_to_json(m: Manifest) -> None:
     data = compute(m, State(), PLAYS, limit=["node01"]).to_json()
     assert set(data) == {"has_changes", "cluster_files_change", "targets", "installs", "formats", "install_only",
-                         "nodes"}
+                         "upgrades", "nodes"}
     assert data["targets"] == ["node01"]
     assert data["installs"] == []
     assert data["formats"] == ["node01"]  # its scratch disk (tests/conftest.py)
@@ -515,3 +515,28 @@ def test_fields_added_later_leave_recorded_fingerprints_alone(kit: Any) -> None:
     data["nodes"][1]["interfaces"]["infiniband"] = {"ip": "10.0.3.21", "interface": "ib0", "rdma_device": "mlx5_0"}
     m = kit.load(data).manifest
     assert node_sections(m, m.node("node01"))["node"] != fingerprint(before)
+
+
+# --------------------------------------------------------------------------- in-place upgrades
+def test_plan_shows_the_slurm_upgrade_in_order_and_apply_records_the_release(kit: Any) -> None:
+    data = kit.on_os(kit.base(), "debian-12")  # the OS's Slurm 22.05, applied before the record existed
+    old = kit.load(data).manifest
+    state = settled(old)
+    slurm = old.slurm.model_copy(update={"source": "build", "version": "24.11.6"})
+    new = old.model_copy(update={"slurm": slurm})
+    plan = compute(new, state, PLAYS)
+    assert [(u.area, u.steps) for u in plan.upgrades] == [("slurm", [])]
+    assert "22.05 -> 23.11 -> 24.11" in plan.upgrades[0].refusal
+    assert plan.to_json()["upgrades"][0]["refusal"] == plan.upgrades[0].refusal
+    for ns in state.nodes.values():
+        ns.recorded = {"slurm": "23.11"}
+    plan = compute(new, state, PLAYS)
+    assert plan.upgrades[0].steps[1:] == [
+        "slurmctld on head01", "slurmd on node[01-02], a batch at a time, drained first: provision apply --rolling"]
+    assert "role does not install built packages yet" in plan.upgrades[0].refusal  # apply keeps off it
+    buf = io.StringIO()
+    print_plan(Console(file=buf, width=250), plan, "testc")
+    assert "slurm upgrade, in this order:\n  1. back up" in buf.getvalue()
+    assert "slurm upgrade refused: slurm.source: build is decided" in buf.getvalue()
+    assert rolevars.recorded(new, new.head) == {"slurm": "24.11"}
+    assert compute(old, settled(old), PLAYS).upgrades == []

@@ -261,6 +261,7 @@ def test_record_result_settles_every_node(kit: Any) -> None:
         assert ns.fingerprints == node_sections(m, node)
         assert (ns.lifecycle, ns.last_result) == ("configured", "ok")
         assert ns.applied_at
+        assert ns.recorded == {"slurm": "23.11"}  # the release it runs now (ubuntu-24.04's)
     assert st.cluster_fingerprint == cluster_fingerprint(m)
     again = compute(m, st, PLAYS)
     assert not again.has_changes
@@ -273,7 +274,7 @@ def test_record_result_skips_failed_nodes(kit: Any) -> None:
     st = State()
     plan = compute(m, st, PLAYS)
     record_result(st, loaded, plan, _result(m.node_names(), failed=("node01",)), m.node_names(), ApplyOptions())
-    assert st.nodes["node01"].fingerprints == {}
+    assert st.nodes["node01"].fingerprints == st.nodes["node01"].recorded == {}
     assert st.nodes["node01"].last_result == "failed"
     assert st.nodes["node01"].lifecycle == "new"
     assert st.nodes["node02"].fingerprints == node_sections(m, m.node("node02"))

@@ -26,7 +26,12 @@ An entry names, each optional but the role variables:
 * ``usage``: the pure side of ``provision report usage`` (:class:`UsageReport`; monitoring);
 * ``backup``: ``provision backup`` and ``restore`` of the head node (:class:`HeadBackup`; backup);
 * ``live``: what ``provision plan`` reads from a running service to show the drift apply's
-  reconcile would remove there (:class:`LiveDrift`; slurm: slurmdbd's accounts).
+  reconcile would remove there (:class:`LiveDrift`; slurm: slurmdbd's accounts);
+* ``package_build``: software the area builds into .deb packages per OS release ahead of an
+  apply (:class:`PackageBuild`; slurm: one Slurm for the cluster, ``provision slurm build``);
+* ``upgrade``: what a good apply records of a node in the state, and the in-place upgrade
+  from those records to the manifest, in order, or why it is refused (:class:`Upgrade`;
+  slurm: its release).
 """
 
 from __future__ import annotations
@@ -63,10 +68,13 @@ from provisioner.areas.people import checks as people_checks
 from provisioner.areas.people import rolevars as people
 from provisioner.areas.people import verify as people_verify
 from provisioner.areas.slurm import accounts as slurm_accounts
+from provisioner.areas.slurm import build as slurm_build
 from provisioner.areas.slurm import checks as slurm_checks
 from provisioner.areas.slurm import decide as slurm_decide
 from provisioner.areas.slurm import prepare as slurm_prepare
+from provisioner.areas.slurm import repo as slurm_repo
 from provisioner.areas.slurm import rolevars as slurm
+from provisioner.areas.slurm import upgrade as slurm_upgrade
 from provisioner.areas.slurm import verify as slurm_verify
 from provisioner.areas.storage import checks as storage_checks
 from provisioner.areas.storage import rolevars as storage
@@ -202,6 +210,80 @@ SLURMDBD_DRIFT = LiveDrift(
 )
 
 
+Records = Mapping[str, Mapping[str, str] | None]  # per node: its state record (None: never configured)
+
+
+@dataclass(frozen=True)
+class Upgrade:
+    """An in-place upgrade of software the nodes run: ``recorded`` (m, node) is what a good
+    apply records of the node; ``order`` (m, records) the upgrade's steps in plan's words,
+    in order, and why it is refused ("" when it is not)."""
+
+    recorded: Callable[[Manifest, Node], dict[str, str]]
+    order: Callable[[Manifest, Records], tuple[list[str], str]]
+
+
+class BuildSource(Protocol):
+    @property
+    def version(self) -> str: ...
+    @property
+    def file(self) -> str: ...
+    @property
+    def sha256(self) -> str: ...
+
+
+class BuildJob(Protocol):
+    """One OS release's build of an area's :class:`PackageBuild`."""
+
+    @property
+    def os(self) -> str: ...
+    @property
+    def source(self) -> BuildSource: ...
+    @property
+    def url(self) -> str: ...
+    @property
+    def name(self) -> str: ...  # its folder in the cache
+    @property
+    def debs(self) -> tuple[str, ...]: ...  # the packages it must leave
+
+    def mmdebstrap(self, workdir: str, outdir: str, proxy: str | None = None, mirror: str | None = None,
+                   jobs: int = 2) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class PackageBuild:
+    """``jobs`` (m, only OS or None): one build per OS release, each with its sources, its
+    mmdebstrap command line and the packages it must leave; ``missing`` (file paths of the
+    built packages): the build options a build left out; ``timeout_s``: one build's bound."""
+
+    jobs: Callable[[Manifest, str | None], Sequence[BuildJob]]
+    missing: Callable[[Iterable[str]], list[str]]
+    timeout_s: int
+    repo: PackageRepo
+
+
+@dataclass(frozen=True)
+class PackageRepo:
+    """The signed flat apt repository per OS release the builds are published in (on the
+    control machine; the key a GnuPG home ``signing_home`` in the state's secrets/)."""
+
+    signing_home: str
+    public_key: str  # the exported public key's file name in signing_home
+    key_commands: Callable[[str, str], list[list[str]]]  # (home, cluster): make the key, export it
+    stanza: Callable[[str, str, bytes], str]  # (dpkg-deb --field output, file name, its bytes): a Packages entry
+    release: Callable[[str, Mapping[str, bytes], str], str]  # (os, {index: bytes}, date)
+    sign_command: Callable[[str], list[str]]  # (home): Release -> InRelease
+
+
+SLURM_BUILD = PackageBuild(
+    jobs=slurm_build.jobs, missing=slurm_build.missing_options, timeout_s=slurm_build.BUILD_TIMEOUT_S,
+    repo=PackageRepo(signing_home=slurm_repo.SIGNING_HOME, public_key=slurm_repo.PUBLIC_KEY,
+                     key_commands=slurm_repo.key_commands, stanza=slurm_repo.packages_stanza,
+                     release=slurm_repo.release_text, sign_command=slurm_repo.sign_command))
+
+SLURM_UPGRADE = Upgrade(recorded=slurm_upgrade.recorded, order=slurm_upgrade.plan_view)
+
+
 @dataclass(frozen=True)
 class HeadBackup:
     """``provision backup`` and ``provision restore``: the shell lines run on ``node`` (the
@@ -252,6 +334,8 @@ class Area:
     usage: UsageReport | None = None
     live: LiveDrift | None = None
     backup: HeadBackup | None = None
+    upgrade: Upgrade | None = None
+    package_build: PackageBuild | None = None
 
 
 if TYPE_CHECKING:  # what BAREMETAL_INSTALL loads by name, type-checked here (no import at run time)
@@ -283,7 +367,7 @@ AREAS: tuple[Area, ...] = (
     Area("slurm", slurm.cluster_vars, slurm.node_vars, slurm.LIGHT_KEYS, groups=slurm.groups,
          checks=slurm_checks.CHECKS, verify=slurm_verify.checks, prepare=slurm_prepare.prepare,
          secret_envs=slurm_prepare.secret_envs, secret_values=slurm_prepare.secret_values,
-         image_roles=("munge", "slurm"), live=SLURMDBD_DRIFT),
+         image_roles=("munge", "slurm"), live=SLURMDBD_DRIFT, upgrade=SLURM_UPGRADE, package_build=SLURM_BUILD),
     Area("baremetal", baremetal.cluster_vars, baremetal.node_vars, baremetal.LIGHT_KEYS,
          checks=baremetal_checks.CHECKS, install=BAREMETAL_INSTALL),
     Area("monitoring", monitoring.cluster_vars, monitoring.node_vars, monitoring.LIGHT_KEYS, groups=monitoring.groups,
@@ -398,3 +482,31 @@ def head_backup() -> HeadBackup:
 def live_drifts(m: Manifest) -> list[LiveDrift]:
     """The areas' services whose drift ``provision plan`` reads for ``m``, in AREAS order."""
     return [area.live for area in AREAS if area.live is not None and area.live.wanted(m)]
+
+
+def recorded(m: Manifest, node: Node) -> dict[str, str]:
+    """What the areas record of ``node`` at a good apply (the state's ``recorded``)."""
+    merged: dict[str, str] = {}
+    for area in AREAS:
+        if area.upgrade is not None:
+            merged |= area.upgrade.recorded(m, node)
+    return merged
+
+
+def upgrades(m: Manifest, records: Records) -> list[tuple[str, list[str], str]]:
+    """Per area with an in-place upgrade to do or to refuse: (area, steps, refusal)."""
+    out = []
+    for area in AREAS:
+        if area.upgrade is not None:
+            steps, refusal = area.upgrade.order(m, records)
+            if steps or refusal:
+                out.append((area.name, steps, refusal))
+    return out
+
+
+def package_build() -> PackageBuild:
+    """The area that builds packages ahead of an apply (``provision slurm build``)."""
+    found = [area.package_build for area in AREAS if area.package_build is not None]
+    if len(found) != 1:
+        raise ValueError("exactly one area builds packages")
+    return found[0]

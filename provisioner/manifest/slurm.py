@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
@@ -143,8 +143,21 @@ class SlurmContainers(Strict):
         return v
 
 
+SLURM_BUILD_VERSION_RE = r"^\d{2}\.\d{2}\.\d+$"
+
+
 class Slurm(Strict):
     enabled: bool = True
+    source: Literal["os", "build"] = Field(
+        default="os", description="os: each node's OS Slurm (slurm-wlm); build: one pinned Slurm built into "
+        ".deb packages per OS release and served from the head (provisioner/areas/slurm/build.py)")
+    version: str | None = Field(
+        default=None, pattern=SLURM_BUILD_VERSION_RE,
+        description="with source: build, the Slurm release to build (a version the area pins, e.g. 25.05.1); "
+                    "unset: the area's default")
+    mirror: str | None = Field(
+        default=None, description="with source: build, an http(s):// or file:// folder holding the pinned "
+        "source files under their upstream names; unset: the upstream download URL")
     cluster_name: str | None = None
     accounting: bool = False
     accounts: list[SlurmAccount] = Field(
@@ -165,3 +178,10 @@ class Slurm(Strict):
         description="SSH to a compute node only for users with a running job there, into that job's cgroup "
                     "(pam_slurm_adopt); admins, root and cluster.ssh.user always get in; unset: on when users: "
                     "lists anyone")
+
+    @field_validator("mirror")
+    @classmethod
+    def _slurm_mirror(cls, v: str | None) -> str | None:
+        if v is not None and not URL_BASE_RE.match(v):
+            raise ValueError(f"{v!r} is not an http(s):// or file:// URL")
+        return v

@@ -38,6 +38,8 @@ HOST_PACKAGES=(
   podman runc debootstrap apt-cacher-ng
   # provision image build (node OS images, the deploy ramdisk; tests/lab/test_image_build.py)
   mmdebstrap
+  # provision slurm build signs its apt repository (tests/commands/test_slurm.py)
+  gnupg
   slirp4netns uidmap iptables
   openssh-client curl ca-certificates
   # used by later tests: BMC (IPMI) client, TFTP client for PXE tests

@@ -82,7 +82,8 @@ def problems(m: Manifest) -> list[tuple[tuple[str, ...], str, str]]:
         old = sorted(n.name for n in m.with_role("compute") if n.os == "ubuntu-22.04")
         return [(path, "SSH to compute nodes cannot be limited to users with a job there: pam_slurm_adopt needs "
                        "Slurm's cgroup plugins, which Ubuntu 22.04's Slurm 21.08 lacks on cgroup v2 "
-                       f"({hostlist(old)}); use ubuntu-24.04 or debian-12, or set slurm.ssh_only_with_job: false",
+                       f"({hostlist(old)}); use slurm.source: build, or ubuntu-24.04 or debian-12, or set "
+                       "slurm.ssh_only_with_job: false",
                  "error" if explicit else "warning")]
     if explicit and m.with_role("compute") and not adopt_nodes(m):
         return [(path, "no compute node gets pam_slurm_adopt: every one is also the head or a login node, where "

@@ -4,7 +4,7 @@ cgroup v2 fencing). Run by ``provisioner.validate`` on a structurally clean mani
 
 from __future__ import annotations
 
-from provisioner.areas.slurm import accounts, adopt, containers
+from provisioner.areas.slurm import accounts, adopt, build, containers
 from provisioner.areas.slurm.releases import problems, version_conflicts
 from provisioner.areas.storage.scratch import local_path_problem
 from provisioner.errors import Diagnostic
@@ -20,6 +20,11 @@ def check_slurm_problems(m: Manifest, src: Source) -> list[Diagnostic]:
 def check_slurm_versions(m: Manifest, src: Source) -> list[Diagnostic]:
     """A node whose OS ships a Slurm the controller cannot work with: an error on its ``os``."""
     return [src.diag(node_path(node, "os"), message) for node, message in version_conflicts(m)]
+
+
+def check_slurm_build(m: Manifest, src: Source) -> list[Diagnostic]:
+    """slurm.source, version and mirror that do not fit: errors at the setting."""
+    return [src.diag(path, message) for path, message in build.problems(m)]
 
 
 def check_slurm_accounts(m: Manifest, src: Source) -> list[Diagnostic]:
@@ -58,5 +63,5 @@ def check_ssh_only_with_job(m: Manifest, src: Source) -> list[Diagnostic]:
     return [src.diag(path, message, severity) for path, message, severity in adopt.problems(m)]
 
 
-CHECKS: tuple[Check, ...] = (check_slurm_problems, check_slurm_versions, check_slurm_accounts, check_job_tmp,
-                             check_slurm_containers, check_registry_logins, check_ssh_only_with_job)
+CHECKS: tuple[Check, ...] = (check_slurm_problems, check_slurm_versions, check_slurm_build, check_slurm_accounts,
+                             check_job_tmp, check_slurm_containers, check_registry_logins, check_ssh_only_with_job)

@@ -1,10 +1,15 @@
-"""The Slurm release each OS ships, and what follows from it (pure): which releases can work
-with the controller's, and whether the slurmd nodes can fence jobs with cgroups."""
+"""The Slurm release each node runs, and what follows from it (pure): which releases can work
+with the controller's, and whether the slurmd nodes can fence jobs with cgroups.
+
+With ``slurm.source: os`` (the default) a node runs its OS's Slurm (:data:`SLURM_VERSION_BY_OS`);
+with ``build`` every node runs the one release built for the cluster
+(:mod:`provisioner.areas.slurm.build`), whatever its OS release."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from provisioner.areas.slurm.build import built_release
 from provisioner.areas.slurm.decide import client_nodes, controller, slurm_nodes
 from provisioner.areas.slurm.hostlist import hostlist
 from provisioner.manifest.model import Manifest
@@ -18,15 +23,28 @@ SLURM_VERSION_BY_OS: dict[str, str] = {
     "ubuntu-24.04": "23.11",
 }
 CGROUP_V2_MIN_VERSION = (22, 5)
-# slurmctld talks to slurmd of its own and the two previous major releases.
-# (21.08 -> 22.05 -> 23.02 -> 23.11: 23.11 still accepts 22.05, not 21.08.)
-SLURM_RELEASES = ["21.08", "22.05", "23.02", "23.11"]
+# Slurm's major releases in order. A release works with (and upgrades in place from) its own and
+# the two previous major releases; from 24.11 on, the three previous ones (SchedMD's upgrade
+# guide, "Compatibility Window"; docs/versions.md, "Slurm"). 21.08 -> 22.05 -> 23.02 -> 23.11:
+# 23.11 still accepts 22.05, not 21.08; 24.11 accepts 23.02, 23.11 and 24.05.
+SLURM_RELEASES = ["20.02", "20.11", "21.08", "22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11"]
+THREE_BACK_FROM = "24.11"
+
+
+def releases_back(release: str) -> int:
+    """How many previous major releases ``release`` works with and upgrades from."""
+    return 3 if SLURM_RELEASES.index(release) >= SLURM_RELEASES.index(THREE_BACK_FROM) else 2
+
+
+def node_release(m: Manifest, os_name: str) -> str:
+    """The Slurm release a Slurm node on ``os_name`` runs: its OS's, or the built one."""
+    return built_release(m) or SLURM_VERSION_BY_OS[os_name]
 
 
 def slurm_versions(m: Manifest) -> dict[str, str]:
     """Slurm release per Slurm node (controller, slurmd nodes, login clients)."""
     nodes = [controller(m), *slurm_nodes(m), *client_nodes(m)]
-    return {n.name: SLURM_VERSION_BY_OS[n.os] for n in nodes}
+    return {n.name: node_release(m, n.os) for n in nodes}
 
 
 def _version_tuple(version: str) -> tuple[int, int]:
@@ -39,10 +57,9 @@ def cgroups_usable(m: Manifest) -> bool:
 
     Ubuntu 22.04 runs the unified cgroup v2 hierarchy and ships Slurm 21.08, which only has
     cgroup/v1, so a cluster with such a slurmd node falls back to proctrack/linuxproc and
-    task/affinity (no core/memory/device fencing; reported by :func:`problems`)."""
-    return all(
-        _version_tuple(SLURM_VERSION_BY_OS[n.os]) >= CGROUP_V2_MIN_VERSION for n in slurm_nodes(m)
-    )
+    task/affinity (no core/memory/device fencing; reported by :func:`problems`). A built Slurm
+    (``slurm.source: build``) has cgroup/v2 on every node."""
+    return all(_version_tuple(node_release(m, n.os)) >= CGROUP_V2_MIN_VERSION for n in slurm_nodes(m))
 
 
 @dataclass(frozen=True)
@@ -98,10 +115,13 @@ def problems(m: Manifest) -> list[str]:
         out.append(
             "slurm: Ubuntu 22.04 ships Slurm 21.08, which has no cgroup v2 support, and "
             f"Ubuntu 22.04 uses cgroup v2 ({hostlist(old)}): cores, memory and GPUs are NOT "
-            "fenced (proctrack/linuxproc, task/affinity); use ubuntu-24.04 or debian-12 for "
-            "ConstrainDevices"
+            "fenced (proctrack/linuxproc, task/affinity); use slurm.source: build (one Slurm with "
+            "cgroup v2 built for every node), or ubuntu-24.04 or debian-12, for ConstrainDevices"
         )
     return out
+
+
+BUILD_FIX = "slurm.source: build (one Slurm built for every node, whatever its OS release)"
 
 
 def _os_with(version: str) -> str:
@@ -116,6 +136,8 @@ def version_conflicts(m: Manifest) -> list[tuple[Node, str]]:
     nodes), as (first node of the entry, message with the fix)."""
     if not m.slurm.enabled:
         return []
+    if built_release(m):
+        return []  # one Slurm on every node
     ctl = controller(m)
     ctl_version = SLURM_VERSION_BY_OS[ctl.os]
     ctl_idx = SLURM_RELEASES.index(ctl_version)
@@ -134,10 +156,11 @@ def version_conflicts(m: Manifest) -> list[tuple[Node, str]]:
                 f"{names} ({os_name}) would run Slurm {version}, newer than Slurm {ctl_version} "
                 f"of the controller {ctl.name} ({ctl.os}): slurmctld must be the newest, a newer "
                 f"slurmd or client cannot register with it. Fix: os: {_os_with(newest)} for "
-                f"{ctl.name} (Slurm {newest}), or os: {ctl.os} for {names}")))
-        elif ctl_idx - idx > 2:
+                f"{ctl.name} (Slurm {newest}), or os: {ctl.os} for {names}, or {BUILD_FIX}")))
+        elif ctl_idx - idx > releases_back(ctl_version):
             out.append((nodes[0], (
                 f"{names} ({os_name}) would run Slurm {version}, more than two releases older "
                 f"than Slurm {ctl_version} of the controller {ctl.name} ({ctl.os}), which only "
-                f"talks to its own and the two previous releases. Fix: os: {ctl.os} for {names}")))
+                f"talks to its own and the two previous releases. Fix: os: {ctl.os} for {names}, or "
+                f"{BUILD_FIX}")))
     return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.areas.slurm import accounts, adopt, containers
+from provisioner.areas.slurm import accounts, adopt, containers, repo
 from provisioner.areas.slurm import decide as slurm
 from provisioner.areas.slurm.munge import MUNGE_KEY_NAME
 from provisioner.areas.slurm.releases import cgroup_plan
@@ -57,7 +57,7 @@ def cluster_vars(m: Manifest) -> dict[str, Any]:
         "slurm_prolog_dcgm": m.verify.prolog_diag,
         # job_container/tmpfs BasePath and TmpFS; "": jobs share the nodes' /tmp
         "slurm_job_tmp": m.slurm.job_tmp or "",
-    } | containers.cluster_vars(m) | adopt.cluster_vars(m)
+    } | containers.cluster_vars(m) | adopt.cluster_vars(m) | repo.cluster_vars(m)
 
 
 def is_slurm_node(m: Manifest, node: Node) -> bool:
