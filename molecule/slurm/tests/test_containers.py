@@ -11,13 +11,12 @@ head is neither a compute nor a login node).
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 from typing import Any
 
 import pytest
-import testinfra
+from slurmkit import node
 
 testinfra_hosts = ["ansible://slurm-gpu01"]
 
@@ -26,10 +25,6 @@ IMAGE = "/opt/images/busybox.sqsh"
 IMAGE_ID = "provision-test-image"
 ALICE_UID, ALICE_GID = 2001, 3000
 SLURMD_SPOOL = "/var/lib/slurm/slurmd"  # the slurm role's slurm_slurmd_spool_dir
-
-
-def node(name: str) -> Any:
-    return testinfra.get_host(f"ansible://{name}", ansible_inventory=os.environ["MOLECULE_INVENTORY_FILE"])
 
 
 @pytest.fixture(scope="module", autouse=True)

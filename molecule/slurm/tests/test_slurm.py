@@ -10,14 +10,11 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import os
 import re
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
-import testinfra
+from slurmkit import node, wait_for
 
 # testinfra's SSH backend over the inventory's connection (.config/molecule/config.yml)
 testinfra_hosts = ["ansible://slurm-head"]
@@ -40,21 +37,6 @@ PROBE = (
     "print(json.dumps({'cvd': os.environ.get('CUDA_VISIBLE_DEVICES'), 'open': res,\n"
     "                  'host': os.uname().nodename}))\n"
 )
-
-
-def node(name: str) -> Any:
-    return testinfra.get_host(f"ansible://{name}", ansible_inventory=os.environ["MOLECULE_INVENTORY_FILE"])
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 90, step: float = 3) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(step)
-    pytest.fail(f"timed out waiting for {what}; last: {last!r}")
 
 
 def sinfo(host: Any) -> dict[str, tuple[str, str]]:
@@ -291,7 +273,7 @@ def test_prolog_and_epilog_run_the_gpu_job_map_scripts(host: Any) -> None:
     # and the epilog took it out again
     wait_for("the epilog to forget the job",
              lambda: job not in n.run("cat /run/provision/gpu-jobs/* 2>/dev/null").stdout.split(),
-             timeout=30, step=1)
+             timeout=30)
 
 # --- health check (last: it drains slurm-gpu02 for a while) ------------------------------
 
@@ -332,9 +314,9 @@ def test_health_check_drains_a_node_that_lost_a_gpu_and_resumes_it(host: Any) ->
         # slurmd runs the check every 10 s (HealthCheckInterval of the scenario)
         state = wait_for("slurmd's health check to drain slurm-gpu02",
                          lambda: (s := node_state(host, "slurm-gpu02"))[0].startswith("drain") and s,
-                         timeout=60, step=2)
+                         timeout=60)
         assert state[1] == "healthcheck: 1 of 2 GPUs (/dev/nvidia1 missing)", state
     finally:
         n.check_output("test -e /dev/nvidia1 || mknod -m 0666 /dev/nvidia1 c 195 1")
     wait_for("the health check to resume slurm-gpu02",
-             lambda: node_state(host, "slurm-gpu02") == ("idle", ""), timeout=60, step=2)
+             lambda: node_state(host, "slurm-gpu02") == ("idle", ""), timeout=60)
