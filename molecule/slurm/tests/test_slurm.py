@@ -172,19 +172,21 @@ def test_job_without_gpus_opens_none(host: Any) -> None:
 
 
 def test_sbatch_on_new_node_writes_output_and_is_accounted(host: Any) -> None:
+    # no `sbatch --wait`: it polls after 2, 10 and 42 s; sacct's COMPLETED (the job ended,
+    # its output written, slurmdbd told) is polled every second instead
     job = host.check_output(
-        "sbatch --parsable --wait --time=2 -w slurm-gpu03 --gres=gpu:1 -o /root/batch-%j.out "
+        "sbatch --parsable --time=2 -w slurm-gpu03 --gres=gpu:1 -o /root/batch-%j.out "
         "--wrap 'echo ran-on-$(hostname) gpus=$CUDA_VISIBLE_DEVICES'"
     ).strip()
-    out = node("slurm-gpu03").file(f"/root/batch-{job}.out")
-    assert out.exists
-    assert re.fullmatch(r"ran-on-slurm-gpu03 gpus=\d", out.content_string.strip()), out.content_string
 
     def accounted() -> str | None:
         rows = host.check_output(f"sacct -n -X -P -j {job} -o JobID,State,NodeList").strip()
         return rows if f"{job}|COMPLETED|slurm-gpu03" in rows else None
 
-    wait_for("sacct to list the batch job", accounted, timeout=60)
+    wait_for("sacct to list the batch job completed", accounted, timeout=90)
+    out = node("slurm-gpu03").file(f"/root/batch-{job}.out")
+    assert out.exists
+    assert re.fullmatch(r"ran-on-slurm-gpu03 gpus=\d", out.content_string.strip()), out.content_string
     in_db = host.check_output(
         f"mysql -N -B slurm_acct_db -e 'select id_job, nodelist from slurmtest_job_table where id_job={job}'"
     )
