@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import testinfra
+from slurmkit import node
 
 testinfra_hosts = ["ansible://slurm-gpu01"]
 
@@ -31,10 +31,6 @@ ALICE_UID, ALICE_GID = 2001, 3000
 SLURMD_SPOOL = "/var/lib/slurm/slurmd"  # the slurm role's slurm_slurmd_spool_dir
 CAROL_UID = 2003  # her own group, not vision
 REGISTRY_CREDENTIALS = "/etc/enroot/site/.credentials"  # the role's containers_site_config_path
-
-
-def node(name: str) -> Any:
-    return testinfra.get_host(f"ansible://{name}", ansible_inventory=os.environ["MOLECULE_INVENTORY_FILE"])
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import os
 import shlex
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-import testinfra
+from slurmkit import node, wait_for
 
 from provisioner.areas.slurm import verify
 
@@ -23,10 +22,6 @@ testinfra_hosts = ["ansible://slurm-head"]
 
 ALL = ["slurm-head", "slurm-gpu01", "slurm-gpu02", "slurm-gpu03"]
 ALICE_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB2kqf7m7pIo2l8ZpZ5o0rC8m9Qf3c4C3QWv8wq0m2nA alice@test"
-
-
-def node(name: str) -> Any:
-    return testinfra.get_host(f"ansible://{name}", ansible_inventory=os.environ["MOLECULE_INVENTORY_FILE"])
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -117,14 +112,12 @@ def test_a_qos_the_account_lacks_is_refused_and_a_qos_limit_holds_a_job_over_it(
 
 
 def wait_reason(host: Any, job: str) -> str:
-    deadline = time.monotonic() + 30
-    reason = ""
-    while time.monotonic() < deadline:
-        reason = host.check_output(f"squeue -h -j {job} -o '%T|%r'")
-        if reason.startswith("PENDING|") and reason != "PENDING|None":
-            return reason.split("|", 1)[1]
-        time.sleep(2)
-    return reason
+    """Why the pending job waits, once the scheduler has looked at it (not "None")."""
+    def pending() -> str:
+        shown: str = host.check_output(f"squeue -h -j {job} -o '%T|%r'")
+        return shown.split("|", 1)[1] if shown.startswith("PENDING|") and shown != "PENDING|None" else ""
+
+    return wait_for(f"job {job} pending with a reason", pending, timeout=30)
 
 
 # --------------------------------------------------------------------------- SSH only with a job
@@ -181,10 +174,8 @@ def test_a_user_with_a_job_on_the_node_lands_in_its_extern_step(host: Any, ssh_k
     assert job.rc == 0, job.stderr
     job_id = job.stdout.strip()
     try:
-        deadline = time.monotonic() + 30
-        while host.check_output(f"squeue -h -j {job_id} -o %T") != "RUNNING":
-            assert time.monotonic() < deadline, "alice's job did not start"
-            time.sleep(1)
+        wait_for("alice's job to start", lambda: host.check_output(f"squeue -h -j {job_id} -o %T") == "RUNNING",
+                 timeout=30)
         inside = host.run(f"{SSH} alice@{NODE} cat /proc/self/cgroup")
         assert inside.rc == 0, inside.stderr
         assert f"/job_{job_id}/step_extern" in inside.stdout, inside.stdout

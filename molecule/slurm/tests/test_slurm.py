@@ -10,14 +10,11 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import os
 import re
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
-import testinfra
+from slurmkit import node, wait_for
 
 # testinfra's SSH backend over the inventory's connection (.config/molecule/config.yml)
 testinfra_hosts = ["ansible://slurm-head"]
@@ -40,21 +37,6 @@ PROBE = (
     "print(json.dumps({'cvd': os.environ.get('CUDA_VISIBLE_DEVICES'), 'open': res,\n"
     "                  'host': os.uname().nodename}))\n"
 )
-
-
-def node(name: str) -> Any:
-    return testinfra.get_host(f"ansible://{name}", ansible_inventory=os.environ["MOLECULE_INVENTORY_FILE"])
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 90, step: float = 3) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(step)
-    pytest.fail(f"timed out waiting for {what}; last: {last!r}")
 
 
 def sinfo(host: Any) -> dict[str, tuple[str, str]]:
@@ -164,13 +146,38 @@ def test_sinfo_nodes_with_gres(host: Any) -> None:
     assert "Nodes=slurm-gpu01" in debug and "MaxTime=00:10:00" in debug
 
 
-def test_srun_two_nodes(host: Any) -> None:
-    out = host.check_output("srun --time=2 -N2 -w slurm-gpu02,slurm-gpu03 hostname")
-    assert sorted(out.split()) == ["slurm-gpu02", "slurm-gpu03"]
+# Jobs that several tests read (one srun each instead of one per test): a job and its
+# prolog and epilog cost seconds on a loaded machine.
 
 
-def test_one_gpu_job_sees_one_device_and_cannot_open_the_other(host: Any) -> None:
-    res = srun_probe(host, "-w slurm-gpu02", "--gres=gpu:1")
+@pytest.fixture(scope="module")
+def two_node_job(host: Any) -> str:
+    """One task on slurm-gpu02 and one on slurm-gpu03 through PMIx, each printing its host,
+    PMIx rank and the server's URI (srun -l: "RANK: ...")."""
+    out: str = host.check_output(
+        "srun --time=2 --mpi=pmix -N2 -n2 -w slurm-gpu02,slurm-gpu03 -l "
+        "sh -c 'echo $(hostname) rank=$PMIX_RANK uri=${PMIX_SERVER_URI41:-$PMIX_SERVER_URI4}'"
+    )
+    return out
+
+
+@pytest.fixture(scope="module")
+def one_gpu_job(host: Any) -> tuple[dict[str, Any], str, str]:
+    """A one-GPU job on slurm-gpu02: the device probe (PROBE), then the job's id and the
+    gpu_metrics job-map file that holds that id (the prolog wrote it before the job ran)."""
+    script = 'python3 -c "$1"; echo "$SLURM_JOB_ID"; grep -lx "$SLURM_JOB_ID" /run/provision/gpu-jobs/*'
+    out = host.check_output(f"srun --time=2 -w slurm-gpu02 --gres=gpu:1 sh -c {_quote(script)} sh {_quote(PROBE)}")
+    *_, probe, job, path = out.strip().splitlines()
+    return json.loads(probe), job.strip(), path.strip()
+
+
+def test_srun_two_nodes(two_node_job: str) -> None:
+    hosts = [line.split(": ", 1)[1].split()[0] for line in two_node_job.splitlines() if ": " in line]
+    assert sorted(hosts) == ["slurm-gpu02", "slurm-gpu03"], two_node_job
+
+
+def test_one_gpu_job_sees_one_device_and_cannot_open_the_other(one_gpu_job: tuple[dict[str, Any], str, str]) -> None:
+    res = one_gpu_job[0]
     assert res["host"] == "slurm-gpu02"
     assert res["cvd"] is not None and len(res["cvd"].split(",")) == 1, res
     errnos = sorted(res["open"].values())
@@ -190,19 +197,21 @@ def test_job_without_gpus_opens_none(host: Any) -> None:
 
 
 def test_sbatch_on_new_node_writes_output_and_is_accounted(host: Any) -> None:
+    # no `sbatch --wait`: it polls after 2, 10 and 42 s; sacct's COMPLETED (the job ended,
+    # its output written, slurmdbd told) is polled every second instead
     job = host.check_output(
-        "sbatch --parsable --wait --time=2 -w slurm-gpu03 --gres=gpu:1 -o /root/batch-%j.out "
+        "sbatch --parsable --time=2 -w slurm-gpu03 --gres=gpu:1 -o /root/batch-%j.out "
         "--wrap 'echo ran-on-$(hostname) gpus=$CUDA_VISIBLE_DEVICES'"
     ).strip()
-    out = node("slurm-gpu03").file(f"/root/batch-{job}.out")
-    assert out.exists
-    assert re.fullmatch(r"ran-on-slurm-gpu03 gpus=\d", out.content_string.strip()), out.content_string
 
     def accounted() -> str | None:
         rows = host.check_output(f"sacct -n -X -P -j {job} -o JobID,State,NodeList").strip()
         return rows if f"{job}|COMPLETED|slurm-gpu03" in rows else None
 
-    wait_for("sacct to list the batch job", accounted, timeout=60)
+    wait_for("sacct to list the batch job completed", accounted, timeout=90)
+    out = node("slurm-gpu03").file(f"/root/batch-{job}.out")
+    assert out.exists
+    assert re.fullmatch(r"ran-on-slurm-gpu03 gpus=\d", out.content_string.strip()), out.content_string
     in_db = host.check_output(
         f"mysql -N -B slurm_acct_db -e 'select id_job, nodelist from slurmtest_job_table where id_job={job}'"
     )
@@ -231,12 +240,9 @@ def test_mpi_default_pmix_and_mailprog(host: Any) -> None:
     assert "pmix" in host.check_output("srun --mpi=list 2>&1")
 
 
-def test_srun_pmix_across_two_nodes(host: Any) -> None:
+def test_srun_pmix_across_two_nodes(two_node_job: str) -> None:
     # the mpi/pmix plugin's server in slurmstepd gives every task its PMIx rank and URI
-    out = host.check_output(
-        "srun --time=2 --mpi=pmix -N2 -n2 -w slurm-gpu02,slurm-gpu03 -l "
-        "sh -c 'echo $(hostname) rank=$PMIX_RANK uri=${PMIX_SERVER_URI41:-$PMIX_SERVER_URI4}'"
-    )
+    out = two_node_job
     rows = sorted(line.split(": ", 1)[1].split() for line in out.splitlines() if ": " in line)
     assert [r[:2] for r in rows] == [["slurm-gpu02", "rank=0"], ["slurm-gpu03", "rank=1"]], out
     assert all(len(r) == 3 and len(r[2]) > len("uri=") for r in rows), out
@@ -271,7 +277,7 @@ def test_new_node_joined_the_cluster(host: Any) -> None:
 # --- prolog and epilog ------------------------------------------------------------------
 
 
-def test_prolog_and_epilog_run_the_gpu_job_map_scripts(host: Any) -> None:
+def test_prolog_and_epilog_run_the_gpu_job_map_scripts(host: Any, one_gpu_job: tuple[dict[str, Any], str, str]) -> None:
     n = node("slurm-gpu02")
     config = host.check_output("scontrol show config")
     assert re.search(r"^Prolog\s+= /usr/local/sbin/provision-slurm-prolog$", config, re.MULTILINE), config
@@ -282,16 +288,12 @@ def test_prolog_and_epilog_run_the_gpu_job_map_scripts(host: Any) -> None:
         script = n.file(f"/etc/slurm/{kind}.d/50-provision-gpu-job-map.sh")
         assert script.user == "root" and script.mode == 0o755
     # the prolog wrote the job's id into the file of the GPU it got, before the job ran
-    out = host.check_output(
-        "srun --time=2 -w slurm-gpu02 --gres=gpu:1 sh -c "
-        "'echo $SLURM_JOB_ID; grep -lx \"$SLURM_JOB_ID\" /run/provision/gpu-jobs/*'"
-    )
-    job, path = out.split()
-    assert re.fullmatch(r"/run/provision/gpu-jobs/[01]", path), out
+    _, job, path = one_gpu_job
+    assert job.isdigit() and re.fullmatch(r"/run/provision/gpu-jobs/[01]", path), one_gpu_job
     # and the epilog took it out again
     wait_for("the epilog to forget the job",
              lambda: job not in n.run("cat /run/provision/gpu-jobs/* 2>/dev/null").stdout.split(),
-             timeout=30, step=1)
+             timeout=30)
 
 # --- health check (last: it drains slurm-gpu02 for a while) ------------------------------
 
@@ -332,9 +334,9 @@ def test_health_check_drains_a_node_that_lost_a_gpu_and_resumes_it(host: Any) ->
         # slurmd runs the check every 10 s (HealthCheckInterval of the scenario)
         state = wait_for("slurmd's health check to drain slurm-gpu02",
                          lambda: (s := node_state(host, "slurm-gpu02"))[0].startswith("drain") and s,
-                         timeout=60, step=2)
+                         timeout=60)
         assert state[1] == "healthcheck: 1 of 2 GPUs (/dev/nvidia1 missing)", state
     finally:
         n.check_output("test -e /dev/nvidia1 || mknod -m 0666 /dev/nvidia1 c 195 1")
     wait_for("the health check to resume slurm-gpu02",
-             lambda: node_state(host, "slurm-gpu02") == ("idle", ""), timeout=60, step=2)
+             lambda: node_state(host, "slurm-gpu02") == ("idle", ""), timeout=60)

@@ -10,11 +10,9 @@ three come back and the cluster answers again (the long job of side_effect keeps
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
-import pytest
+from slurmkit import wait_for
 
 testinfra_hosts = ["ansible://slurm-head"]
 
@@ -22,17 +20,6 @@ TOOL = "python3 /usr/local/sbin/provision-backup"
 CONFIG = "/etc/provision-backup/config.json"
 STATE = "/var/lib/slurm/slurmctld"
 ACCOUNT = "backupcheck"
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60, step: float = 2) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(step)
-    pytest.fail(f"timed out waiting for {what}; last: {last!r}")
 
 
 def _registered(host: Any) -> bool:
@@ -43,7 +30,8 @@ def _registered(host: Any) -> bool:
 
 def test_backup_wipe_restore_brings_history_associations_and_queue_back(host: Any) -> None:
     done = host.check_output("sbatch --parsable -o /dev/null --wrap true").strip()
-    wait_for("the finished job in sacct", lambda: "COMPLETED" in host.run(f"sacct -n -X -P -j {done} -o State").stdout)
+    wait_for("the finished job in sacct", lambda: "COMPLETED" in host.run(f"sacct -n -X -P -j {done} -o State").stdout,
+             timeout=60)
     host.check_output(f"sacctmgr -i add account {ACCOUNT} description=backup organization=test")
     held = host.check_output("sbatch --parsable --hold -o /dev/null --wrap true").strip()
     key = host.check_output("sha256sum /etc/munge/munge.key").split()[0]
@@ -73,9 +61,9 @@ def test_backup_wipe_restore_brings_history_associations_and_queue_back(host: An
     assert restored.rc == 0, restored.stderr
     assert host.check_output("sha256sum /etc/munge/munge.key").split()[0] == key
     assert host.file("/etc/munge/munge.key").user == "munge"
-    wait_for("slurmctld to answer", lambda: host.run("scontrol ping").stdout.count("UP") >= 1)
+    wait_for("slurmctld to answer", lambda: host.run("scontrol ping").stdout.count("UP") >= 1, timeout=60)
     wait_for("the job history back in sacct",
-             lambda: "COMPLETED" in host.run(f"sacct -n -X -P -j {done} -o State").stdout)
+             lambda: "COMPLETED" in host.run(f"sacct -n -X -P -j {done} -o State").stdout, timeout=60)
     assert host.check_output(f"sacctmgr -n -P show account {ACCOUNT} format=Account").strip() == ACCOUNT
     assert host.check_output(f"squeue -h -j {held} -o %T").strip() == "PENDING"
     assert host.check_output(f"squeue -h -j {long_job} -o %T").strip() == "RUNNING"

@@ -6,15 +6,11 @@ is resumed and the stand-in removed afterwards."""
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
-import time
-from collections.abc import Callable
 from typing import Any
 
-import pytest
-import testinfra
+from slurmkit import node, wait_for
 
 testinfra_hosts = ["ansible://slurm-head"]
 
@@ -22,21 +18,6 @@ NODE = "slurm-gpu03"
 CALLS = "/var/tmp/dcgmi-stand-in.calls"
 DCGMI = "/usr/local/bin/dcgmi"
 REASON = "provision gate: prolog gpu.dcgm failed: dcgmi diag -r 1 -i "
-
-
-def node(name: str) -> Any:
-    return testinfra.get_host(f"ansible://{name}", ansible_inventory=os.environ["MOLECULE_INVENTORY_FILE"])
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 90, step: float = 2) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(step)
-    pytest.fail(f"timed out waiting for {what}; last: {last!r}")
 
 
 def stand_in(n: Any, rc: int) -> None:
