@@ -381,3 +381,53 @@ def test_a_signal_during_an_image_build_keeps_no_half_written_image(
     assert [n for n in names if n.startswith(".")] == []  # no partial tarball, proof tree or link being made
     assert [n for n in names if n.endswith(".proof.json")] == []
     assert len(published) == (2 if moment == "proof" else 0), names  # the image and its link: whole, not proven
+
+
+def recorded_node(manifest: Path, name: str, lifecycle: str = "configured") -> Path:
+    """The state of a cluster that still records ``name``, a node its manifest no longer lists."""
+    state = manifest.parent / ".provision"
+    state.mkdir()
+    (state / "state.json").write_text(json.dumps({"version": 1, "cluster": "faults", "nodes": {
+        name: {"lifecycle": lifecycle}}, "runs": []}))
+    return state
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_a_signal_while_remove_applies_records_the_run_and_not_the_removal(
+        processes_with: Callable[[str], list[int]], write_cluster: Any, tmp_path: Path, sig: signal.Signals) -> None:
+    """remove past its drain, while its apply re-renders the remaining nodes' files (here: its
+    login probe of n1): 128 + the signal, one line, no ssh left, the apply's run recorded as
+    interrupted, the node not recorded removed (a remove run again finishes it), the lock free."""
+    marker = f"{70 + int(sig)}.7{os.getpid() % 1000:03d}"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    ssh_stand_in(bin_dir, marker, "apply")  # the drain's scontrol and squeue answer at once: no jobs
+    sshd = FakeSshServer(new_host_key()).start()
+    manifest: Path = write_cluster(slurm=True, port=sshd.port)
+    state = recorded_node(manifest, "n9")
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    proc = subprocess.Popen([sys.executable, "-m", "provisioner.cli", "remove", str(manifest), "n9", "--yes"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                            env=env, start_new_session=True)
+    try:
+        wait_for(lambda: bool(processes_with(f"sleep {marker}")), proc, "never reached the apply")
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        sshd.stop()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    leftovers = survivors(processes_with, marker)
+    assert leftovers == []
+    assert "n9: drained, no jobs" in out, out
+    assert proc.returncode == 128 + sig, (out, err)
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert err.startswith("interrupted (Ctrl-C)" if sig == signal.SIGINT else f"interrupted by {sig.name}"), err
+    recorded = json.loads((state / "state.json").read_text())
+    assert (recorded["nodes"]["n9"]["lifecycle"], recorded["nodes"]["n9"]["removed_at"]) == ("configured", None)
+    assert [(r["command"], r["result"], bool(r["finished"])) for r in recorded["runs"]] == [
+        ("apply", "interrupted", True)]
+    assert [p.name for p in state.iterdir() if p.name.startswith(".")] == []  # no temporary file
+    with (state / "lock").open("r+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released
