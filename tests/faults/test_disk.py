@@ -198,3 +198,41 @@ def test_a_read_only_state_directory_is_one_line_and_plan_still_reads(write_clus
     assert (r.returncode, r.stdout) == (1, ""), r.said
     assert r.stderr == f"error: cannot write the inventory in {out}: {folder}/inventory: Read-only file system\n"
     assert sorted(p.name for p in folder.iterdir()) == ["cluster.yaml"]
+
+
+REMOVE_STATE = {"version": 1, "cluster": "faults", "nodes": {"n9": {"lifecycle": "configured"}}, "runs": []}
+
+
+@pytest.mark.parametrize(("slurm", "limit", "what"), [
+    (True, 0, "cannot make the folder of the SSH connections: No usable temporary directory found in [{tmp}, "
+              "...]; set TMPDIR to a writable folder with room"),  # the first file it writes anywhere
+    (False, 500, "cannot write the inventory in {state}/inventory: {state}/inventory/group_vars/all/baremetal.json: "
+                 "File too large"),
+    (True, None, "cannot set up the state directory {state}: {state}/runs: Read-only file system; choose another "
+                 "state directory with --state-dir"),  # before its drain: known_hosts
+    (False, None, "cannot set up the state directory {state}: {state}/runs: Read-only file system; choose another "
+                  "state directory with --state-dir"),  # its apply
+], ids=["full-tmp", "full-inventory", "read-only-slurm", "read-only"])
+def test_remove_on_a_full_disk_or_read_only_state_says_which_file(write_cluster: Any, provision: Any, tmp_path: Path,
+                                                                   slurm: bool, limit: int | None, what: str) -> None:
+    """remove shares the lock, the inventory and the state's writes with apply: on a full disk
+    or a read-only state directory it says which file in one line, exits 1, leaves no
+    temporary file, and the state still records the node as it was (nothing half-recorded).
+    (Its own record after a finished apply: tests/commands/test_remove.py.)"""
+    manifest = write_cluster(slurm=slurm)
+    state = manifest.parent / ".provision"
+    state.mkdir()
+    (state / "state.json").write_text(json.dumps(REMOVE_STATE))
+    before = (state / "state.json").read_bytes()
+    if limit is None:
+        r = provision("remove", str(manifest), "n9", "--yes", read_only=state, timeout=60)
+    else:
+        r = provision("remove", str(manifest), "n9", "--yes", preexec=file_size_limit(limit), timeout=60,
+                      env={**os.environ, "TMPDIR": str(tmp_path)})
+    said = "error: " + what.format(state=state, tmp=repr(str(tmp_path))) + "\n"
+    head, _, tail = said.partition("...")  # the rest of Python's list of temporary folders
+    assert r.returncode == 1 and r.stderr.startswith(head) and r.stderr.endswith(tail), r.said
+    assert r.stderr.count("\n") == 1 and (tail or r.stderr == said), r.said
+    assert "Traceback" not in r.said
+    assert (state / "state.json").read_bytes() == before
+    assert leftovers(state) == []
