@@ -16,6 +16,8 @@ import os
 import resource
 import shutil
 import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -236,3 +238,48 @@ def test_remove_on_a_full_disk_or_read_only_state_says_which_file(write_cluster:
     assert "Traceback" not in r.said
     assert (state / "state.json").read_bytes() == before
     assert leftovers(state) == []
+
+
+def run_tool(tool: Path, argv: list[str], config: dict[str, Any], folder: Path, *,
+             preexec: Callable[[], None] | None = None, mount: str = "") -> subprocess.CompletedProcess[str]:
+    """The head's backup tool (provision-backup) on ``config``; ``mount``: the destination is
+    mounted so first, in a mount namespace of the tool's own (``ro``: read-only; a tmpfs's
+    options: a small disk of its own)."""
+    path = folder / "config.json"
+    path.write_text(json.dumps(config))
+    prefix: list[str] = []
+    if mount:
+        if shutil.which("unshare") is None or subprocess.run(["unshare", "-m", "true"], capture_output=True,
+                                                             timeout=30, check=False).returncode != 0:
+            pytest.skip("a mount of its own needs unshare -m (root)")
+        how = 'mount --bind -o ro "$0" "$0"' if mount == "ro" else f'mount -t tmpfs -o {mount} tmpfs "$0"'
+        prefix = ["unshare", "-m", "--propagation", "private", "sh", "-c", how + ' && exec "$@"',
+                  str(config["destination"]["path"])]
+    return subprocess.run([*prefix, sys.executable, str(tool), argv[0], str(path), *argv[1:]],
+                          capture_output=True, text=True, timeout=60, preexec_fn=preexec, check=False)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl here")
+@pytest.mark.parametrize("where", ["read-only destination", "full destination", "full staging disk"])
+def test_the_heads_backup_tool_on_a_full_or_read_only_disk_names_the_file(
+        backup_tool: Path, backup_head: tuple[dict[str, Any], Path], tmp_path: Path, where: str) -> None:
+    """provision-backup make on a read-only destination, a full one (a 12 KiB tmpfs: the
+    backup's fourth file does not fit) or a full staging disk: one line naming the file, exit
+    1, no partial copy at the destination, nothing left in the staging folder. Before, a full
+    disk said '[Errno 27] File too large' with no file, or copytree's list of every file."""
+    config, _ = backup_head
+    dest = Path(config["destination"]["path"])
+    dest.mkdir()
+    if where == "full staging disk":
+        r = run_tool(backup_tool, ["make"], config, tmp_path, preexec=file_size_limit(100))
+    else:
+        mount = "ro" if where.startswith("read-only") else "size=12k"
+        r = run_tool(backup_tool, ["make"], config, tmp_path, mount=mount)
+    assert r.returncode == 1 and r.stdout == "" and r.stderr.count("\n") == 1, r
+    prefix = f"provision-backup: cannot copy the backup to {dest}: {dest}/provision-backup-faults-"
+    said = {"read-only destination": (prefix, ".partial: Read-only file system\n"),
+            "full destination": (prefix, ": No space left on device\n"),
+            "full staging disk": (f"provision-backup: cannot write {tmp_path}/staging/provision-backup-faults-",
+                                  ".clear/munge.tar.gz: File too large\n")}[where]
+    assert r.stderr.startswith(said[0]) and r.stderr.endswith(said[1]), r.stderr
+    assert list(dest.iterdir()) == [] and list((tmp_path / "staging").iterdir()) == []

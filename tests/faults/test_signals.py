@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -431,3 +432,91 @@ def test_a_signal_while_remove_applies_records_the_run_and_not_the_removal(
     assert [p.name for p in state.iterdir() if p.name.startswith(".")] == []  # no temporary file
     with (state / "lock").open("r+") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` and its bytes (to show that nothing changed)."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def listing(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+def backup_stand_ins(bin_dir: Path, marker: str, moment: str) -> Path:
+    """``systemctl`` that records its calls in the returned file, and where ``moment`` asks, waits
+    (``sleep MARKER``): ``restore-decrypt``: openssl decrypting (before the restore's first
+    step), ``restore-start``: systemctl starting the unit again (after every part was put back)."""
+    calls = bin_dir / "systemctl.calls"
+    wait = 'start) exec sleep {m};;' if moment == "restore-start" else ""
+    (bin_dir / "systemctl").write_text(f'#!/bin/sh\necho "$*" >> {calls}\ncase "$1" in {wait.format(m=marker)} esac\n')
+    real = shutil.which("openssl")
+    if moment == "restore-decrypt":
+        (bin_dir / "openssl").write_text(f'#!/bin/sh\ncase "$*" in *" -d "*) exec sleep {marker};; esac\n'
+                                         f'exec {real} "$@"\n')
+    for name in ("systemctl", "openssl"):
+        if (bin_dir / name).exists():
+            (bin_dir / name).chmod(0o755)
+    return calls
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl here")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+@pytest.mark.parametrize("moment", ["make", "restore-decrypt", "restore-start"])
+def test_a_signal_stops_the_heads_backup_tool_in_one_line_and_leaves_nothing_half_made(
+        processes_with: Callable[[str], list[int]], backup_tool: Path, backup_head: tuple[dict[str, Any], Path],
+        tmp_path: Path, moment: str, sig: signal.Signals) -> None:
+    """The head's tool (provision-backup) stopped while it dumps the database (make), while it
+    decrypts the backup's parts (restore, before its first step) or while it starts the units
+    again (restore, after the parts were put back): 128 + the signal, one line that says what
+    was done, no child left, no partial copy at the destination, no staging file left (the
+    munge key decrypted, the backup in clear: Python died without its clean-up before), and a
+    restore stopped before its first step changed nothing."""
+    marker = f"{80 + int(sig)}.{len(moment)}{os.getpid() % 1000:03d}"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    config, root = backup_head
+    calls = backup_stand_ins(bin_dir, marker, moment)
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    tool = [sys.executable, str(backup_tool)]
+    path = tmp_path / "config.json"
+    if moment == "make":  # the database part's dump waits
+        (bin_dir / "mysqldump").write_text(f"#!/bin/sh\nexec sleep {marker}\n")
+        (bin_dir / "mysqldump").chmod(0o755)
+        config["parts"].append({"name": "slurmdbd", "kind": "database", "database": "slurm_acct_db",
+                                "file": "slurmdbd.sql.gz", "encrypt": False})
+        argv = [*tool, "make", str(path)]
+    else:
+        path.write_text(json.dumps(config))
+        made = subprocess.run([*tool, "make", str(path)], capture_output=True, text=True, timeout=60, check=True)
+        name = made.stdout.strip()
+        (root / "munge" / "munge.key").write_bytes(b"new key")  # what a restore would overwrite
+        argv = [*tool, "restore", str(path), name, "--yes"]
+    path.write_text(json.dumps(config))
+    before = tree(root)
+    backups = listing(tmp_path / "dest")
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    try:
+        wait_for(lambda: bool(processes_with(f"sleep {marker}")), proc, f"never reached the {moment}")
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    leftovers = survivors(processes_with, marker)
+    assert leftovers == []
+    assert proc.returncode == 128 + sig, (out, err)
+    said = {"make": "no backup was made; its staging files were removed",
+            "restore-decrypt": "nothing changed",
+            "restore-start": "after stop slurmctld, munge restored, slurmctld restored of the plan; run the restore "
+                             "again with --yes"}[moment]
+    assert err == f"provision-backup: stopped by {sig.name}: {said}\n"
+    assert listing(tmp_path / "staging") == []
+    assert listing(tmp_path / "dest") == backups  # none partial, none added
+    if moment == "restore-decrypt":
+        assert tree(root) == before and not calls.exists()
+    if moment == "restore-start":
+        assert (root / "munge" / "munge.key").read_bytes() == b"k" * 128
+        assert calls.read_text() == "stop slurmctld\nstart slurmctld\n"
