@@ -460,59 +460,76 @@ def backup_stand_ins(bin_dir: Path, marker: str, moment: str) -> Path:
     return calls
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl here")
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
-@pytest.mark.parametrize("moment", ["make", "restore-decrypt", "restore-start"])
-def test_a_signal_stops_the_heads_backup_tool_in_one_line_and_leaves_nothing_half_made(
-        processes_with: Callable[[str], list[int]], backup_tool: Path, backup_head: tuple[dict[str, Any], Path],
-        tmp_path: Path, moment: str, sig: signal.Signals) -> None:
-    """The head's tool (provision-backup) stopped while it dumps the database (make), while it
-    decrypts the backup's parts (restore, before its first step) or while it starts the units
-    again (restore, after the parts were put back): 128 + the signal, one line that says what
-    was done, no child left, no partial copy at the destination, no staging file left (the
-    munge key decrypted, the backup in clear: Python died without its clean-up before), and a
-    restore stopped before its first step changed nothing."""
-    marker = f"{80 + int(sig)}.{len(moment)}{os.getpid() % 1000:03d}"
+def tool_at(moment: str, marker: str, tool: Path, head: tuple[dict[str, Any], Path],
+            tmp_path: Path) -> tuple[list[str], dict[str, str], Path]:
+    """The head tool's command line that waits at ``moment`` (``sleep MARKER``), its
+    environment (the stand-ins first on PATH) and the stand-in systemctl's record of calls.
+    For a restore, a backup is made first and the head's munge key changed since."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    config, root = backup_head
+    config, root = head
     calls = backup_stand_ins(bin_dir, marker, moment)
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    tool = [sys.executable, str(backup_tool)]
     path = tmp_path / "config.json"
     if moment == "make":  # the database part's dump waits
         (bin_dir / "mysqldump").write_text(f"#!/bin/sh\nexec sleep {marker}\n")
         (bin_dir / "mysqldump").chmod(0o755)
         config["parts"].append({"name": "slurmdbd", "kind": "database", "database": "slurm_acct_db",
                                 "file": "slurmdbd.sql.gz", "encrypt": False})
-        argv = [*tool, "make", str(path)]
-    else:
         path.write_text(json.dumps(config))
-        made = subprocess.run([*tool, "make", str(path)], capture_output=True, text=True, timeout=60, check=True)
-        name = made.stdout.strip()
-        (root / "munge" / "munge.key").write_bytes(b"new key")  # what a restore would overwrite
-        argv = [*tool, "restore", str(path), name, "--yes"]
+        return [sys.executable, str(tool), "make", str(path)], env, calls
     path.write_text(json.dumps(config))
-    before = tree(root)
-    backups = listing(tmp_path / "dest")
+    made = subprocess.run([sys.executable, str(tool), "make", str(path)], capture_output=True, text=True, timeout=60,
+                          check=True)
+    (root / "munge" / "munge.key").write_bytes(b"new key")  # what a restore would overwrite
+    return [sys.executable, str(tool), "restore", str(path), made.stdout.strip(), "--yes"], env, calls
+
+
+TOOL_SAID = {"make": "no backup was made; its staging files were removed",
+             "restore-decrypt": "nothing changed",
+             "restore-start": "after stop slurmctld, munge restored, slurmctld restored of the plan; run the restore "
+                              "again with --yes"}
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl here")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, None],
+                         ids=lambda s: s.name if s else "reader-gone")
+@pytest.mark.parametrize("moment", ["make", "restore-decrypt", "restore-start"])
+def test_a_signal_stops_the_heads_backup_tool_in_one_line_and_leaves_nothing_half_made(
+        processes_with: Callable[[str], list[int]], backup_tool: Path, backup_head: tuple[dict[str, Any], Path],
+        tmp_path: Path, moment: str, sig: signal.Signals | None) -> None:
+    """The head's tool (provision-backup) stopped while it dumps the database (make), while it
+    decrypts the backup's parts (restore, before its first step) or while it starts the units
+    again (restore, after the parts were put back): 128 + the signal, one line that says what
+    was done, no child left, no partial copy at the destination, no staging file left (the
+    munge key decrypted, the backup in clear: Python died without its clean-up before), and a
+    restore stopped before its first step changed nothing. ``reader-gone``: the reader of its
+    output goes (ssh does not signal a remote command when `provision restore` is stopped and
+    its ssh ends; the restore went on): as SIGHUP."""
+    marker = f"{80 + int(sig or 0)}.{len(moment)}{os.getpid() % 1000:03d}"
+    _, root = backup_head
+    argv, env, calls = tool_at(moment, marker, backup_tool, backup_head, tmp_path)
+    before, backups = tree(root), listing(tmp_path / "dest")
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL, env=env, start_new_session=True)
     try:
         wait_for(lambda: bool(processes_with(f"sleep {marker}")), proc, f"never reached the {moment}")
-        proc.send_signal(sig)
-        out, err = proc.communicate(timeout=30)
+        if sig is None:
+            assert proc.stdout is not None
+            proc.stdout.close()
+        else:
+            proc.send_signal(sig)
+        proc.wait(timeout=30)
+        err = proc.stderr.read() if proc.stderr else ""
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     leftovers = survivors(processes_with, marker)
     assert leftovers == []
-    assert proc.returncode == 128 + sig, (out, err)
-    said = {"make": "no backup was made; its staging files were removed",
-            "restore-decrypt": "nothing changed",
-            "restore-start": "after stop slurmctld, munge restored, slurmctld restored of the plan; run the restore "
-                             "again with --yes"}[moment]
-    assert err == f"provision-backup: stopped by {sig.name}: {said}\n"
+    stopped_by = sig or signal.SIGHUP
+    assert proc.returncode == 128 + stopped_by, err
+    assert err == f"provision-backup: stopped by {stopped_by.name}: {TOOL_SAID[moment]}\n"
     assert listing(tmp_path / "staging") == []
     assert listing(tmp_path / "dest") == backups  # none partial, none added
     if moment == "restore-decrypt":

@@ -26,11 +26,14 @@ import hashlib
 import json
 import os
 import re
+import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
@@ -81,6 +84,27 @@ def stop_on_signals() -> None:
     for sig in STOP_SIGNALS:
         if signal.getsignal(sig) is not signal.SIG_IGN:
             signal.signal(sig, _stop)
+
+
+def stop_when_the_reader_goes(fd: int = 1, every: float = 0.5) -> None:
+    """When this tool's output is a pipe and its reader goes (``provision backup``/``restore``
+    interrupted: its ssh ended, sshd closed the session's pipes), stop as on SIGHUP. ssh does
+    not signal a remote command without a terminal, so a restore went on after the operator's
+    Ctrl-C. (From the timer the output is the journal's socket: nothing to watch.)"""
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return
+    except OSError:
+        return
+
+    def watch() -> None:
+        poll = select.poll()
+        poll.register(fd, 0)  # no event asked: poll reports POLLERR once the pipe has no reader
+        while not any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poll.poll(every * 1000)):
+            pass
+        os.kill(os.getpid(), signal.SIGHUP)
+
+    threading.Thread(target=watch, daemon=True, name="reader-watch").start()
 
 
 # ------------------------------------------------------------------ names and retention (pure)
@@ -531,6 +555,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="make: add this encrypted file as part NAME (moved into the backup)")
     args = parser.parse_args(argv)
     stop_on_signals()
+    if argv is None:  # the command line, not a test calling main()
+        stop_when_the_reader_goes()
     try:
         config = json.loads(args.config.read_text())
         if args.to:
