@@ -7,13 +7,17 @@ line and exit 1, never a hang or a traceback.
 
 from __future__ import annotations
 
+import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 
 from provisioner.manifest.source import MAX_MANIFEST_BYTES, READ_TIMEOUT
@@ -117,3 +121,33 @@ def test_a_manifest_at_the_size_cap_validates_in_seconds_and_one_past_it_is_refu
     path.write_text(text + "#" * (MAX_MANIFEST_BYTES + 1 - len(text.encode())))
     rc, said, cpu, _ = measured("validate", str(path), bound=60)
     assert (rc, said) == (1, f"{path}: file is too large for a manifest (over 2 MiB)\n") and cpu < 5
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl here")
+@pytest.mark.parametrize(("corrupt", "said"), [
+    (b"\xff\xfe\x00garbage\n", "refused, its SHA256SUMS is not text (corrupted?)"),
+    (b"0123  munge.tar.gz.enc\n", "refused, SHA256SUMS line 1 is not '<sha256>  <file>': '0123  munge.tar.gz.enc'"),
+    (b"", "refused, the backup does not match its checksums: backup.json: not in SHA256SUMS; munge.tar.gz.enc: "
+          "not in SHA256SUMS; slurmctld-state.tar.gz: not in SHA256SUMS"),
+], ids=["not-text", "bad-line", "empty"])
+def test_a_corrupted_sha256sums_is_refused_in_one_line_and_changes_nothing(
+        backup_tool: Path, backup_head: tuple[dict[str, Any], Path], tmp_path: Path, corrupt: bytes,
+        said: str) -> None:
+    """restore and check of a backup whose SHA256SUMS was corrupted: refused (exit 2) in one line
+    naming the backup, before anything on the head changed. Bytes that are not UTF-8 were 'exit
+    1, utf-8 codec can't decode ...' without the file; a bad line named no backup."""
+    config, root = backup_head
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    tool = [sys.executable, str(backup_tool)]
+    name = subprocess.run([*tool, "make", str(path)], capture_output=True, text=True, timeout=60,
+                          check=True).stdout.strip()
+    folder = Path(config["destination"]["path"]) / name
+    (folder / "SHA256SUMS").write_bytes(corrupt)
+    (root / "munge" / "munge.key").write_bytes(b"new key")
+    for argv in (["restore", str(path), name, "--yes"], ["check", str(path), name]):
+        r = subprocess.run([*tool, *argv], capture_output=True, text=True, timeout=60, check=False,
+                           env={**os.environ, "PATH": "/nonexistent"})  # no systemctl: nothing could change
+        assert (r.returncode, r.stdout, r.stderr) == (2, "", f"provision-backup: {folder}: {said}\n"), argv
+    assert (root / "munge" / "munge.key").read_bytes() == b"new key"
+    assert list((tmp_path / "staging").iterdir()) == []

@@ -191,7 +191,13 @@ def check_folder(folder: Path) -> None:
     sums_file = folder / SUMS
     if not sums_file.is_file():
         raise Refused(f"{folder}: no {SUMS}; not a complete backup")
-    problems = mismatches(parse_sums(sums_file.read_text()), folder_sums(folder))
+    try:
+        recorded = parse_sums(sums_file.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:  # a corrupted file is a refusal naming it, not a failure naming a codec
+        raise Refused(f"{folder}: refused, its {SUMS} is not text (corrupted?)") from None
+    except Refused as exc:
+        raise Refused(f"{folder}: refused, {exc}") from None
+    problems = mismatches(recorded, folder_sums(folder))
     if problems:
         raise Refused(f"{folder}: refused, the backup does not match its checksums: " + "; ".join(problems))
 
