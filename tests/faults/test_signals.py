@@ -537,3 +537,60 @@ def test_a_signal_stops_the_heads_backup_tool_in_one_line_and_leaves_nothing_hal
     if moment == "restore-start":
         assert (root / "munge" / "munge.key").read_bytes() == b"k" * 128
         assert calls.read_text() == "stop slurmctld\nstart slurmctld\n"
+
+
+BACKUP_KEY_ENV = "FAULTS_BACKUP_KEY"
+
+
+def with_backup(manifest: Path, **key: str) -> None:
+    """A backup section (a folder on the head; the passphrase from ``key``, else from
+    FAULTS_BACKUP_KEY) in the cluster's manifest."""
+    data = yaml.safe_load(manifest.read_text())
+    data["backup"] = {"destination": {"path": "/srv/backup"}, **(key or {"key_env": BACKUP_KEY_ENV})}
+    manifest.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl here")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+@pytest.mark.parametrize("moment", ["upload", "make", "restore"])
+def test_a_signal_ends_the_ssh_of_backup_and_restore(processes_with: Callable[[str], list[int]], write_cluster: Any,
+                                                     tmp_path: Path, moment: str, sig: signal.Signals) -> None:
+    """provision backup stopped while it sends the admin host's encrypted part or while the
+    head makes the backup, provision restore while the head restores: its ssh ends, 128 + the
+    signal, one line, and nothing of it left in the temporary folder (the encrypted part, the
+    shared connections' folder). On the head the tool then stops too (its output's reader
+    went: test_a_signal_stops_the_heads_backup_tool_...). The ssh is a stand-in (contacts nothing)."""
+    marker = f"{90 + int(sig)}.{len(moment)}{os.getpid() % 1000:03d}"
+    bin_dir, scratch = tmp_path / "bin", tmp_path / "tmp"
+    bin_dir.mkdir()
+    scratch.mkdir()
+    upload = f"exec sleep {marker}" if moment == "upload" else "cat > /dev/null; exit 0"
+    (bin_dir / "ssh").write_text("#!/bin/sh\n"
+                                 'case "$*" in\n'
+                                 f'  *"cat > "*) {upload};;\n'
+                                 f'  *"provision-backup {moment}"*) exec sleep {marker};;\n'
+                                 "  *) exit 0;;\n"
+                                 "esac\n")
+    (bin_dir / "ssh").chmod(0o755)
+    manifest: Path = write_cluster(slurm=True)
+    with_backup(manifest)
+    verb = ["restore", str(manifest), "--from", "provision-backup-faults-20261127T023005Z", "--yes"] \
+        if moment == "restore" else ["backup", str(manifest)]
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", TMPDIR=str(scratch),
+               **{BACKUP_KEY_ENV: "correct horse battery staple"})
+    proc = subprocess.Popen([sys.executable, "-m", "provisioner.cli", *verb],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                            env=env, start_new_session=True)
+    try:
+        wait_for(lambda: bool(processes_with(f"sleep {marker}")), proc, f"never reached the {moment}", step=0.1)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    leftovers = survivors(processes_with, marker)
+    assert leftovers == []
+    assert proc.returncode == 128 + sig, (out, err)
+    assert err == ("interrupted (Ctrl-C)\n" if sig == signal.SIGINT else f"interrupted by {sig.name}\n")
+    assert listing(scratch) == []
