@@ -151,3 +151,38 @@ def test_a_corrupted_sha256sums_is_refused_in_one_line_and_changes_nothing(
         assert (r.returncode, r.stdout, r.stderr) == (2, "", f"provision-backup: {folder}: {said}\n"), argv
     assert (root / "munge" / "munge.key").read_bytes() == b"new key"
     assert list((tmp_path / "staging").iterdir()) == []
+
+
+@pytest.mark.parametrize(("key", "said"), [
+    ({"key_env": "FAULTS_NO_SUCH_KEY"}, "backup.key_env: environment variable FAULTS_NO_SUCH_KEY is empty or unset"),
+    ({"key_file": "{folder}/missing"}, "backup.key_file: cannot read {folder}/missing: No such file or directory"),
+    ({"key_file": "{folder}"}, "backup.key_file: {folder} is not a regular file"),
+    ({"key_file": "{folder}/binary"}, "backup.key_file: cannot read {folder}/binary: not UTF-8 text"),
+    ({"key_file": "{folder}/everyone"}, "backup.key_file: {folder}/everyone is readable by everyone; run chmod o-r "
+                                        "{folder}/everyone"),
+], ids=["env-unset", "file-missing", "file-is-a-folder", "file-not-text", "file-world-readable"])
+def test_backup_without_a_usable_passphrase_is_one_line_and_contacts_nothing(
+        write_cluster: Any, tmp_path: Path, key: dict[str, str], said: str) -> None:
+    """provision backup whose passphrase cannot be read: one line naming the field and where it
+    looked (never a value), exit 1, before any ssh (a stand-in that records being called).
+    A missing or binary key file said Python's '[Errno 2] ...: PATH' (the path twice) or
+    "'utf-8' codec can't decode byte 0xff ..."."""
+    folder = tmp_path / "keys"
+    (folder / "bin").mkdir(parents=True)
+    (folder / "binary").write_bytes(b"\xff" * 20)
+    (folder / "binary").chmod(0o600)
+    (folder / "everyone").write_text("correct horse battery staple\n")
+    (folder / "everyone").chmod(0o644)
+    called = folder / "ssh.called"
+    (folder / "bin" / "ssh").write_text(f"#!/bin/sh\necho \"$*\" >> {called}\n")
+    (folder / "bin" / "ssh").chmod(0o755)
+    manifest: Path = write_cluster(slurm=True)
+    data = yaml.safe_load(manifest.read_text())
+    data["backup"] = {"destination": {"path": "/srv/backup"}, **{k: v.format(folder=folder) for k, v in key.items()}}
+    manifest.write_text(yaml.safe_dump(data, sort_keys=False))
+    env = {k: v for k, v in os.environ.items() if k != "FAULTS_NO_SUCH_KEY"}
+    r = subprocess.run([sys.executable, "-m", "provisioner.cli", "backup", str(manifest)], capture_output=True,
+                       text=True, timeout=60, stdin=subprocess.DEVNULL, check=False,
+                       env={**env, "PATH": f"{folder / 'bin'}:{os.environ['PATH']}"})
+    assert (r.returncode, r.stdout, r.stderr) == (1, "", f"error: {said.format(folder=folder)}\n")
+    assert not called.exists()

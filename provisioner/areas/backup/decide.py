@@ -304,8 +304,10 @@ def read_key(b: Backup, environ: Mapping[str, str] | None = None) -> str:
         if info.st_mode & stat.S_IROTH:
             raise BackupConfigError(f"backup.key_file: {path} is readable by everyone; run chmod o-r {path}")
         value = path.read_text(encoding="utf-8").rstrip("\n")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BackupConfigError(f"backup.key_file: cannot read {path}: {exc}") from None
+    except OSError as exc:
+        raise BackupConfigError(f"backup.key_file: cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise BackupConfigError(f"backup.key_file: cannot read {path}: not UTF-8 text") from None
     if not value or "\n" in value:
         raise BackupConfigError(f"backup.key_file: {path} must hold one non-empty line")
     return value
