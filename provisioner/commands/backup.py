@@ -75,10 +75,12 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
             receive = _as_root(user, f"sh -c {shlex.quote(steps.upload_command())}")
             upload(targets[head], state.known_hosts, part, receive, timeout)
         res = execute(head, _as_root(user, steps.make_command(to, True)), timeout)
-        if res.error or res.rc != 0:
-            err.print(f"backup failed on {head}: {_why(res)}", style="red", markup=False, highlight=False)
+        names = res.stdout.strip().splitlines()
+        if res.error or res.rc != 0 or not names:  # the tool prints the backup's name last
+            why = _why(res) if res.error or res.rc != 0 else "the tool answered no backup name"
+            err.print(f"backup failed on {head}: {why}", style="red", markup=False, highlight=False)
             return 1
-        name = res.stdout.strip().splitlines()[-1]
+        name = names[-1]
         where = steps.describe(to if to is not None else steps.destination(m))
         if args.json:
             print(json.dumps({"backup": name, "destination": where, "head": head}, indent=2))

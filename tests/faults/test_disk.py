@@ -283,3 +283,36 @@ def test_the_heads_backup_tool_on_a_full_or_read_only_disk_names_the_file(
                                   ".clear/munge.tar.gz: File too large\n")}[where]
     assert r.stderr.startswith(said[0]) and r.stderr.endswith(said[1]), r.stderr
     assert list(dest.iterdir()) == [] and list((tmp_path / "staging").iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["full temporary folder", "read-only state directory"])
+def test_backup_on_a_full_disk_or_read_only_state_names_the_folder(write_cluster: Any, provision: Any,
+                                                                    tmp_path: Path, where: str) -> None:
+    """provision backup packs the state directory into the temporary folder, encrypted, before
+    any ssh: with no room there it said 'error: File too large' (no file); on a read-only state
+    directory it says so once. One line, exit 1, no ssh started, nothing left in TMPDIR."""
+    scratch, bin_dir = tmp_path / "tmp", tmp_path / "bin"
+    scratch.mkdir()
+    bin_dir.mkdir()
+    called = tmp_path / "ssh.called"
+    (bin_dir / "ssh").write_text(f"#!/bin/sh\necho \"$*\" >> {called}\n")
+    (bin_dir / "ssh").chmod(0o755)
+    manifest = write_cluster(slurm=True)
+    data = yaml.safe_load(manifest.read_text())
+    data["backup"] = {"destination": {"path": "/srv/backup"}, "key_env": "FAULTS_BACKUP_KEY"}
+    manifest.write_text(yaml.safe_dump(data, sort_keys=False))
+    state = manifest.parent / ".provision"
+    state.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch), "PATH": f"{bin_dir}:{os.environ['PATH']}",
+           "FAULTS_BACKUP_KEY": "correct horse battery staple"}
+    if where == "read-only state directory":
+        r = provision("backup", str(manifest), env=env, read_only=state, timeout=60)
+        assert r.stderr == (f"error: cannot set up the state directory {state}: {state}/runs: Read-only file system; "
+                            "choose another state directory with --state-dir\n"), r.said
+    else:
+        r = provision("backup", str(manifest), env=env, preexec=file_size_limit(100), timeout=60)
+        assert r.stderr.startswith(f"error: cannot pack {state} into {scratch}/provision-backup-"), r.said
+        assert r.stderr.endswith("/provision-state.tar.gz: File too large; set TMPDIR to a writable folder with "
+                                 "room\n") and r.stderr.count("\n") == 1, r.said
+    assert (r.returncode, r.stdout) == (1, "")
+    assert not called.exists() and list(scratch.iterdir()) == []

@@ -355,8 +355,15 @@ def pack_admin(m: Manifest, state_dir: Path, out: Path) -> None:
         finally:
             os.close(fd)
         clear = folder / "provision-state.tar.gz"
-        tool.tar_folder(state_dir, clear, ADMIN_SKIP)
-        tool.encrypt(clear, out, key_file, section(m).timeout_s)
+        try:
+            tool.tar_folder(state_dir, clear, ADMIN_SKIP)
+        except OSError as exc:  # a full temporary folder: tarfile's error names no file
+            raise BackupConfigError(f"cannot pack {state_dir} into {clear}: {exc.strerror or exc}; set TMPDIR to a "
+                                    "writable folder with room") from None
+        try:
+            tool.encrypt(clear, out, key_file, section(m).timeout_s)
+        except tool.BackupError as exc:
+            raise BackupConfigError(f"cannot encrypt the admin host's part into {out}: {exc}") from None
 
 
 def secret_values(state: StateDir) -> list[str]:
