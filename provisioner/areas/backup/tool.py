@@ -79,11 +79,10 @@ def _stop(signum: int, frame: object) -> None:
     raise Stopped(signum)
 
 
-def stop_on_signals() -> None:
-    """Turn the stop signals into :class:`Stopped`; one ignored at the start (nohup) stays so."""
-    for sig in STOP_SIGNALS:
-        if signal.getsignal(sig) is not signal.SIG_IGN:
-            signal.signal(sig, _stop)
+def stop_on_signals() -> dict[int, Any]:
+    """Turn the stop signals into :class:`Stopped`; one ignored at the start (nohup) stays so.
+    Returns the handlers it replaced (``main`` puts them back: tests call it in-process)."""
+    return {sig: signal.signal(sig, _stop) for sig in STOP_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN}
 
 
 def stop_when_the_reader_goes(fd: int = 1, every: float = 0.5) -> None:
@@ -560,9 +559,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--extra", action="append", default=[], metavar="NAME=FILE",
                         help="make: add this encrypted file as part NAME (moved into the backup)")
     args = parser.parse_args(argv)
-    stop_on_signals()
+    replaced = stop_on_signals()
     if argv is None:  # the command line, not a test calling main()
         stop_when_the_reader_goes()
+    try:
+        return _main(args)
+    finally:
+        for sig, handler in replaced.items():
+            signal.signal(sig, handler)
+
+
+def _main(args: argparse.Namespace) -> int:
     try:
         config = json.loads(args.config.read_text())
         if args.to:
