@@ -558,8 +558,9 @@ def test_a_signal_ends_the_ssh_of_backup_and_restore(processes_with: Callable[[s
     """provision backup stopped while it sends the admin host's encrypted part or while the
     head makes the backup, provision restore while the head restores: its ssh ends, 128 + the
     signal, one line, and nothing of it left in the temporary folder (the encrypted part, the
-    shared connections' folder). On the head the tool then stops too (its output's reader
-    went: test_a_signal_stops_the_heads_backup_tool_...). The ssh is a stand-in (contacts nothing)."""
+    shared connections' folder), and the line says what becomes of the head's work: the tool
+    there stops too (its output's reader went: test_a_signal_stops_the_heads_backup_tool_...).
+    The ssh is a stand-in (contacts nothing)."""
     marker = f"{90 + int(sig)}.{len(moment)}{os.getpid() % 1000:03d}"
     bin_dir, scratch = tmp_path / "bin", tmp_path / "tmp"
     bin_dir.mkdir()
@@ -592,5 +593,9 @@ def test_a_signal_ends_the_ssh_of_backup_and_restore(processes_with: Callable[[s
     leftovers = survivors(processes_with, marker)
     assert leftovers == []
     assert proc.returncode == 128 + sig, (out, err)
-    assert err == ("interrupted (Ctrl-C)\n" if sig == signal.SIGINT else f"interrupted by {sig.name}\n")
+    what = {"upload": "no backup was made",
+            "make": "the backup tool there stops at its next step and removes its staging files",
+            "restore": "the restore there stops at its next step, perhaps half done: run provision restore again "
+                       "(without --yes it shows the plan)"}[moment]
+    assert err == ("interrupted (Ctrl-C)" if sig == signal.SIGINT else f"interrupted by {sig.name}") + f": n1: {what}\n"
     assert listing(scratch) == []
