@@ -184,13 +184,13 @@ def test_image_prune_in_a_read_only_cache_names_the_file(write_cluster: Any, pro
 
 def test_a_read_only_state_directory_is_one_line_and_plan_still_reads(write_cluster: Any, provision: Any) -> None:
     """A state directory on a read-only file system: the verbs that must write there (the lock,
-    known_hosts) say so in one line that names it once ('X: X: Read-only file system' before);
+    known_hosts; resume too) say so in one line that names it once ('X: X: Read-only file system' before);
     plan, which writes nothing, still answers, and so do inventory's errors."""
     manifest = write_cluster(slurm=True)
     folder, state = manifest.parent, manifest.parent / ".provision"
     said = (f"error: cannot set up the state directory {state}: Read-only file system; "
             "choose another state directory with --state-dir\n")
-    for verb in (["apply", "--yes"], ["verify"], ["status"], ["drain", "n1"]):
+    for verb in (["apply", "--yes"], ["verify"], ["status"], ["drain", "n1"], ["resume", "n1"]):
         r = provision(verb[0], str(manifest), *verb[1:], read_only=folder, timeout=60)
         assert (r.returncode, r.stdout, r.stderr) == (1, "", said), (verb, r.said)
     r = provision("plan", str(manifest), "--json", "--offline", read_only=folder)
