@@ -279,7 +279,7 @@ def test_the_heads_backup_tool_on_a_full_or_read_only_disk_names_the_file(
     prefix = f"provision-backup: cannot copy the backup to {dest}: {dest}/provision-backup-faults-"
     said = {"read-only destination": (prefix, ".partial: Read-only file system\n"),
             "full destination": (prefix, ": No space left on device\n"),
-            "full staging disk": (f"provision-backup: cannot write {tmp_path}/staging/provision-backup-faults-",
+            "full staging disk": (f"provision-backup: cannot make {tmp_path}/staging/provision-backup-faults-",
                                   ".clear/munge.tar.gz: File too large\n")}[where]
     assert r.stderr.startswith(said[0]) and r.stderr.endswith(said[1]), r.stderr
     assert list(dest.iterdir()) == [] and list((tmp_path / "staging").iterdir()) == []

@@ -361,8 +361,8 @@ def make_part(part: Mapping[str, Any], work: Path, timeout: float) -> Path:
     out = work / str(part["file"])
     try:
         _make_part(part, out, work, timeout)
-    except OSError as exc:  # a full staging disk: say which file
-        raise BackupError(f"cannot write {out}: {said(exc)}") from None
+    except OSError as exc:  # a full staging disk, an unreadable source: say which part
+        raise BackupError(f"cannot make {out}: {said(exc)}") from None
     return out
 
 
