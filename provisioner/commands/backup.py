@@ -6,10 +6,12 @@ before it leaves this machine."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shlex
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from rich.console import Console
@@ -17,6 +19,7 @@ from rich.console import Console
 from provisioner.areas import registry
 from provisioner.commands.common import guarded, load
 from provisioner.errors import ProvisionError
+from provisioner.interrupts import Interrupted
 from provisioner.nodecheck.check import Output
 from provisioner.runner import SshTarget
 from provisioner.state import StateDir
@@ -28,6 +31,16 @@ REFUSED = 2  # the tool's exit status for a restore it refused before changing a
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     with children_end_with_the_command():  # a signal ends every ssh first
         return _run(args, out, err)
+
+
+@contextlib.contextmanager
+def on_the_head(head: str, what: str) -> Iterator[None]:
+    """A signal while the head works: say what becomes of that work (the tool on the head
+    stops once its ssh is gone, docs/backup.md)."""
+    try:
+        yield
+    except Interrupted as exc:
+        raise Interrupted(exc.signum, f"{head}: {what}") from None
 
 
 def _as_root(user: str, text: str) -> str:
@@ -73,19 +86,25 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
             part = Path(tmp) / "provision-state.tar.gz.enc"
             steps.pack_admin(m, state.root, part)
             receive = _as_root(user, f"sh -c {shlex.quote(steps.upload_command())}")
-            upload(targets[head], state.known_hosts, part, receive, timeout)
-        res = execute(head, _as_root(user, steps.make_command(to, True)), timeout)
-        if res.error or res.rc != 0:
-            err.print(f"backup failed on {head}: {_why(res)}", style="red", markup=False, highlight=False)
+            with on_the_head(head, "no backup was made"):
+                upload(targets[head], state.known_hosts, part, receive, timeout)
+        with on_the_head(head, "the backup tool there stops at its next step and removes its staging files"):
+            res = execute(head, _as_root(user, steps.make_command(to, True)), timeout)
+        names = res.stdout.strip().splitlines()
+        if res.error or res.rc != 0 or not names:  # the tool prints the backup's name last
+            why = _why(res) if res.error or res.rc != 0 else "the tool answered no backup name"
+            err.print(f"backup failed on {head}: {why}", style="red", markup=False, highlight=False)
             return 1
-        name = res.stdout.strip().splitlines()[-1]
+        name = names[-1]
         where = steps.describe(to if to is not None else steps.destination(m))
         if args.json:
             print(json.dumps({"backup": name, "destination": where, "head": head}, indent=2))
         else:
             out.print(f"{name}: made on {head}, at {where}", markup=False, highlight=False)
         return 0
-    res = execute(head, _as_root(user, steps.restore_command(args.from_, args.yes, to)), timeout)
+    with on_the_head(head, "the restore there stops at its next step, perhaps half done: run provision restore "
+                           "again (without --yes it shows the plan)"):
+        res = execute(head, _as_root(user, steps.restore_command(args.from_, args.yes, to)), timeout)
     lines = res.stdout.splitlines()
     refused = res.rc == REFUSED and not res.error
     ok = not res.error and res.rc == 0

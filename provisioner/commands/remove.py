@@ -13,6 +13,7 @@ from provisioner.apply import ApplyOptions, Ran, apply, mark_removed
 from provisioner.commands.common import guarded, load, split_selectors
 from provisioner.drain import Drained, drain_node
 from provisioner.errors import ProvisionError
+from provisioner.interrupts import Interrupted
 from provisioner.manifest.ranges import RangeError, expand_all
 from provisioner.remove import DRAIN_REASON, removal_problems
 from provisioner.state import StateDir
@@ -94,11 +95,17 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
         if args.json:
             print(json.dumps(report(m.cluster.name, nodes, drains, ran, removed=False), indent=2))
         return rc
-    with state.lock("remove"):
-        st = state.load_for(m.cluster.name)
-        for node in nodes:
-            mark_removed(st, node)
-        state.save(st)
+    try:
+        with state.lock("remove"):
+            st = state.load_for(m.cluster.name)
+            for node in nodes:
+                mark_removed(st, node)
+            state.save(st)
+    except Interrupted:
+        raise
+    except ProvisionError as exc:  # a full disk, a read-only state: the apply is done, the record is not
+        raise ProvisionError(f"{exc}; apply rendered the cluster's files without {', '.join(nodes)}, but the state "
+                             "still lists them: run remove again once the state can be written") from None
     out.print(f"removed: {', '.join(nodes)}", highlight=False, markup=False)
     if args.json:
         print(json.dumps(report(m.cluster.name, nodes, drains, ran, removed=True), indent=2))

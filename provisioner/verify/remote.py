@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from provisioner.errors import ProvisionError
 from provisioner.interrupts import Signals
 from provisioner.manifest.model import Manifest
 from provisioner.nodecheck.check import Output
@@ -154,7 +155,11 @@ def children_end_with_the_command() -> Iterator[None]:
     login each time, seconds on a busy or slow node (verify runs about 20 commands a node).
     The shared connections are closed on the way out."""
     CHILDREN.reopen()
-    CHILDREN.shared = Path(tempfile.mkdtemp(prefix="provision-ssh-"))
+    try:
+        CHILDREN.shared = Path(tempfile.mkdtemp(prefix="provision-ssh-"))
+    except OSError as exc:  # a full or read-only temporary folder: say what it was for
+        raise ProvisionError(f"cannot make the folder of the SSH connections: {exc.strerror or exc}; "
+                             "set TMPDIR to a writable folder with room") from None
     try:
         with Signals(on_signal=CHILDREN.on_signal) as signals:
             CHILDREN.signals = signals

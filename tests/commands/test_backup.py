@@ -116,3 +116,13 @@ def test_a_failed_restore_says_why(write_manifest: Any, kit: Any, monkeypatch: p
     assert main(["restore", str(path), "--from", NAME, "--yes", "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
     assert doc["restored"] is False and doc["refused"] is False and "cannot decrypt" in doc["detail"]
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl here")
+def test_a_head_that_answers_no_backup_name_is_a_failure_in_one_line(
+        write_manifest: Any, kit: Any, monkeypatch: pytest.MonkeyPatch, capsys: Capsys) -> None:
+    """A make that exited 0 and printed nothing was 'internal error: IndexError' (exit 70)."""
+    monkeypatch.setenv("TEST_BACKUP_KEY", KEY)
+    fake(monkeypatch, {" make ": Output(stdout="\n")})
+    assert main(["backup", str(write_manifest(_data(kit)))]) == 1
+    assert capsys.readouterr().err == "backup failed on head01: the tool answered no backup name\n"

@@ -3,12 +3,14 @@ the controller replaced by fakes)."""
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from provisioner import state as state_mod
 from provisioner.apply import ApplyOptions, Ran
 from provisioner.cli import main
 from provisioner.commands import remove as remove_cmd
@@ -143,3 +145,30 @@ def test_remove_in_json(manifest: Path, monkeypatch: pytest.MonkeyPatch, capsys:
     assert main(["remove", str(manifest), "node03", "--yes", "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
     assert doc["ok"] is False and doc["nodes"][0]["removed"] is False and doc["run"]["result"] == "failed"
+
+
+def test_a_full_disk_at_the_record_keeps_the_state_whole_and_says_what_to_do(
+        manifest: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capsys) -> None:
+    """remove's own write, after its apply: on a full disk the state stays as it was (no
+    temporary file, nothing half-recorded), the lock is freed, and the one line says that the
+    apply is done and the node still listed (before: only 'cannot write the state', as if
+    nothing had happened)."""
+    fakes(monkeypatch)
+    state = StateDir.beside(manifest)
+    before = state.state_file.read_bytes()
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(state_mod.os, "fsync", full)
+    assert main(["remove", str(manifest), "node03", "--yes"]) == 1
+    err = capsys.readouterr().err
+    assert err == (f"error: cannot write the state {state.state_file}: No space left on device; choose another "
+                   "state directory with --state-dir (or make this one writable); apply rendered the cluster's "
+                   "files without node03, but the state still lists them: run remove again once the state can "
+                   "be written\n")
+    assert state.state_file.read_bytes() == before
+    assert sorted(p.name for p in state.root.iterdir() if p.name.startswith(".")) == []
+    monkeypatch.undo()
+    with state.lock("test"):  # not left held
+        pass

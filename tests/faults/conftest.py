@@ -94,3 +94,35 @@ def provision() -> Callable[..., Cli]:
                            check=False)
         return Cli(r.returncode, r.stdout, r.stderr)
     return run
+
+
+
+@pytest.fixture
+def backup_tool() -> Path:
+    """The head's backup tool (provision-backup), run with this Python as the head runs it."""
+    return Path(__file__).resolve().parents[2] / "provisioner" / "areas" / "backup" / "tool.py"
+
+
+@pytest.fixture
+def backup_head(tmp_path: Path) -> tuple[dict[str, Any], Path]:
+    """The head tool's configuration for a head in ``tmp_path``: its munge key (encrypted in a
+    backup) and slurmctld's state, staged and backed up under ``tmp_path``; slurmctld is the
+    one unit a restore stops and starts (a ``systemctl`` stand-in on PATH takes that)."""
+    root = tmp_path / "head"
+    (root / "munge").mkdir(parents=True)
+    (root / "munge" / "munge.key").write_bytes(b"k" * 128)
+    (root / "state").mkdir()
+    (root / "state" / "job_state").write_bytes(b"jobs" * 100)
+    key = tmp_path / "backup.key"
+    key.write_text("correct horse battery staple\n")
+    key.chmod(0o400)
+    return {
+        "cluster": "faults", "staging": str(tmp_path / "staging"), "keep": 2, "key_file": str(key), "timeout_s": 60,
+        "destination": {"kind": "local", "path": str(tmp_path / "dest")},
+        "parts": [
+            {"name": "munge", "kind": "files", "path": str(root / "munge"), "file": "munge.tar.gz", "encrypt": True},
+            {"name": "slurmctld", "kind": "files", "path": str(root / "state"), "file": "slurmctld-state.tar.gz",
+             "encrypt": False},
+        ],
+        "services": {"stop": ["slurmctld"], "start": ["slurmctld"]},
+    }, root

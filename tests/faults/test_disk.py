@@ -16,6 +16,8 @@ import os
 import resource
 import shutil
 import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -182,13 +184,13 @@ def test_image_prune_in_a_read_only_cache_names_the_file(write_cluster: Any, pro
 
 def test_a_read_only_state_directory_is_one_line_and_plan_still_reads(write_cluster: Any, provision: Any) -> None:
     """A state directory on a read-only file system: the verbs that must write there (the lock,
-    known_hosts) say so in one line that names it once ('X: X: Read-only file system' before);
+    known_hosts; resume too) say so in one line that names it once ('X: X: Read-only file system' before);
     plan, which writes nothing, still answers, and so do inventory's errors."""
     manifest = write_cluster(slurm=True)
     folder, state = manifest.parent, manifest.parent / ".provision"
     said = (f"error: cannot set up the state directory {state}: Read-only file system; "
             "choose another state directory with --state-dir\n")
-    for verb in (["apply", "--yes"], ["verify"], ["status"], ["drain", "n1"]):
+    for verb in (["apply", "--yes"], ["verify"], ["status"], ["drain", "n1"], ["resume", "n1"]):
         r = provision(verb[0], str(manifest), *verb[1:], read_only=folder, timeout=60)
         assert (r.returncode, r.stdout, r.stderr) == (1, "", said), (verb, r.said)
     r = provision("plan", str(manifest), "--json", "--offline", read_only=folder)
@@ -198,3 +200,119 @@ def test_a_read_only_state_directory_is_one_line_and_plan_still_reads(write_clus
     assert (r.returncode, r.stdout) == (1, ""), r.said
     assert r.stderr == f"error: cannot write the inventory in {out}: {folder}/inventory: Read-only file system\n"
     assert sorted(p.name for p in folder.iterdir()) == ["cluster.yaml"]
+
+
+REMOVE_STATE = {"version": 1, "cluster": "faults", "nodes": {"n9": {"lifecycle": "configured"}}, "runs": []}
+
+
+@pytest.mark.parametrize(("slurm", "limit", "what"), [
+    (True, 0, "cannot make the folder of the SSH connections: No usable temporary directory found in [{tmp}, "
+              "...]; set TMPDIR to a writable folder with room"),  # the first file it writes anywhere
+    (False, 500, "cannot write the inventory in {state}/inventory: {state}/inventory/group_vars/all/baremetal.json: "
+                 "File too large"),
+    (True, None, "cannot set up the state directory {state}: {state}/runs: Read-only file system; choose another "
+                 "state directory with --state-dir"),  # before its drain: known_hosts
+    (False, None, "cannot set up the state directory {state}: {state}/runs: Read-only file system; choose another "
+                  "state directory with --state-dir"),  # its apply
+], ids=["full-tmp", "full-inventory", "read-only-slurm", "read-only"])
+def test_remove_on_a_full_disk_or_read_only_state_says_which_file(write_cluster: Any, provision: Any, tmp_path: Path,
+                                                                   slurm: bool, limit: int | None, what: str) -> None:
+    """remove shares the lock, the inventory and the state's writes with apply: on a full disk
+    or a read-only state directory it says which file in one line, exits 1, leaves no
+    temporary file, and the state still records the node as it was (nothing half-recorded).
+    (Its own record after a finished apply: tests/commands/test_remove.py.)"""
+    manifest = write_cluster(slurm=slurm)
+    state = manifest.parent / ".provision"
+    state.mkdir()
+    (state / "state.json").write_text(json.dumps(REMOVE_STATE))
+    before = (state / "state.json").read_bytes()
+    if limit is None:
+        r = provision("remove", str(manifest), "n9", "--yes", read_only=state, timeout=60)
+    else:
+        r = provision("remove", str(manifest), "n9", "--yes", preexec=file_size_limit(limit), timeout=60,
+                      env={**os.environ, "TMPDIR": str(tmp_path)})
+    said = "error: " + what.format(state=state, tmp=repr(str(tmp_path))) + "\n"
+    head, _, tail = said.partition("...")  # the rest of Python's list of temporary folders
+    assert r.returncode == 1 and r.stderr.startswith(head) and r.stderr.endswith(tail), r.said
+    assert r.stderr.count("\n") == 1 and (tail or r.stderr == said), r.said
+    assert "Traceback" not in r.said
+    assert (state / "state.json").read_bytes() == before
+    assert leftovers(state) == []
+
+
+def run_tool(tool: Path, argv: list[str], config: dict[str, Any], folder: Path, *,
+             preexec: Callable[[], None] | None = None, mount: str = "") -> subprocess.CompletedProcess[str]:
+    """The head's backup tool (provision-backup) on ``config``; ``mount``: the destination is
+    mounted so first, in a mount namespace of the tool's own (``ro``: read-only; a tmpfs's
+    options: a small disk of its own)."""
+    path = folder / "config.json"
+    path.write_text(json.dumps(config))
+    prefix: list[str] = []
+    if mount:
+        if shutil.which("unshare") is None or subprocess.run(["unshare", "-m", "true"], capture_output=True,
+                                                             timeout=30, check=False).returncode != 0:
+            pytest.skip("a mount of its own needs unshare -m (root)")
+        how = 'mount --bind -o ro "$0" "$0"' if mount == "ro" else f'mount -t tmpfs -o {mount} tmpfs "$0"'
+        prefix = ["unshare", "-m", "--propagation", "private", "sh", "-c", how + ' && exec "$@"',
+                  str(config["destination"]["path"])]
+    return subprocess.run([*prefix, sys.executable, str(tool), argv[0], str(path), *argv[1:]],
+                          capture_output=True, text=True, timeout=60, preexec_fn=preexec, check=False)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl here")
+@pytest.mark.parametrize("where", ["read-only destination", "full destination", "full staging disk"])
+def test_the_heads_backup_tool_on_a_full_or_read_only_disk_names_the_file(
+        backup_tool: Path, backup_head: tuple[dict[str, Any], Path], tmp_path: Path, where: str) -> None:
+    """provision-backup make on a read-only destination, a full one (a 12 KiB tmpfs: the
+    backup's fourth file does not fit) or a full staging disk: one line naming the file, exit
+    1, no partial copy at the destination, nothing left in the staging folder. Before, a full
+    disk said '[Errno 27] File too large' with no file, or copytree's list of every file."""
+    config, _ = backup_head
+    dest = Path(config["destination"]["path"])
+    dest.mkdir()
+    if where == "full staging disk":
+        r = run_tool(backup_tool, ["make"], config, tmp_path, preexec=file_size_limit(100))
+    else:
+        mount = "ro" if where.startswith("read-only") else "size=12k"
+        r = run_tool(backup_tool, ["make"], config, tmp_path, mount=mount)
+    assert r.returncode == 1 and r.stdout == "" and r.stderr.count("\n") == 1, r
+    prefix = f"provision-backup: cannot copy the backup to {dest}: {dest}/provision-backup-faults-"
+    said = {"read-only destination": (prefix, ".partial: Read-only file system\n"),
+            "full destination": (prefix, ": No space left on device\n"),
+            "full staging disk": (f"provision-backup: cannot make {tmp_path}/staging/provision-backup-faults-",
+                                  ".clear/munge.tar.gz: File too large\n")}[where]
+    assert r.stderr.startswith(said[0]) and r.stderr.endswith(said[1]), r.stderr
+    assert list(dest.iterdir()) == [] and list((tmp_path / "staging").iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["full temporary folder", "read-only state directory"])
+def test_backup_on_a_full_disk_or_read_only_state_names_the_folder(write_cluster: Any, provision: Any,
+                                                                    tmp_path: Path, where: str) -> None:
+    """provision backup packs the state directory into the temporary folder, encrypted, before
+    any ssh: with no room there it said 'error: File too large' (no file); on a read-only state
+    directory it says so once. One line, exit 1, no ssh started, nothing left in TMPDIR."""
+    scratch, bin_dir = tmp_path / "tmp", tmp_path / "bin"
+    scratch.mkdir()
+    bin_dir.mkdir()
+    called = tmp_path / "ssh.called"
+    (bin_dir / "ssh").write_text(f"#!/bin/sh\necho \"$*\" >> {called}\n")
+    (bin_dir / "ssh").chmod(0o755)
+    manifest = write_cluster(slurm=True)
+    data = yaml.safe_load(manifest.read_text())
+    data["backup"] = {"destination": {"path": "/srv/backup"}, "key_env": "FAULTS_BACKUP_KEY"}
+    manifest.write_text(yaml.safe_dump(data, sort_keys=False))
+    state = manifest.parent / ".provision"
+    state.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch), "PATH": f"{bin_dir}:{os.environ['PATH']}",
+           "FAULTS_BACKUP_KEY": "correct horse battery staple"}
+    if where == "read-only state directory":
+        r = provision("backup", str(manifest), env=env, read_only=state, timeout=60)
+        assert r.stderr == (f"error: cannot set up the state directory {state}: {state}/runs: Read-only file system; "
+                            "choose another state directory with --state-dir\n"), r.said
+    else:
+        r = provision("backup", str(manifest), env=env, preexec=file_size_limit(100), timeout=60)
+        assert r.stderr.startswith(f"error: cannot pack {state} into {scratch}/provision-backup-"), r.said
+        assert r.stderr.endswith("/provision-state.tar.gz: File too large; set TMPDIR to a writable folder with "
+                                 "room\n") and r.stderr.count("\n") == 1, r.said
+    assert (r.returncode, r.stdout) == (1, "")
+    assert not called.exists() and list(scratch.iterdir()) == []

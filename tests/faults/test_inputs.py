@@ -7,13 +7,17 @@ line and exit 1, never a hang or a traceback.
 
 from __future__ import annotations
 
+import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 
 from provisioner.manifest.source import MAX_MANIFEST_BYTES, READ_TIMEOUT
@@ -117,3 +121,68 @@ def test_a_manifest_at_the_size_cap_validates_in_seconds_and_one_past_it_is_refu
     path.write_text(text + "#" * (MAX_MANIFEST_BYTES + 1 - len(text.encode())))
     rc, said, cpu, _ = measured("validate", str(path), bound=60)
     assert (rc, said) == (1, f"{path}: file is too large for a manifest (over 2 MiB)\n") and cpu < 5
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl here")
+@pytest.mark.parametrize(("corrupt", "said"), [
+    (b"\xff\xfe\x00garbage\n", "refused, its SHA256SUMS is not text (corrupted?)"),
+    (b"0123  munge.tar.gz.enc\n", "refused, SHA256SUMS line 1 is not '<sha256>  <file>': '0123  munge.tar.gz.enc'"),
+    (b"", "refused, the backup does not match its checksums: backup.json: not in SHA256SUMS; munge.tar.gz.enc: "
+          "not in SHA256SUMS; slurmctld-state.tar.gz: not in SHA256SUMS"),
+], ids=["not-text", "bad-line", "empty"])
+def test_a_corrupted_sha256sums_is_refused_in_one_line_and_changes_nothing(
+        backup_tool: Path, backup_head: tuple[dict[str, Any], Path], tmp_path: Path, corrupt: bytes,
+        said: str) -> None:
+    """restore and check of a backup whose SHA256SUMS was corrupted: refused (exit 2) in one line
+    naming the backup, before anything on the head changed. Bytes that are not UTF-8 were 'exit
+    1, utf-8 codec can't decode ...' without the file; a bad line named no backup."""
+    config, root = backup_head
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    tool = [sys.executable, str(backup_tool)]
+    name = subprocess.run([*tool, "make", str(path)], capture_output=True, text=True, timeout=60,
+                          check=True).stdout.strip()
+    folder = Path(config["destination"]["path"]) / name
+    (folder / "SHA256SUMS").write_bytes(corrupt)
+    (root / "munge" / "munge.key").write_bytes(b"new key")
+    for argv in (["restore", str(path), name, "--yes"], ["check", str(path), name]):
+        r = subprocess.run([*tool, *argv], capture_output=True, text=True, timeout=60, check=False,
+                           env={**os.environ, "PATH": "/nonexistent"})  # no systemctl: nothing could change
+        assert (r.returncode, r.stdout, r.stderr) == (2, "", f"provision-backup: {folder}: {said}\n"), argv
+    assert (root / "munge" / "munge.key").read_bytes() == b"new key"
+    assert list((tmp_path / "staging").iterdir()) == []
+
+
+@pytest.mark.parametrize(("key", "said"), [
+    ({"key_env": "FAULTS_NO_SUCH_KEY"}, "backup.key_env: environment variable FAULTS_NO_SUCH_KEY is empty or unset"),
+    ({"key_file": "{folder}/missing"}, "backup.key_file: cannot read {folder}/missing: No such file or directory"),
+    ({"key_file": "{folder}"}, "backup.key_file: {folder} is not a regular file"),
+    ({"key_file": "{folder}/binary"}, "backup.key_file: cannot read {folder}/binary: not UTF-8 text"),
+    ({"key_file": "{folder}/everyone"}, "backup.key_file: {folder}/everyone is readable by everyone; run chmod o-r "
+                                        "{folder}/everyone"),
+], ids=["env-unset", "file-missing", "file-is-a-folder", "file-not-text", "file-world-readable"])
+def test_backup_without_a_usable_passphrase_is_one_line_and_contacts_nothing(
+        write_cluster: Any, tmp_path: Path, key: dict[str, str], said: str) -> None:
+    """provision backup whose passphrase cannot be read: one line naming the field and where it
+    looked (never a value), exit 1, before any ssh (a stand-in that records being called).
+    A missing or binary key file said Python's '[Errno 2] ...: PATH' (the path twice) or
+    "'utf-8' codec can't decode byte 0xff ..."."""
+    folder = tmp_path / "keys"
+    (folder / "bin").mkdir(parents=True)
+    (folder / "binary").write_bytes(b"\xff" * 20)
+    (folder / "binary").chmod(0o600)
+    (folder / "everyone").write_text("correct horse battery staple\n")
+    (folder / "everyone").chmod(0o644)
+    called = folder / "ssh.called"
+    (folder / "bin" / "ssh").write_text(f"#!/bin/sh\necho \"$*\" >> {called}\n")
+    (folder / "bin" / "ssh").chmod(0o755)
+    manifest: Path = write_cluster(slurm=True)
+    data = yaml.safe_load(manifest.read_text())
+    data["backup"] = {"destination": {"path": "/srv/backup"}, **{k: v.format(folder=folder) for k, v in key.items()}}
+    manifest.write_text(yaml.safe_dump(data, sort_keys=False))
+    env = {k: v for k, v in os.environ.items() if k != "FAULTS_NO_SUCH_KEY"}
+    r = subprocess.run([sys.executable, "-m", "provisioner.cli", "backup", str(manifest)], capture_output=True,
+                       text=True, timeout=60, stdin=subprocess.DEVNULL, check=False,
+                       env={**env, "PATH": f"{folder / 'bin'}:{os.environ['PATH']}"})
+    assert (r.returncode, r.stdout, r.stderr) == (1, "", f"error: {said.format(folder=folder)}\n")
+    assert not called.exists()

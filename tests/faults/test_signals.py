@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -381,3 +382,220 @@ def test_a_signal_during_an_image_build_keeps_no_half_written_image(
     assert [n for n in names if n.startswith(".")] == []  # no partial tarball, proof tree or link being made
     assert [n for n in names if n.endswith(".proof.json")] == []
     assert len(published) == (2 if moment == "proof" else 0), names  # the image and its link: whole, not proven
+
+
+def recorded_node(manifest: Path, name: str, lifecycle: str = "configured") -> Path:
+    """The state of a cluster that still records ``name``, a node its manifest no longer lists."""
+    state = manifest.parent / ".provision"
+    state.mkdir()
+    (state / "state.json").write_text(json.dumps({"version": 1, "cluster": "faults", "nodes": {
+        name: {"lifecycle": lifecycle}}, "runs": []}))
+    return state
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_a_signal_while_remove_applies_records_the_run_and_not_the_removal(
+        processes_with: Callable[[str], list[int]], write_cluster: Any, tmp_path: Path, sig: signal.Signals) -> None:
+    """remove past its drain, while its apply re-renders the remaining nodes' files (here: its
+    login probe of n1): 128 + the signal, one line, no ssh left, the apply's run recorded as
+    interrupted, the node not recorded removed (a remove run again finishes it), the lock free."""
+    marker = f"{70 + int(sig)}.7{os.getpid() % 1000:03d}"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    ssh_stand_in(bin_dir, marker, "apply")  # the drain's scontrol and squeue answer at once: no jobs
+    sshd = FakeSshServer(new_host_key()).start()
+    manifest: Path = write_cluster(slurm=True, port=sshd.port)
+    state = recorded_node(manifest, "n9")
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    proc = subprocess.Popen([sys.executable, "-m", "provisioner.cli", "remove", str(manifest), "n9", "--yes"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                            env=env, start_new_session=True)
+    try:
+        wait_for(lambda: bool(processes_with(f"sleep {marker}")), proc, "never reached the apply")
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        sshd.stop()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    leftovers = survivors(processes_with, marker)
+    assert leftovers == []
+    assert "n9: drained, no jobs" in out, out
+    assert proc.returncode == 128 + sig, (out, err)
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert err.startswith("interrupted (Ctrl-C)" if sig == signal.SIGINT else f"interrupted by {sig.name}"), err
+    recorded = json.loads((state / "state.json").read_text())
+    assert (recorded["nodes"]["n9"]["lifecycle"], recorded["nodes"]["n9"]["removed_at"]) == ("configured", None)
+    assert [(r["command"], r["result"], bool(r["finished"])) for r in recorded["runs"]] == [
+        ("apply", "interrupted", True)]
+    assert [p.name for p in state.iterdir() if p.name.startswith(".")] == []  # no temporary file
+    with (state / "lock").open("r+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` and its bytes (to show that nothing changed)."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def listing(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+def backup_stand_ins(bin_dir: Path, marker: str, moment: str) -> Path:
+    """``systemctl`` that records its calls in the returned file, and where ``moment`` asks, waits
+    (``sleep MARKER``): ``restore-decrypt``: openssl decrypting (before the restore's first
+    step), ``restore-start``: systemctl starting the unit again (after every part was put back)."""
+    calls = bin_dir / "systemctl.calls"
+    wait = 'start) exec sleep {m};;' if moment == "restore-start" else ""
+    (bin_dir / "systemctl").write_text(f'#!/bin/sh\necho "$*" >> {calls}\ncase "$1" in {wait.format(m=marker)} esac\n')
+    real = shutil.which("openssl")
+    if moment == "restore-decrypt":
+        (bin_dir / "openssl").write_text(f'#!/bin/sh\ncase "$*" in *" -d "*) exec sleep {marker};; esac\n'
+                                         f'exec {real} "$@"\n')
+    for name in ("systemctl", "openssl"):
+        if (bin_dir / name).exists():
+            (bin_dir / name).chmod(0o755)
+    return calls
+
+
+def tool_at(moment: str, marker: str, tool: Path, head: tuple[dict[str, Any], Path],
+            tmp_path: Path) -> tuple[list[str], dict[str, str], Path]:
+    """The head tool's command line that waits at ``moment`` (``sleep MARKER``), its
+    environment (the stand-ins first on PATH) and the stand-in systemctl's record of calls.
+    For a restore, a backup is made first and the head's munge key changed since."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    config, root = head
+    calls = backup_stand_ins(bin_dir, marker, moment)
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    path = tmp_path / "config.json"
+    if moment == "make":  # the database part's dump waits
+        (bin_dir / "mysqldump").write_text(f"#!/bin/sh\nexec sleep {marker}\n")
+        (bin_dir / "mysqldump").chmod(0o755)
+        config["parts"].append({"name": "slurmdbd", "kind": "database", "database": "slurm_acct_db",
+                                "file": "slurmdbd.sql.gz", "encrypt": False})
+        path.write_text(json.dumps(config))
+        return [sys.executable, str(tool), "make", str(path)], env, calls
+    path.write_text(json.dumps(config))
+    made = subprocess.run([sys.executable, str(tool), "make", str(path)], capture_output=True, text=True, timeout=60,
+                          check=True)
+    (root / "munge" / "munge.key").write_bytes(b"new key")  # what a restore would overwrite
+    return [sys.executable, str(tool), "restore", str(path), made.stdout.strip(), "--yes"], env, calls
+
+
+TOOL_SAID = {"make": "no backup was made; its staging files were removed",
+             "restore-decrypt": "nothing changed",
+             "restore-start": "after stop slurmctld, munge restored, slurmctld restored of the plan; run the restore "
+                              "again with --yes"}
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl here")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, None],
+                         ids=lambda s: s.name if s else "reader-gone")
+@pytest.mark.parametrize("moment", ["make", "restore-decrypt", "restore-start"])
+def test_a_signal_stops_the_heads_backup_tool_in_one_line_and_leaves_nothing_half_made(
+        processes_with: Callable[[str], list[int]], backup_tool: Path, backup_head: tuple[dict[str, Any], Path],
+        tmp_path: Path, moment: str, sig: signal.Signals | None) -> None:
+    """The head's tool (provision-backup) stopped while it dumps the database (make), while it
+    decrypts the backup's parts (restore, before its first step) or while it starts the units
+    again (restore, after the parts were put back): 128 + the signal, one line that says what
+    was done, no child left, no partial copy at the destination, no staging file left (the
+    munge key decrypted, the backup in clear: Python died without its clean-up before), and a
+    restore stopped before its first step changed nothing. ``reader-gone``: the reader of its
+    output goes (ssh does not signal a remote command when `provision restore` is stopped and
+    its ssh ends; the restore went on): as SIGHUP."""
+    marker = f"{80 + int(sig or 0)}.{len(moment)}{os.getpid() % 1000:03d}"
+    _, root = backup_head
+    argv, env, calls = tool_at(moment, marker, backup_tool, backup_head, tmp_path)
+    before, backups = tree(root), listing(tmp_path / "dest")
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    try:
+        wait_for(lambda: bool(processes_with(f"sleep {marker}")), proc, f"never reached the {moment}")
+        if sig is None:
+            assert proc.stdout is not None
+            proc.stdout.close()
+        else:
+            proc.send_signal(sig)
+        proc.wait(timeout=30)
+        err = proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    leftovers = survivors(processes_with, marker)
+    assert leftovers == []
+    stopped_by = sig or signal.SIGHUP
+    assert proc.returncode == 128 + stopped_by, err
+    assert err == f"provision-backup: stopped by {stopped_by.name}: {TOOL_SAID[moment]}\n"
+    assert listing(tmp_path / "staging") == []
+    assert listing(tmp_path / "dest") == backups  # none partial, none added
+    if moment == "restore-decrypt":
+        assert tree(root) == before and not calls.exists()
+    if moment == "restore-start":
+        assert (root / "munge" / "munge.key").read_bytes() == b"k" * 128
+        assert calls.read_text() == "stop slurmctld\nstart slurmctld\n"
+
+
+BACKUP_KEY_ENV = "FAULTS_BACKUP_KEY"
+
+
+def with_backup(manifest: Path, **key: str) -> None:
+    """A backup section (a folder on the head; the passphrase from ``key``, else from
+    FAULTS_BACKUP_KEY) in the cluster's manifest."""
+    data = yaml.safe_load(manifest.read_text())
+    data["backup"] = {"destination": {"path": "/srv/backup"}, **(key or {"key_env": BACKUP_KEY_ENV})}
+    manifest.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl here")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+@pytest.mark.parametrize("moment", ["upload", "make", "restore"])
+def test_a_signal_ends_the_ssh_of_backup_and_restore(processes_with: Callable[[str], list[int]], write_cluster: Any,
+                                                     tmp_path: Path, moment: str, sig: signal.Signals) -> None:
+    """provision backup stopped while it sends the admin host's encrypted part or while the
+    head makes the backup, provision restore while the head restores: its ssh ends, 128 + the
+    signal, one line, and nothing of it left in the temporary folder (the encrypted part, the
+    shared connections' folder), and the line says what becomes of the head's work: the tool
+    there stops too (its output's reader went: test_a_signal_stops_the_heads_backup_tool_...).
+    The ssh is a stand-in (contacts nothing)."""
+    marker = f"{90 + int(sig)}.{len(moment)}{os.getpid() % 1000:03d}"
+    bin_dir, scratch = tmp_path / "bin", tmp_path / "tmp"
+    bin_dir.mkdir()
+    scratch.mkdir()
+    upload = f"exec sleep {marker}" if moment == "upload" else "cat > /dev/null; exit 0"
+    (bin_dir / "ssh").write_text("#!/bin/sh\n"
+                                 'case "$*" in\n'
+                                 f'  *"cat > "*) {upload};;\n'
+                                 f'  *"provision-backup {moment}"*) exec sleep {marker};;\n'
+                                 "  *) exit 0;;\n"
+                                 "esac\n")
+    (bin_dir / "ssh").chmod(0o755)
+    manifest: Path = write_cluster(slurm=True)
+    with_backup(manifest)
+    verb = ["restore", str(manifest), "--from", "provision-backup-faults-20261127T023005Z", "--yes"] \
+        if moment == "restore" else ["backup", str(manifest)]
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", TMPDIR=str(scratch),
+               **{BACKUP_KEY_ENV: "correct horse battery staple"})
+    proc = subprocess.Popen([sys.executable, "-m", "provisioner.cli", *verb],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                            env=env, start_new_session=True)
+    try:
+        wait_for(lambda: bool(processes_with(f"sleep {marker}")), proc, f"never reached the {moment}", step=0.1)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    leftovers = survivors(processes_with, marker)
+    assert leftovers == []
+    assert proc.returncode == 128 + sig, (out, err)
+    what = {"upload": "no backup was made",
+            "make": "the backup tool there stops at its next step and removes its staging files",
+            "restore": "the restore there stops at its next step, perhaps half done: run provision restore again "
+                       "(without --yes it shows the plan)"}[moment]
+    assert err == ("interrupted (Ctrl-C)" if sig == signal.SIGINT else f"interrupted by {sig.name}") + f": n1: {what}\n"
+    assert listing(scratch) == []

@@ -1,7 +1,9 @@
 """Verify the monitoring scenario: Prometheus really scrapes every node's node_exporter (every
 target up == 1 through its HTTP API), our collectors' series arrive (Slurm nodes of this
 scenario, the GPUs of gpu01), a stopped node_exporter makes NodeDown reach Alertmanager and the
-webhook receiver, and the unreachable repositories were skipped, not pretended.
+webhook receiver, the unreachable repositories were skipped, not pretended, and no secret of
+the monitoring area reached the converge's -vvv log, the inventory, the state directory
+outside secrets/ or the nodes' journals.
 
 Queries go to the head's Prometheus and Alertmanager on its loopback (curl inside the head).
 Every wait is bounded.
@@ -9,11 +11,13 @@ Every wait is bounded.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import time
 import urllib.parse
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -175,3 +179,34 @@ def test_an_idle_job_is_mailed_to_its_user_with_the_receivers_login() -> None:
     assert mail["from"] == "alertmanager@cluster.test"
     assert mail["auth"] == ["alertmanager", os.environ["MONITORING_TEST_SMTP_PASSWORD"]]
     assert "To: alice@cluster.test" in mail["data"]
+
+
+def test_no_monitoring_secret_in_the_converge_log_inventory_state_or_journals() -> None:
+    """Issue 27: the receivers' SMTP password and webhook URL (from the environment) and every
+    secret apply's prepare step wrote (secrets/monitoring/: those two, Grafana's password) are
+    in none of: converge's and idempotence's -vvv output (ANSIBLE_LOG_PATH, molecule.yml:
+    every module's arguments and results), the inventory, the state directory outside
+    secrets/, and the lines in which the nodes' journals log Ansible modules' arguments; raw,
+    base64 or hex."""
+    ephemeral = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"])
+    state = ephemeral / "state"
+    values = {os.environ["MONITORING_TEST_SMTP_PASSWORD"], os.environ["MONITORING_TEST_WEBHOOK_URL"]}
+    prepared = {p.read_text().strip() for p in (state / "secrets" / "monitoring").iterdir() if p.is_file()}
+    assert values <= prepared and len(prepared) >= 3, prepared  # the needles are the real ones
+    needles = {f"{v[:6]}... {form}": blob for v in prepared for form, blob in (
+        ("raw", v.encode()), ("base64", base64.b64encode(v.encode())), ("hex", v.encode().hex().encode()))}
+    log = (ephemeral / "ansible.log").read_bytes()
+    assert b"Render alertmanager.yml" in log and b"module_args" in log  # the converge, at -vvv
+    found = [f"{form} in the converge log" for form, blob in needles.items() if blob in log]
+    inventory_dir = Path(INVENTORY).parent
+    files = [p for p in inventory_dir.rglob("*") if p.is_file()]
+    files += [p for p in state.rglob("*") if p.is_file() and "secrets" not in p.relative_to(state).parts]
+    found += [f"{form} in {p}" for p in files for form, blob in needles.items() if blob in p.read_bytes()]
+    invocations = 0
+    for node in NODES:
+        host = testinfra.get_host(f"ansible://{node}", ansible_inventory=INVENTORY)
+        journal = host.check_output("journalctl --no-pager -o cat | grep -F 'Invoked with' || true").encode()
+        invocations += journal.count(b"Invoked with")
+        found += [f"{form} in {node}'s journal" for form, blob in needles.items() if blob in journal]
+    assert invocations > 0  # Ansible's modules logged their arguments there: the scan read them
+    assert found == [], found

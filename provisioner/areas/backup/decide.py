@@ -335,8 +335,10 @@ def read_key(b: Backup, environ: Mapping[str, str] | None = None) -> str:
         if info.st_mode & stat.S_IROTH:
             raise BackupConfigError(f"backup.key_file: {path} is readable by everyone; run chmod o-r {path}")
         value = path.read_text(encoding="utf-8").rstrip("\n")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BackupConfigError(f"backup.key_file: cannot read {path}: {exc}") from None
+    except OSError as exc:
+        raise BackupConfigError(f"backup.key_file: cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise BackupConfigError(f"backup.key_file: cannot read {path}: not UTF-8 text") from None
     if not value or "\n" in value:
         raise BackupConfigError(f"backup.key_file: {path} must hold one non-empty line")
     return value
@@ -384,8 +386,15 @@ def pack_admin(m: Manifest, state_dir: Path, out: Path) -> None:
         finally:
             os.close(fd)
         clear = folder / "provision-state.tar.gz"
-        tool.tar_folder(state_dir, clear, ADMIN_SKIP)
-        tool.encrypt(clear, out, key_file, section(m).timeout_s)
+        try:
+            tool.tar_folder(state_dir, clear, ADMIN_SKIP)
+        except OSError as exc:  # a full temporary folder: tarfile's error names no file
+            raise BackupConfigError(f"cannot pack {state_dir} into {clear}: {exc.strerror or exc}; set TMPDIR to a "
+                                    "writable folder with room") from None
+        try:
+            tool.encrypt(clear, out, key_file, section(m).timeout_s)
+        except tool.BackupError as exc:
+            raise BackupConfigError(f"cannot encrypt the admin host's part into {out}: {exc}") from None
 
 
 def secret_values(state: StateDir) -> list[str]:

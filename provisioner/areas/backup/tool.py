@@ -12,7 +12,9 @@ staging folder: they are never in clear at the destination.
 
 Commands: ``make``, ``list``, ``newest`` (for verify), ``restore NAME --yes`` (without
 ``--yes`` it shows what it would overwrite and changes nothing). Exit 0: done; 1: failed;
-2: refused (checksums that do not match, no ``--yes``).
+2: refused (checksums that do not match, no ``--yes``); 128 + the signal: stopped by SIGINT,
+SIGTERM or SIGHUP, after removing its staging files and its partial copy (a restore says
+whether it had changed anything yet).
 """
 
 from __future__ import annotations
@@ -25,11 +27,15 @@ import hashlib
 import json
 import os
 import re
+import select
 import shutil
+import signal
 import sqlite3
+import stat
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -54,6 +60,53 @@ class BackupError(Exception):
 
 class Refused(BackupError):
     """A restore refused before it changed anything."""
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Stopped(BaseException):
+    """SIGINT, SIGTERM or SIGHUP: raised in the main thread, so that every ``finally`` removes
+    what this run made (a child process it waited for is killed by ``subprocess.run``). Not
+    an Exception, as KeyboardInterrupt is not: no ``except`` for a failed step takes it."""
+
+    def __init__(self, signum: int, detail: str = "") -> None:
+        self.signum = signum
+        self.detail = detail
+        super().__init__(f"stopped by {signal.Signals(signum).name}" + (f": {detail}" if detail else ""))
+
+
+def _stop(signum: int, frame: object) -> None:
+    for sig in STOP_SIGNALS:  # a second signal must not break off the clean-up
+        signal.signal(sig, signal.SIG_IGN)
+    raise Stopped(signum)
+
+
+def stop_on_signals() -> dict[int, Any]:
+    """Turn the stop signals into :class:`Stopped`; one ignored at the start (nohup) stays so.
+    Returns the handlers it replaced (``main`` puts them back: tests call it in-process)."""
+    return {sig: signal.signal(sig, _stop) for sig in STOP_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN}
+
+
+def stop_when_the_reader_goes(fd: int = 1, every: float = 0.5) -> None:
+    """When this tool's output is a pipe and its reader goes (``provision backup``/``restore``
+    interrupted: its ssh ended, sshd closed the session's pipes), stop as on SIGHUP. ssh does
+    not signal a remote command without a terminal, so a restore went on after the operator's
+    Ctrl-C. (From the timer the output is the journal's socket: nothing to watch.)"""
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return
+    except OSError:
+        return
+
+    def watch() -> None:
+        poll = select.poll()
+        poll.register(fd, 0)  # no event asked: poll reports POLLERR once the pipe has no reader
+        while not any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poll.poll(every * 1000)):
+            pass
+        os.kill(os.getpid(), signal.SIGHUP)
+
+    threading.Thread(target=watch, daemon=True, name="reader-watch").start()
 
 
 # ------------------------------------------------------------------ names and retention (pure)
@@ -140,7 +193,13 @@ def check_folder(folder: Path) -> None:
     sums_file = folder / SUMS
     if not sums_file.is_file():
         raise Refused(f"{folder}: no {SUMS}; not a complete backup")
-    problems = mismatches(parse_sums(sums_file.read_text()), folder_sums(folder))
+    try:
+        recorded = parse_sums(sums_file.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:  # a corrupted file is a refusal naming it, not a failure naming a codec
+        raise Refused(f"{folder}: refused, its {SUMS} is not text (corrupted?)") from None
+    except Refused as exc:
+        raise Refused(f"{folder}: refused, {exc}") from None
+    problems = mismatches(recorded, folder_sums(folder))
     if problems:
         raise Refused(f"{folder}: refused, the backup does not match its checksums: " + "; ".join(problems))
 
@@ -261,10 +320,21 @@ class Destination:
         """Copy ``folder`` in as ``name``: as ``name.partial`` first, renamed once complete."""
         if not self.remote:
             root = Path(self.path)
-            root.mkdir(parents=True, exist_ok=True)
             partial = root / (name + PARTIAL)
-            shutil.copytree(folder, partial)
-            partial.rename(root / name)
+            try:
+                root.mkdir(parents=True, exist_ok=True)
+                shutil.copytree(folder, partial)
+                partial.rename(root / name)
+            except BaseException as exc:  # a full or read-only destination, a signal: no partial copy left
+                shutil.rmtree(partial, ignore_errors=True)
+                if isinstance(exc, shutil.Error):  # copytree's list of (source, target, why)
+                    _, target, why = exc.args[0][0]  # why: str(OSError), "[Errno 28] No space left...: 'src' -> 'dst'"
+                    found = re.match(r"\[Errno \d+\] ([^:]+)", str(why))
+                    raise BackupError(f"cannot copy the backup to {root}: {target}: "
+                                      f"{found.group(1) if found else why}") from None
+                if isinstance(exc, OSError):
+                    raise BackupError(f"cannot copy the backup to {root}: {said(exc)}") from None
+                raise
             return
         run([*self._ssh(), f"mkdir -p -- '{self.path}'"], self.timeout)
         run([*self._scp(), str(folder), self._target(name + PARTIAL)], self.timeout)
@@ -291,8 +361,21 @@ class Destination:
 # ------------------------------------------------------------------ making a backup
 def make_part(part: Mapping[str, Any], work: Path, timeout: float) -> Path:
     """One part in clear in the (root-only) work folder; returns its file."""
-    kind = part["kind"]
     out = work / str(part["file"])
+    try:
+        _make_part(part, out, work, timeout)
+    except OSError as exc:  # a full staging disk, an unreadable source: say which part
+        raise BackupError(f"cannot make {out}: {said(exc)}") from None
+    return out
+
+
+def said(exc: OSError) -> str:
+    """An OSError in words, with its file when it names one."""
+    return f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else (exc.strerror or str(exc))
+
+
+def _make_part(part: Mapping[str, Any], out: Path, work: Path, timeout: float) -> None:
+    kind = part["kind"]
     if kind == "database":
         dump = [part.get("dump", "mysqldump"), "--single-transaction", "--quick", "--routines", "--triggers",
                 "--databases", part["database"]]
@@ -329,7 +412,6 @@ def make_part(part: Mapping[str, Any], work: Path, timeout: float) -> Path:
         copy.unlink()
     else:
         raise BackupError(f"unknown part kind {kind!r}")
-    return out
 
 
 def prometheus_error(exc: urllib.error.HTTPError) -> str:
@@ -411,8 +493,15 @@ def make(config: Mapping[str, Any], now: dt.datetime, extra: Mapping[str, Path] 
         (work / SUMS).write_text(render_sums(folder_sums(work)))
         destination = Destination(config["destination"], timeout)
         destination.put(work, name)
-        for old in to_prune(destination.names(), config["cluster"], int(config["keep"]), making=name):
-            destination.remove(old)
+        try:
+            for old in to_prune(destination.names(), config["cluster"], int(config["keep"]), making=name):
+                destination.remove(old)
+        except Stopped as exc:
+            raise Stopped(exc.signum, f"{name} was made; the old backups were not all pruned") from None
+    except Stopped as exc:
+        if not exc.detail:
+            raise Stopped(exc.signum, "no backup was made; its staging files were removed") from None
+        raise
     finally:
         shutil.rmtree(clear, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
@@ -492,13 +581,25 @@ def restore(config: Mapping[str, Any], name: str, yes: bool, out: Any) -> None:
                 decrypt(src, clear / part["file"].removesuffix(".enc"), Path(config["key_file"]), timeout)
                 src = clear / part["file"].removesuffix(".enc")
             archives[part["name"]] = src
-        for unit in config["services"]["stop"]:
-            run(["systemctl", "stop", unit], timeout)
-        for part in meta["parts"]:  # in the order they were made: the config's order
-            if part["name"] in archives:
-                restore_part(by_name[part["name"]], archives[part["name"]], timeout, clear)
-        for unit in config["services"]["start"]:
-            run(["systemctl", "start", unit], timeout)
+        done: list[str] = []  # the plan's steps taken so far
+        try:
+            for unit in config["services"]["stop"]:
+                run(["systemctl", "stop", unit], timeout)
+                done.append(f"stop {unit}")
+            for part in meta["parts"]:  # in the order they were made: the config's order
+                if part["name"] in archives:
+                    restore_part(by_name[part["name"]], archives[part["name"]], timeout, clear)
+                    done.append(f"{part['name']} restored")
+            for unit in config["services"]["start"]:
+                run(["systemctl", "start", unit], timeout)
+                done.append(f"start {unit}")
+        except Stopped as exc:
+            raise Stopped(exc.signum, f"after {', '.join(done) or 'nothing'} of the plan; run the restore "
+                                      "again with --yes") from None
+    except Stopped as exc:
+        if not exc.detail:  # before the plan's first step
+            raise Stopped(exc.signum, "nothing changed") from None
+        raise
     finally:
         shutil.rmtree(fetched, ignore_errors=True)
 
@@ -514,11 +615,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--extra", action="append", default=[], metavar="NAME=FILE",
                         help="make: add this encrypted file as part NAME (moved into the backup)")
     args = parser.parse_args(argv)
-    config = json.loads(args.config.read_text())
-    if args.to:
-        config = {**config, "destination": json.loads(args.to)}
-    timeout = float(config["timeout_s"])
+    replaced = stop_on_signals()
+    if argv is None:  # the command line, not a test calling main()
+        stop_when_the_reader_goes()
     try:
+        return _main(args)
+    finally:
+        for sig, handler in replaced.items():
+            signal.signal(sig, handler)
+
+
+def _main(args: argparse.Namespace) -> int:
+    try:
+        config = json.loads(args.config.read_text())
+        if args.to:
+            config = {**config, "destination": json.loads(args.to)}
+        timeout = float(config["timeout_s"])
         if args.command == "make":
             extra = dict(item.split("=", 1) for item in args.extra)
             print(make(config, dt.datetime.now(UTC), {k: Path(v) for k, v in extra.items()}))
@@ -540,10 +652,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{args.name}: every checksum matches")
         else:
             restore(config, args.name, args.yes, sys.stdout)
+    except Stopped as exc:
+        print(f"provision-backup: {exc}", file=sys.stderr)
+        return 128 + exc.signum
     except Refused as exc:
         print(f"provision-backup: {exc}", file=sys.stderr)
         return 2
-    except (BackupError, OSError, KeyError, ValueError) as exc:
+    except OSError as exc:
+        print(f"provision-backup: {said(exc)}", file=sys.stderr)
+        return 1
+    except (BackupError, KeyError, ValueError) as exc:
         print(f"provision-backup: {exc}", file=sys.stderr)
         return 1
     return 0
