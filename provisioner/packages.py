@@ -46,6 +46,7 @@ from provisioner.manifest.nodes import Node
 ROLE_FIELDS: dict[str, str] = {
     "common": "nodes (the common role runs on every node)",
     "users": "users, groups (every node)",
+    "sssd": "identity (provider sssd: every node)",
     "ofed": "software.ofed (nodes with an infiniband or roce interface)",
     "nvidia_driver": "software.nvidia_driver (nodes with hardware.gpu)",
     "cuda": "software.cuda (nodes with hardware.gpu)",

@@ -66,6 +66,7 @@ from provisioner.areas.monitoring import usage_render as monitoring_usage_render
 from provisioner.areas.monitoring import usage_sources as monitoring_usage_sources
 from provisioner.areas.people import checks as people_checks
 from provisioner.areas.people import rolevars as people
+from provisioner.areas.people import secrets as people_secrets
 from provisioner.areas.people import verify as people_verify
 from provisioner.areas.slurm import accounts as slurm_accounts
 from provisioner.areas.slurm import build as slurm_build
@@ -361,7 +362,8 @@ AREAS: tuple[Area, ...] = (
          verify=storage_verify.checks, destructive=storage_scratch.format_summary,
          image_roles=("nfs_client",)),
     Area("people", people.cluster_vars, people.node_vars, people.LIGHT_KEYS, checks=people_checks.CHECKS,
-         verify=people_verify.checks),
+         verify=people_verify.checks, prepare=people_secrets.prepare_directory,
+         secret_envs=people_secrets.secret_envs, secret_values=people_secrets.secret_values),
     Area("gpu", gpu.cluster_vars, gpu.node_vars, groups=gpu.groups, checks=gpu_checks.CHECKS,
          verify=gpu_verify.checks),
     Area("slurm", slurm.cluster_vars, slurm.node_vars, slurm.LIGHT_KEYS, groups=slurm.groups,

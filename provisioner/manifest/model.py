@@ -19,7 +19,7 @@ from provisioner.manifest.fields import Strict
 from provisioner.manifest.monitoring import Cost, Monitoring
 from provisioner.manifest.networks import Networks
 from provisioner.manifest.nodes import Node
-from provisioner.manifest.people import Group, Homes, User
+from provisioner.manifest.people import Group, Homes, Identity, User
 from provisioner.manifest.slurm import Slurm
 from provisioner.manifest.software import Docker, Software
 from provisioner.manifest.storage import MergerfsUnion, Nfs, Zfs
@@ -77,6 +77,7 @@ class Manifest(Strict):
     groups: list[Group] = Field(default_factory=list, description="the people's groups, the same gid everywhere")
     users: list[User] = Field(default_factory=list, description="the people who use the cluster (not admins)")
     homes: Homes = Field(default_factory=Homes)
+    identity: Identity = Field(default_factory=Identity, description="where accounts come from: local or sssd (LDAP)")
     role_vars: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
         description="role variables the manifest does not generate, per cluster ('all'), role ('@compute') "

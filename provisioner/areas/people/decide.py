@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from provisioner.areas.storage.nfs import export_path
 from provisioner.manifest.model import Manifest
 from provisioner.manifest.nodes import Node
-from provisioner.manifest.people import User
+from provisioner.manifest.people import Sssd, User
 from provisioner.manifest.source import PathKey
 from provisioner.manifest.storage import NfsExport
 
@@ -37,8 +37,26 @@ def primary_group(user: User) -> str:
     return user.group if user.group is not None else user.name
 
 
+def directory(m: Manifest) -> Sssd | None:
+    """The directory the nodes join (identity sssd), or None (local identity)."""
+    return m.identity.sssd if m.identity.provider == "sssd" else None
+
+
+def local_users(m: Manifest) -> list[User]:
+    """The users made on every node: all of them with local identity; with sssd, those with a
+    uid (local accounts beside the directory). The others are directory people."""
+    return [u for u in m.users if u.uid is not None]
+
+
+def directory_people(m: Manifest) -> list[User]:
+    """Users the directory holds (identity sssd, no uid): named for Slurm and e-mail, never made."""
+    return [u for u in m.users if u.uid is None] if directory(m) is not None else []
+
+
 def primary_gid(m: Manifest, user: User) -> int:
     if user.group is None:
+        if user.uid is None:
+            raise KeyError(f"{user.name} is a directory person: the directory gives the gid")
         return user.uid
     for group in m.groups:
         if group.name == user.group:
@@ -68,7 +86,7 @@ def home_root_on(m: Manifest, node: Node) -> str:
 
 
 def _private_groups(m: Manifest) -> list[tuple[int, User]]:
-    return [(i, u) for i, u in enumerate(m.users) if u.group is None]
+    return [(i, u) for i, u in enumerate(m.users) if u.group is None and u.uid is not None]
 
 
 def id_problems(m: Manifest) -> list[Problem]:
@@ -89,6 +107,8 @@ def id_problems(m: Manifest) -> list[Problem]:
             out.append(Problem(("users", i, "name"), f"{user.name!r} is already {names[user.name]}"))
         else:
             names[user.name] = f"users[{i}]"
+        if user.uid is None:
+            continue
         if user.uid in uids:
             out.append(Problem(("users", i, "uid"), f"uid {user.uid} of {user.name!r} is already {uids[user.uid]}'s"))
         else:
@@ -144,5 +164,44 @@ def home_problems(m: Manifest) -> list[Problem]:
     return []
 
 
+# a directory person's settings that only a local account has: the directory holds them
+_LOCAL_ONLY = ("group", "groups", "ssh_keys", "shell", "comment", "state")
+
+
+def identity_problems(m: Manifest) -> list[Problem]:
+    """What validate can tell of accounts and the directory without asking it. Local identity:
+    every user needs a uid. sssd: a local user or group (one with a uid or gid, admins
+    included) inside ``id_range`` could take a directory person's id (sssd ignores directory
+    entries outside that range, so ids outside it never meet); a directory person (no uid)
+    with a local account's settings, which the directory holds instead. A local user whose
+    *name* the directory also holds cannot be seen here: ``files`` comes first in nsswitch,
+    so the local account would win; the verify check names what each user resolves to."""
+    sssd = directory(m)
+    if sssd is None:
+        return [Problem(("users", i), f"{u.name!r} needs a uid (identity.provider is local: every user is "
+                        "made on the nodes)") for i, u in enumerate(m.users) if u.uid is None]
+    first, last = sssd.id_range.first, sssd.id_range.last
+    span = f"identity.sssd.id_range {first}..{last}, the directory's ids"
+    out: list[Problem] = []
+    for i, a in enumerate(m.cluster.admin_users):
+        if a.uid is not None and first <= a.uid <= last:
+            out.append(Problem(("cluster", "admin_users", i, "uid"),
+                               f"uid {a.uid} of admin user {a.name!r} is inside {span}: choose a uid outside it"))
+    for i, u in enumerate(m.users):
+        if u.uid is not None and first <= u.uid <= last:
+            out.append(Problem(("users", i, "uid"), f"uid {u.uid} of local user {u.name!r} is inside {span}: "
+                               "choose a uid outside it, or leave uid out to take the person from the directory"))
+        if u.uid is None:
+            for key in _LOCAL_ONLY:
+                if key in u.model_fields_set:
+                    out.append(Problem(("users", i, key), f"{u.name!r} has no uid, so is a directory person: their "
+                                       f"{key} comes from the directory (give a uid to make a local account)"))
+    for i, g in enumerate(m.groups):
+        if first <= g.gid <= last:
+            out.append(Problem(("groups", i, "gid"), f"gid {g.gid} of local group {g.name!r} is inside {span}: "
+                               "choose a gid outside it"))
+    return out
+
+
 def problems(m: Manifest) -> list[Problem]:
-    return id_problems(m) + group_problems(m) + home_problems(m)
+    return id_problems(m) + group_problems(m) + home_problems(m) + identity_problems(m)

@@ -6,9 +6,10 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from provisioner.areas.people.decide import home_of, primary_gid
+from provisioner.areas.people.decide import directory, home_of, primary_gid
 from provisioner.manifest.model import Manifest
 from provisioner.manifest.nodes import Node
+from provisioner.manifest.people import User
 from provisioner.nodecheck.check import Check, CheckList, NodeChecks, Outcome, judged
 from provisioner.nodecheck.parsers import ParseError
 
@@ -46,12 +47,36 @@ def command(m: Manifest) -> str:
                                        f"getent group {groups}" if groups else "") if part) + "; true"
 
 
+def _directory_person(m: Manifest, user: User, got: tuple[int, int, str] | None) -> str:
+    """What is wrong with a directory person as the node resolves them ("" when right): they
+    resolve (sssd reached the directory over TLS), with an id in ``id_range`` (not a local
+    account of that name) and their home under ``homes.path``."""
+    d = directory(m)
+    assert d is not None
+    name = user.name
+    if got is None:
+        return f"no user {name} (not in the directory, or sssd cannot reach it)"
+    first, last = d.id_range.first, d.id_range.last
+    if not first <= got[0] <= last:
+        return f"{name} is uid {got[0]}, outside the directory's id_range {first}..{last} (a local account?)"
+    home = home_of(m, user)
+    if got[2] != home:
+        return f"{name} has home {got[2]}, not {home}"
+    return ""
+
+
 def ids_verdict(m: Manifest) -> Callable[[Accounts], Outcome]:
     def verdict(found: Accounts) -> Outcome:
         wrong: list[str] = []
+        people = 0
         for u in m.users:
-            want = (u.uid, primary_gid(m, u), home_of(m, u))
             got = found.users.get(u.name)
+            if u.uid is None:  # identity sssd: a directory person
+                people += 1
+                if problem := _directory_person(m, u, got):
+                    wrong.append(problem)
+                continue
+            want = (u.uid, primary_gid(m, u), home_of(m, u))
             if got is None:
                 wrong.append(f"no user {u.name}")
             elif got != want:
@@ -62,6 +87,9 @@ def ids_verdict(m: Manifest) -> Callable[[Accounts], Outcome]:
                 wrong.append(f"no group {g.name}" if gid is None else f"group {g.name} is gid {gid}, not {g.gid}")
         if wrong:
             return Outcome("FAIL", "; ".join(wrong[:4]) + (f" (+{len(wrong) - 4} more)" if len(wrong) > 4 else ""))
+        if people:
+            return Outcome("PASS", f"{len(m.users) - people} users, {len(m.groups)} groups with the manifest's ids; "
+                           f"{people} directory people resolved through sssd")
         return Outcome("PASS", f"{len(m.users)} users, {len(m.groups)} groups with the manifest's ids")
     return verdict
 
