@@ -96,6 +96,26 @@ def disk_refusal(plan: dict[str, Any], found: dict[str, str | None], signatures:
     return None
 
 
+# Where Debian's and Ubuntu's shim-signed and grub-efi-amd64-signed put the signed loaders
+SIGNED_GRUB_DIR = "usr/lib/grub/x86_64-efi-signed"
+SHIM_DIR = "usr/lib/shim"
+
+
+def signed_boot_chain(target: Path) -> bool:
+    """Whether the image carries the signed boot chain (Microsoft-signed shim, the
+    distribution-signed GRUB): then the ESP gets shim, and Secure Boot can be turned on."""
+    return (target / SIGNED_GRUB_DIR).is_dir() and any((target / SHIM_DIR).glob("shimx64.efi.signed*"))
+
+
+def efi_grub_install(signed: bool) -> list[str]:
+    """The UEFI loader on the ESP's removable path (EFI/BOOT/BOOTX64.EFI: no NVRAM entry, which
+    the ramdisk cannot write for the firmware). Signed: Debian's and Ubuntu's grub-install put
+    shim there and the signed GRUB beside it (``--uefi-secure-boot``); without the signed
+    packages GRUB itself, which a Secure Boot firmware refuses."""
+    argv = ["grub-install", "--target=x86_64-efi", "--efi-directory=/boot/efi", "--removable", "--no-nvram"]
+    return [*argv, "--uefi-secure-boot"] if signed else argv
+
+
 def partition_name(device: str, number: int) -> str:
     return f"{device}p{number}" if device[-1].isdigit() else f"{device}{number}"
 
@@ -315,8 +335,7 @@ def deploy(plan: dict[str, Any], *, run: Run = run_command, target: Path = TARGE
             'GRUB_CMDLINE_LINUX="console=tty0 console=ttyS0,115200n8"\nGRUB_TIMEOUT=1\n')
         for dev in devices:
             run(["chroot", str(target), "grub-install", "--target=i386-pc", dev])
-        run(["chroot", str(target), "grub-install", "--target=x86_64-efi", "--efi-directory=/boot/efi",
-             "--removable", "--no-nvram"])
+        run(["chroot", str(target), *efi_grub_install(signed_boot_chain(target))])
         for dev in devices[1:]:  # the mirror's ESP gets the same boot loader
             run(["mkdir", "-p", "/run/esp2"])
             run(["mount", partition_name(dev, 2), "/run/esp2"])

@@ -74,12 +74,13 @@ KEYRINGS: dict[str, tuple[str, str]] = {
 # jammy has no usr-is-merged in its essential set (noble and bookworm do): without this hook
 # of mmdebstrap's a jammy image has a split /usr, unlike every other jammy install.
 MERGED_USR = "/usr/share/mmdebstrap/hooks/merged-usr"
-# Ubuntu images: the archive keyring for the node's own apt (mmdebstrap's --keyring stays out
-# of the image), and the signed boot chain (Microsoft-signed shim, Canonical-signed GRUB):
-# with them the deploy agent's grub-install puts shim on the ESP, so Secure Boot can be
-# turned on later. (Debian 12 has the same two packages; its image keeps its package set for
-# now: docs/baremetal.md, "Secure Boot".)
-UBUNTU_BOOT = ("ubuntu-keyring", "shim-signed", "grub-efi-amd64-signed")
+# The signed boot chain (Microsoft-signed shim, the distribution-signed GRUB; Debian 12 and
+# Ubuntu both have the two packages in main): with them the deploy agent's grub-install puts
+# shim on the ESP, so Secure Boot can be turned on later (docs/baremetal.md, "Secure Boot").
+SIGNED_BOOT = ("shim-signed", "grub-efi-amd64-signed")
+# Ubuntu images also carry the archive keyring for the node's own apt (mmdebstrap's --keyring
+# stays out of the image).
+UBUNTU_BOOT = ("ubuntu-keyring", *SIGNED_BOOT)
 # Components and pockets: the same as the common role writes for a mirror
 # (roles/common/vars/<OS>.yml; a test holds them equal).
 DEBIAN_COMPONENTS = ("main", "contrib", "non-free", "non-free-firmware")
@@ -91,7 +92,8 @@ UBUNTU_COMPONENTS = ("main", "restricted", "universe", "multiverse")
 # systemd-networkd files directly.
 OS_IMAGES: dict[OsName, OsImage] = {
     "debian-12": OsImage("debian", "bookworm", "http://deb.debian.org/debian", DEBIAN_COMPONENTS,
-                         ("bookworm-updates",), "bookworm-security", "linux-image-amd64", ("systemd-resolved",)),
+                         ("bookworm-updates",), "bookworm-security", "linux-image-amd64",
+                         ("systemd-resolved", *SIGNED_BOOT)),
     "ubuntu-22.04": OsImage("ubuntu", "jammy", "http://archive.ubuntu.com/ubuntu", UBUNTU_COMPONENTS,
                             ("jammy-updates", "jammy-backports"), "jammy-security", "linux-image-generic",
                             ("netplan.io", *UBUNTU_BOOT), (MERGED_USR,)),

@@ -103,6 +103,22 @@ def test_a_single_disk_deploy_runs_every_step_in_order(tmp_path: Path) -> None:
     subprocess.run(["sh", "-n", "-c", users], check=True)
 
 
+def test_an_image_with_the_signed_boot_chain_gets_shim_on_the_esp(tmp_path: Path) -> None:
+    """Unsigned GRUB on the ESP: Secure Boot could never be turned on (issue 26 item 9). An image
+    carrying shim-signed and grub-efi-amd64-signed gets grub-install --uefi-secure-boot (shim as
+    EFI/BOOT/BOOTX64.EFI, the signed GRUB beside it); one without them, GRUB as before."""
+    target = tmp_path / "target"
+    (target / agent.SIGNED_GRUB_DIR).mkdir(parents=True)
+    (target / agent.SHIM_DIR).mkdir(parents=True)
+    (target / agent.SHIM_DIR / "shimx64.efi.signed").write_bytes(b"MZ")
+    m, _ = run_deploy(tmp_path, plan())
+    efi = [n for n in m.names() if "--target=x86_64-efi" in n]
+    assert efi == [f"chroot {target} grub-install --target=x86_64-efi --efi-directory=/boot/efi --removable "
+                   "--no-nvram --uefi-secure-boot"]
+    assert not agent.signed_boot_chain(tmp_path / "bare")
+    assert "--uefi-secure-boot" not in agent.efi_grub_install(False)
+
+
 def test_two_disks_make_a_raid1_root_and_both_boot(tmp_path: Path) -> None:
     m, _ = run_deploy(tmp_path, plan(disks=[D1, D2], raid1=True))
     names = m.names()

@@ -747,6 +747,12 @@ def test_the_node_runs_from_its_own_disk_and_was_configured(lab: Lab) -> None:
     assert c[0] == "10.213.9.12:/srv/c" and c[2] == "nfs4", c
     node.run("echo from-pxe1 > /mnt/c/pxe1.txt && sync")
     assert lab.ssh["store2"].out("cat /srv/c/pxe1.txt").strip() == "from-pxe1"
+    # the ESP's removable loader is shim, with the signed GRUB beside it: Secure Boot can be
+    # turned on (the lab boots by BIOS, so this checks what the firmware would find)
+    esp = node.out("cd /boot/efi/EFI/BOOT && for f in /usr/lib/shim/shimx64.efi.signed*; do "
+                   "cmp -s \"$f\" BOOTX64.EFI && echo shim; done; "
+                   "cmp -s /usr/lib/grub/x86_64-efi-signed/grubx64.efi.signed grubx64.efi && echo grub")
+    assert set(esp.split()) == {"shim", "grub"}, esp
     # root takes only the cluster key (no admin here)
     keys = node.out("cat /root/.ssh/authorized_keys")
     assert (lab.work / "id_ed25519.pub").read_text().split()[1] in keys
