@@ -76,15 +76,28 @@ class Stopped(BaseException):
         super().__init__(f"stopped by {signal.Signals(signum).name}" + (f": {detail}" if detail else ""))
 
 
+class _Starting:
+    """Whether the main thread is inside ``Popen`` (a child forked, its handle not yet ours),
+    and the signal that came meanwhile: raising there would lose the child, which then ran on
+    after the tool had stopped (a stand-in openssl's sleep outlived a stopped restore)."""
+
+    now = False
+    held: int | None = None
+
+
 def _stop(signum: int, frame: object) -> None:
     for sig in STOP_SIGNALS:  # a second signal must not break off the clean-up
         signal.signal(sig, signal.SIG_IGN)
+    if _Starting.now:  # run() raises it once it holds the child
+        _Starting.held = signum
+        return
     raise Stopped(signum)
 
 
 def stop_on_signals() -> dict[int, Any]:
     """Turn the stop signals into :class:`Stopped`; one ignored at the start (nohup) stays so.
     Returns the handlers it replaced (``main`` puts them back: tests call it in-process)."""
+    _Starting.now, _Starting.held = False, None
     return {sig: signal.signal(sig, _stop) for sig in STOP_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN}
 
 
@@ -266,13 +279,32 @@ def untar_into(archive: Path, root: Path) -> None:
 
 # ------------------------------------------------------------------ the edges
 def run(argv: Sequence[str], timeout: float, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
+    """``subprocess.run``, bounded, whose child a stop signal never outlives: a signal while
+    ``Popen`` starts it is held until the child is ours (:class:`_Starting`), then the child
+    is killed as for a signal during its run."""
+    if "stdout" not in kwargs:
+        kwargs.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _Starting.now = True
     try:
-        done = subprocess.run(list(argv), capture_output="stdout" not in kwargs, timeout=timeout,
-                              check=False, **kwargs)
-    except subprocess.TimeoutExpired:
-        raise BackupError(f"{argv[0]} did not finish within {timeout:.0f} s") from None
+        process = subprocess.Popen(list(argv), **kwargs)
     except FileNotFoundError:
         raise BackupError(f"{argv[0]}: not installed") from None
+    finally:
+        _Starting.now = False
+    with process:
+        try:
+            if _Starting.held is not None:
+                signum, _Starting.held = _Starting.held, None
+                raise Stopped(signum)
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            raise BackupError(f"{argv[0]} did not finish within {timeout:.0f} s") from None
+        except BaseException:
+            process.kill()
+            raise
+    done = subprocess.CompletedProcess(list(argv), process.returncode, out, err)
     if done.returncode != 0:
         tail = (done.stderr or b"").decode(errors="replace").strip().splitlines()[-1:]
         raise BackupError(f"{' '.join(argv[:2])} failed (exit {done.returncode}){': ' + tail[0] if tail else ''}")
