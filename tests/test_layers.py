@@ -28,7 +28,7 @@ BASE = ("provisioner.errors",)
 # What the areas build on besides the manifest layer: the state directory, the BMC drivers,
 # node images, and what a check of a running node is (a check, the output parsers).
 BELOW_AREAS = ("provisioner.errors", "provisioner.state", "provisioner.bmc", "provisioner.image",
-               "provisioner.nodecheck")
+               "provisioner.nodecheck", "provisioner.secretfile")
 AREAS = "provisioner.areas"
 REGISTRY = "provisioner.areas.registry"
 

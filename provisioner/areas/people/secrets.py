@@ -10,7 +10,6 @@ inventory, a role variable, or a run's records. The CA file must be a PEM certif
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from provisioner.errors import ProvisionError
 from provisioner.manifest.load import Loaded
 from provisioner.manifest.model import Manifest
 from provisioner.manifest.people import Sssd
+from provisioner.secretfile import private_file_text
 from provisioner.state import StateDir
 
 SECRETS_SUBDIR = "people"
@@ -38,16 +38,7 @@ def secret_envs(m: Manifest) -> set[str]:
 
 def _private_file(path: Path, what: str) -> str:
     """One non-empty line from a regular file others cannot read; messages never hold it."""
-    try:
-        info = path.stat()
-        if not stat.S_ISREG(info.st_mode):
-            raise ProvisionError(f"{what}: {path} is not a regular file")
-        if info.st_mode & stat.S_IROTH:
-            raise ProvisionError(f"{what}: {path} is readable by everyone; run chmod o-r {path}")
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProvisionError(f"{what}: cannot read {path}: {exc}") from None
-    value = text[:-1] if text.endswith("\n") else text
+    value = private_file_text(path, what)
     if not value or "\n" in value:
         raise ProvisionError(f"{what}: {path} must hold one non-empty line")
     return value

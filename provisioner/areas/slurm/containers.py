@@ -16,7 +16,6 @@ holds its path on the control machine, never a password.
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from provisioner.manifest.load import Loaded
 from provisioner.manifest.model import Manifest
 from provisioner.manifest.nodes import Node, Scratch
 from provisioner.manifest.slurm import NETRC_TOKEN_RE, RegistryLogin
+from provisioner.secretfile import private_file_text
 from provisioner.state import StateDir
 
 # Where enroot keeps each user's unpacked containers and layer cache without local scratch
@@ -193,17 +193,7 @@ def read_password(login: RegistryLogin, index: int, environ: Mapping[str, str] |
             raise ProvisionError(f"{where}: environment variable {login.password_env} is empty or unset")
     else:
         assert login.password_file is not None  # the model guarantees one of the two
-        path = Path(login.password_file)
-        try:
-            info = path.stat()
-            if not stat.S_ISREG(info.st_mode):
-                raise ProvisionError(f"{where}: {path} is not a regular file")
-            if info.st_mode & stat.S_IROTH:
-                raise ProvisionError(f"{where}: {path} is readable by everyone; run chmod o-r {path}")
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ProvisionError(f"{where}: cannot read {path}: {exc}") from None
-        value = text[:-1] if text.endswith("\n") else text
+        value = private_file_text(Path(login.password_file), where)
     if (problem := password_problem(value)) is not None:
         raise ProvisionError(f"{where}: the password {problem}")
     return value
