@@ -29,6 +29,7 @@ TESTS = Path(__file__).resolve().parents[1]
 if str(TESTS) not in sys.path:  # tests/emulators is imported as "emulators"
     sys.path.insert(0, str(TESTS))
 
+from emulators import mmdebstrap  # noqa: E402
 from emulators.ssh import FakeSshServer, StallingProxy, new_host_key  # noqa: E402
 
 from provisioner.cli import interrupted  # noqa: E402
@@ -382,6 +383,55 @@ def test_a_signal_during_an_image_build_keeps_no_half_written_image(
     assert [n for n in names if n.startswith(".")] == []  # no partial tarball, proof tree or link being made
     assert [n for n in names if n.endswith(".proof.json")] == []
     assert len(published) == (2 if moment == "proof" else 0), names  # the image and its link: whole, not proven
+
+
+@pytest.mark.parametrize(("moment", "sig"), [("setup", signal.SIGINT), ("build", signal.SIGINT),
+                                           ("build", signal.SIGTERM), ("build", signal.SIGHUP),
+                                           ("twice", signal.SIGINT)],
+                         ids=lambda v: v.name if isinstance(v, signal.Signals) else v)
+def test_a_terminals_signal_during_mmdebstrap_leaves_nothing_mounted(
+        processes_with: Callable[[str], list[int]], write_cluster: Any, tmp_path: Path, moment: str,
+        sig: signal.Signals) -> None:
+    """image build's mmdebstrap (a stand-in that mounts a tmpfs in its chroot under $TMPDIR, as
+    mmdebstrap --mode=root mounts proc, sys and dev) stopped by a signal to the command's whole
+    process group, as a terminal sends it: while it sets up, while its apt runs with the mount
+    in place, or twice (the second during its cleanup). Its own cleanup runs to the end: 128 +
+    the signal, one line, no process left, nothing mounted, nothing left in TMPDIR. Before,
+    the command's stop ended mmdebstrap's cleanup too and the mount stayed."""
+    if not builds_here():
+        pytest.skip("an image build needs root and /usr/share/keyrings/debian-archive-keyring.gpg")
+    marker = f"{70 + int(sig)}.{len(moment)}{os.getpid() % 1000:03d}"
+    bin_dir, tmp = tmp_path / "bin", tmp_path / "tmp"
+    bin_dir.mkdir()
+    tmp.mkdir()
+    mmdebstrap.write(bin_dir, f"{marker}1" if moment == "setup" else "0.01", f"{marker}2")
+    manifest: Path = write_cluster()
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", TMPDIR=str(tmp))
+    proc = subprocess.Popen([sys.executable, "-m", "provisioner.cli", "image", "build", str(manifest)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                            env=env, start_new_session=True)
+    try:
+        wait_for(lambda: bool(processes_with(f"sleep {marker}{1 if moment == 'setup' else 2}")), proc,
+                 f"never reached the {moment}")
+        os.killpg(proc.pid, sig)  # the terminal's way: every process of the foreground group
+        if moment == "twice":
+            time.sleep(0.3)  # mmdebstrap is cleaning up now
+            os.killpg(proc.pid, sig)
+        proc.wait(timeout=90)
+        leftovers, mounted = survivors(processes_with, marker), mmdebstrap.mounts(tmp_path)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        mmdebstrap.unmount_all(tmp_path)
+    out, err = proc.communicate(timeout=10)
+    assert leftovers == [] and mounted == []
+    assert sorted(p.name for p in tmp.iterdir()) == []
+    assert proc.returncode == 128 + sig, (out, err)
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert err.startswith("interrupted (Ctrl-C)" if sig == signal.SIGINT else f"interrupted by {sig.name}"), err
+    cache = manifest.parent / ".provision" / "images"
+    assert [p.name for p in cache.iterdir() if p.name.startswith(".") or p.name.endswith(".tar.gz")] == []
 
 
 def recorded_node(manifest: Path, name: str, lifecycle: str = "configured") -> Path:
