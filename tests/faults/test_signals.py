@@ -521,6 +521,16 @@ def tool_at(moment: str, marker: str, tool: Path, head: tuple[dict[str, Any], Pa
     calls = backup_stand_ins(bin_dir, marker, moment)
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     path = tmp_path / "config.json"
+    if moment == "make-ssh":  # an SSH destination (ssh and scp stand-ins acting here); scp waits half-way
+        (bin_dir / "ssh").write_text('#!/bin/sh\nfor a; do last="$a"; done\nexec sh -c "$last"\n')
+        (bin_dir / "scp").write_text('#!/bin/sh\nfor a; do src="$last"; last="$a"; done\n'
+                                     f'cp -r "$src" "${{last#*:}}" && exec sleep {marker}\n')
+        for name in ("ssh", "scp"):
+            (bin_dir / name).chmod(0o755)
+        config["destination"] = {"kind": "ssh", "user": "backup", "host": "127.0.0.1", "port": 22,
+                                 "path": str(tmp_path / "dest")}
+        path.write_text(json.dumps(config))
+        return [sys.executable, str(tool), "make", str(path)], env, calls
     if moment == "make":  # the database part's dump waits
         (bin_dir / "mysqldump").write_text(f"#!/bin/sh\nexec sleep {marker}\n")
         (bin_dir / "mysqldump").chmod(0o755)
@@ -536,6 +546,7 @@ def tool_at(moment: str, marker: str, tool: Path, head: tuple[dict[str, Any], Pa
 
 
 TOOL_SAID = {"make": "no backup was made; its staging files were removed",
+             "make-ssh": "no backup was made; its staging files were removed",
              "restore-decrypt": "nothing changed",
              "restore-start": "after stop slurmctld, munge restored, slurmctld restored of the plan; run the restore "
                               "again with --yes"}
@@ -544,11 +555,12 @@ TOOL_SAID = {"make": "no backup was made; its staging files were removed",
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl here")
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, None],
                          ids=lambda s: s.name if s else "reader-gone")
-@pytest.mark.parametrize("moment", ["make", "restore-decrypt", "restore-start"])
+@pytest.mark.parametrize("moment", ["make", "make-ssh", "restore-decrypt", "restore-start"])
 def test_a_signal_stops_the_heads_backup_tool_in_one_line_and_leaves_nothing_half_made(
         processes_with: Callable[[str], list[int]], backup_tool: Path, backup_head: tuple[dict[str, Any], Path],
         tmp_path: Path, moment: str, sig: signal.Signals | None) -> None:
     """The head's tool (provision-backup) stopped while it dumps the database (make), while it
+    copies the backup to an SSH destination (make-ssh: the partial copy there is removed), while it
     decrypts the backup's parts (restore, before its first step) or while it starts the units
     again (restore, after the parts were put back): 128 + the signal, one line that says what
     was done, no child left, no partial copy at the destination, no staging file left (the
