@@ -59,6 +59,16 @@ def descendants(root: int | None = None) -> list[int]:
     return [p for p in out if states.get(p) != "Z"] + [p for p in out if states.get(p) == "Z"]
 
 
+def ssh_master(pid: int) -> bool:
+    """Whether ``pid`` is an OpenSSH connection master (its title ``ssh: <ControlPath> [mux]``)."""
+    try:
+        cmdline = (PROC / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return False
+    title = cmdline.split(b"\0")[0].strip()  # setproctitle wrote it over argv[0] (and on, padded)
+    return title.startswith(b"ssh: ") and title.endswith(b" [mux]")
+
+
 def _reap(pid: int) -> None:
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)

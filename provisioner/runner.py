@@ -669,6 +669,11 @@ def run_playbook(
             # ansible-runner killed ansible-playbook's process group; its workers run in
             # sessions of their own and are ours now (subreaper): stop them and wait
             leftovers = proctree.stop_tree(keep=lambda pid: pid in earlier)
+        else:
+            # a task the stall guard ended (Ansible's task timeout) leaves its ssh client to the
+            # stalled node running, adopted by us: nothing of the run outlives it but OpenSSH's
+            # connection masters, which close themselves (ControlPersist)
+            leftovers = proctree.stop_tree(keep=lambda pid: pid in earlier or proctree.ssh_master(pid))
     stats = result.stats or {}
     for host in stats.get("dark", {}) or {}:
         tracker._host(host).unreachable = True
