@@ -150,7 +150,8 @@ def test_an_ssh_connection_master_is_told_from_other_processes(tmp_path: Path) -
     client = subprocess.Popen(["sleep", "30"])
     try:
         deadline = time.monotonic() + 10
-        while b"[mux]" not in Path(f"/proc/{master.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+        title = Path(f"/proc/{master.pid}/cmdline")
+        while not title.read_bytes().startswith(b"ssh: ") and time.monotonic() < deadline:  # until bash exec'd
             time.sleep(0.02)
         assert proctree.ssh_master(master.pid) and not proctree.ssh_master(client.pid)
         assert not proctree.ssh_master(2**22 + 7)  # no such process
