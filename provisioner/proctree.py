@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from provisioner.image import builder
 from provisioner.interrupts import Signals
 
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
@@ -56,6 +57,16 @@ def descendants(root: int | None = None) -> list[int]:
         out.append(pid)
         todo.extend(children.get(pid, []))
     return [p for p in out if states.get(p) != "Z"] + [p for p in out if states.get(p) == "Z"]
+
+
+def ssh_master(pid: int) -> bool:
+    """Whether ``pid`` is an OpenSSH connection master (its title ``ssh: <ControlPath> [mux]``)."""
+    try:
+        cmdline = (PROC / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return False
+    title = cmdline.split(b"\0")[0].strip()  # setproctitle wrote it over argv[0] (and on, padded)
+    return title.startswith(b"ssh: ") and title.endswith(b" [mux]")
 
 
 def _reap(pid: int) -> None:
@@ -123,11 +134,13 @@ def processes_end_with_a_signal(grace: float) -> Iterator[Signals]:
     this one, their orphans included (this process adopts them: :func:`subreaper`):
     TERM, then KILL after ``grace`` seconds; only then is Interrupted raised. For commands that
     run tools which start children of their own (mmdebstrap's apt, tar): killing the tool
-    alone left those writing on after the command said it was interrupted."""
+    alone left those writing on after the command said it was interrupted. A chroot builder
+    run by :func:`provisioner.image.builder.run` is spared: it is passed the stop itself and
+    given the time to unmount what it mounted."""
     earlier = set(descendants())
     with subreaper(), Signals(on_signal=lambda: _stop_new(earlier, grace)) as signals:
         yield signals
 
 
 def _stop_new(earlier: set[int], grace: float) -> None:
-    stop_tree(grace=grace, deadline=grace + 10, keep=earlier.__contains__)
+    stop_tree(grace=grace, deadline=grace + 10, keep=lambda pid: pid in earlier or builder.stops_itself(pid))

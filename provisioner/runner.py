@@ -110,6 +110,10 @@ def probe_ssh(address: str, port: int = 22, timeout: float = SSH_CONNECT_TIMEOUT
 
 
 PROBE_STOP_POLL = 0.2  # seconds: how soon a waiting probe sees that the command was stopped
+# seconds of silence (at most half the bound) after which the probe sends its identification
+# before the server's: a web server on the port answers only a request (HTTP 400), and one
+# that writes and closes without reading would reset the connection and lose its words
+IDENT_AFTER = 1.0
 
 
 def _recv(sock: socket.socket, deadline: float, stopped: Callable[[], bool]) -> bytes | None:
@@ -131,6 +135,8 @@ def _recv(sock: socket.socket, deadline: float, stopped: Callable[[], bool]) -> 
 def _handshake(sock: socket.socket, where: str, deadline: float, bound: float, stopped: Callable[[], bool]) -> Reach:
     data = b""
     banner = ""
+    sent = False
+    ident_at = time.monotonic() + min(IDENT_AFTER, bound / 2)
     while not banner:  # RFC 4253 4.2: a server may send other lines before its identification line
         lines = data.split(b"\n")
         found = [line for line in lines[:-1] if line.startswith(b"SSH-")]
@@ -138,9 +144,13 @@ def _handshake(sock: socket.socket, where: str, deadline: float, bound: float, s
             banner = found[0].decode("ascii", "replace").strip()
             data = data.split(found[0] + b"\n", 1)[1]
             break
-        chunk = _recv(sock, deadline, stopped) if len(data) < 4096 else b""
+        chunk = _recv(sock, deadline if sent else min(deadline, ident_at), stopped) if len(data) < 4096 else b""
         if chunk:
             data += chunk
+            continue
+        if chunk is None and not sent and not stopped() and time.monotonic() < deadline:
+            sock.sendall(PROBE_IDENT)  # both sides may speak first (RFC 4253 4.2); OpenSSH's client does
+            sent = True
             continue
         other = next((line.strip() for line in data.split(b"\n") if line.strip()), b"")
         said = f" (it said {other[:60].decode('ascii', 'replace')!r})" if other else ""
@@ -150,7 +160,8 @@ def _handshake(sock: socket.socket, where: str, deadline: float, bound: float, s
         if chunk is None:
             return Reach(False, f"{where} sent no SSH banner within {bound:g} s{said}: not an SSH server")
         return Reach(False, f"{where} closed the connection without an SSH banner{said}: not an SSH server")
-    sock.sendall(PROBE_IDENT)
+    if not sent:
+        sock.sendall(PROBE_IDENT)
     while len(data) < 6:  # uint32 packet length, byte padding length, byte message number
         chunk = _recv(sock, deadline, stopped)
         if chunk is None:
@@ -669,6 +680,11 @@ def run_playbook(
             # ansible-runner killed ansible-playbook's process group; its workers run in
             # sessions of their own and are ours now (subreaper): stop them and wait
             leftovers = proctree.stop_tree(keep=lambda pid: pid in earlier)
+        else:
+            # a task the stall guard ended (Ansible's task timeout) leaves its ssh client to the
+            # stalled node running, adopted by us: nothing of the run outlives it but OpenSSH's
+            # connection masters, which close themselves (ControlPersist)
+            leftovers = proctree.stop_tree(keep=lambda pid: pid in earlier or proctree.ssh_master(pid))
     stats = result.stats or {}
     for host in stats.get("dark", {}) or {}:
         tracker._host(host).unreachable = True

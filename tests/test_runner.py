@@ -458,12 +458,14 @@ class OneShotServer:
     holding it open), then, when ``after`` is given, reads the client's identification line
     and sends ``after`` (None: holds the connection open, stalled); then closes."""
 
-    def __init__(self, greeting: bytes | None, after: bytes | None = b"", hold: float = 3) -> None:
+    def __init__(self, greeting: bytes | None, after: bytes | None = b"", hold: float = 3,
+                 request_first: bool = False) -> None:
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.greeting = greeting
         self.after = after
         self.hold = hold
+        self.request_first = request_first  # a web server: it answers only once a request line came
         self.thread = threading.Thread(target=self.serve, daemon=True)
         self.thread.start()
 
@@ -474,6 +476,8 @@ class OneShotServer:
                 conn.settimeout(self.hold)
                 if self.greeting is None:
                     time.sleep(self.hold)
+                    return
+                if self.request_first and b"\n" not in conn.recv(256):
                     return
                 conn.sendall(self.greeting)
                 if self.after == b"":
@@ -655,12 +659,15 @@ def _stalled_listener() -> tuple[socket.socket, list[socket.socket]]:
              "not an SSH server"),
     ("http, kept open", "127.0.0.1:{port} sent no SSH banner within 0.5 s (it said 'HTTP/1.0 400 Bad Request'): "
                         "not an SSH server"),
+    ("web server", "127.0.0.1:{port} closed the connection without an SSH banner (it said 'HTTP/1.0 400 Bad "
+                   "Request'): not an SSH server"),
     ("not ssh after banner", "127.0.0.1:{port} sent its SSH banner (SSH-2.0-OpenSSH_9.2p1) but no key exchange "
                              "after it: not a working SSH server"),
 ])
 def test_a_node_stalling_at_each_step_is_unreachable_within_the_bound(step: str, said: str) -> None:
     """A node whose sshd sent its banner and stalled took 185 s to be called unreachable
-    (Ansible's own waits), and a listener answering `HTTP/1.0 400` 'sent no SSH banner'."""
+    (Ansible's own waits), and a listener answering `HTTP/1.0 400` 'sent no SSH banner' (a
+    web server answers only a request: the probe sends its identification first, as ssh does)."""
     banner = b"SSH-2.0-OpenSSH_9.2p1\r\n"
     http = b"HTTP/1.0 400 Bad Request\r\n\r\n"
     if step == "accept":
@@ -671,6 +678,7 @@ def test_a_node_stalling_at_each_step_is_unreachable_within_the_bound(step: str,
         one = {"banner": OneShotServer(None), "after banner": OneShotServer(banner, None),
                "mid packet": OneShotServer(banner, KEXINIT[:3]), "http": OneShotServer(http),
                "http, kept open": OneShotServer(http + b"x", None),
+               "web server": OneShotServer(http, request_first=True),  # answers the probe's line
                "not ssh after banner": OneShotServer(banner, b"HTTP/1.0 200 OK\r\n")}[step]
         port = one.port
         closers = [one]

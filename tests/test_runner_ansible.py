@@ -140,3 +140,22 @@ def test_the_subreaper_adopts_orphans_and_stop_tree_ends_them(processes_with: Ca
         assert orphan in proctree.descendants()
         assert proctree.stop_tree(grace=0.5, deadline=10) == []
     assert processes_with(f"sleep {marker}") == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+def test_an_ssh_connection_master_is_told_from_other_processes(tmp_path: Path) -> None:
+    """After a finished run every process it started is stopped but OpenSSH's connection
+    masters (they close themselves, ControlPersist): told by the title OpenSSH gives them."""
+    master = subprocess.Popen(["bash", "-c", f'exec -a "ssh: {tmp_path}/cp/3f2a [mux]" sleep 30'])
+    client = subprocess.Popen(["sleep", "30"])
+    try:
+        deadline = time.monotonic() + 10
+        title = Path(f"/proc/{master.pid}/cmdline")
+        while not title.read_bytes().startswith(b"ssh: ") and time.monotonic() < deadline:  # until bash exec'd
+            time.sleep(0.02)
+        assert proctree.ssh_master(master.pid) and not proctree.ssh_master(client.pid)
+        assert not proctree.ssh_master(2**22 + 7)  # no such process
+    finally:
+        for proc in (master, client):
+            proc.kill()
+            proc.wait()

@@ -7,12 +7,13 @@ The value is wrapped in :class:`Secret`, whose ``str``/``repr`` never show it; d
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 
 from provisioner.bmc.base import BmcError
+from provisioner.errors import ProvisionError
 from provisioner.manifest.nodes import Bmc as BmcConfig
+from provisioner.secretfile import private_file_text
 
 
 class Secret:
@@ -62,29 +63,12 @@ def resolve_password(
     if bmc.password_file is None:  # the model guarantees one of the two
         raise BmcError(node, address, f"{node}: no BMC password reference", kind="config")
     path = Path(bmc.password_file).expanduser()
+    what = f"the BMC password of {node}"
     try:
-        info = path.stat()
-    except OSError as exc:
-        raise BmcError(
-            node, address, f"cannot read the BMC password file {path} for {node}: {exc.strerror}", kind="config"
-        ) from None
-    if not stat.S_ISREG(info.st_mode):
-        raise BmcError(node, address, f"the BMC password file {path} for {node} is not a regular file", kind="config")
-    if info.st_mode & stat.S_IROTH:
-        raise BmcError(
-            node, address,
-            f"the BMC password file {path} for {node} is readable by everyone; run chmod o-r {path}",
-            kind="config",
-        )
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise BmcError(
-            node, address, f"cannot read the BMC password file {path} for {node}: {reason}", kind="config"
-        ) from None
-    value = text[:-1] if text.endswith("\n") else text
+        value = private_file_text(path, "bmc.password_file", what)
+    except ProvisionError as exc:
+        raise BmcError(node, address, str(exc), kind="config") from None
     value = value[:-1] if value.endswith("\r") else value
     if not value:
-        raise BmcError(node, address, f"the BMC password file {path} for {node} is empty", kind="config")
+        raise BmcError(node, address, f"bmc.password_file: {path} ({what}): empty", kind="config")
     return Secret(value)

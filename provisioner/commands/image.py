@@ -94,14 +94,15 @@ def image_json(image: Image, record: proof.Record | None, made: bool) -> dict[st
                 "kernel": record.kernel, "record": str(proof.record_path(image.path))}}
 
 
-# After a signal, how long mmdebstrap and its apt get after TERM before KILL: mmdebstrap
-# takes TERM as an error and unmounts and removes what it set up on its way out.
+# After a signal, how long the build's other children (the proof's chroot and apt) get after
+# TERM before KILL; mmdebstrap is passed the stop and waited for by provisioner/image/builder.py.
 STOP_GRACE = 10.0
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
-    """A signal ends every process of the build first (mmdebstrap's children too), then the
-    build's partial tarball, proof tree or ramdisk tree goes, and one line says it."""
+    """A signal ends every process of the build first (mmdebstrap after its own cleanup, so
+    nothing stays mounted), then the build's partial tarball, proof tree or ramdisk tree goes,
+    and one line says it."""
     with processes_end_with_a_signal(STOP_GRACE):
         return build_images(args, out, err)
 

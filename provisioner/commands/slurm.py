@@ -39,13 +39,14 @@ from rich.console import Console
 from provisioner.areas import registry
 from provisioner.commands.common import guarded, load
 from provisioner.errors import ProvisionError
+from provisioner.image import builder as chroot
 from provisioner.proctree import processes_end_with_a_signal
 from provisioner.state import StateDir
 
 FETCH_TIMEOUT_S = 60.0  # per socket operation of a download
 SUMS = "SHA256SUMS"
 PARTIAL_PREFIX = ".partial-"
-STOP_GRACE = 10.0  # after a signal, mmdebstrap's time to unmount and remove its chroot
+STOP_GRACE = 10.0  # after a signal, the time of our other children (mmdebstrap stops itself: image/builder.py)
 
 Runner = Callable[..., Any]
 
@@ -106,8 +107,9 @@ def cached(path: Path, wanted: Sequence[str]) -> tuple[str, ...] | None:
 
 def build_one(job: registry.BuildJob, cache: Path, *, proxy: str | None, mirror: str | None, jobs: int, timeout: float,
               missing: Callable[[list[str]], list[str]], run: Runner = subprocess.run,
-              fetcher: Callable[[str, Path], None] = fetch) -> Built:
-    """Build ``job`` (an area's build job) into ``cache`` unless it is there."""
+              chroot_run: Runner = chroot.run, fetcher: Callable[[str, Path], None] = fetch) -> Built:
+    """Build ``job`` (an area's build job) into ``cache`` unless it is there. ``chroot_run``
+    runs mmdebstrap (a stop leaves nothing mounted), ``run`` the short tools."""
     final = cache / job.name
     found = cached(final, job.debs)
     if found is not None:
@@ -125,7 +127,7 @@ def build_one(job: registry.BuildJob, cache: Path, *, proxy: str | None, mirror:
             raise ProvisionError(f"{job.url}: sha256 {got}, pinned {job.source.sha256}; not built")
         cmd = job.mmdebstrap(str(work), str(out), proxy=proxy, mirror=mirror, jobs=jobs)
         try:
-            result = run(cmd, timeout=timeout, check=False)
+            result = chroot_run(cmd, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
             raise ProvisionError(f"{job.os}: building Slurm {job.source.version} took longer than "
                                  f"{timeout:.0f} s; gave up") from None

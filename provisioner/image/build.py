@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from provisioner.errors import ProvisionError
+from provisioner.image import builder
 from provisioner.image.recipe import KEYRINGS, RAMDISK, ImageRecipe, build_environment, mmdebstrap_command
 from provisioner.manifest.cluster import BUILT_IMAGE_EXT, IMAGE_EXTS
 
@@ -142,10 +143,12 @@ def cached(r: ImageRecipe, cache: Path) -> Image | None:
     return Image(r.os, path, expected, "cached")
 
 
-def build(r: ImageRecipe, cache: Path, *, run: Runner = subprocess.run, timeout: float = BUILD_TIMEOUT,
+def build(r: ImageRecipe, cache: Path, *, run: Runner = builder.run, timeout: float = BUILD_TIMEOUT,
           which: Callable[[str], str | None] = shutil.which, euid: Callable[[], int] = os.geteuid,
           exists: Callable[[str], bool] = os.path.exists) -> Image:
-    """Build ``r`` into ``cache`` unless the cache holds it already; publish it as current."""
+    """Build ``r`` into ``cache`` unless the cache holds it already; publish it as current.
+    ``run`` runs mmdebstrap (:func:`provisioner.image.builder.run`: a stop leaves nothing
+    mounted)."""
     cache.mkdir(parents=True, exist_ok=True)
     found = cached(r, cache)
     if found is not None:
@@ -320,7 +323,7 @@ def initramfs_names(path: Path) -> list[str]:
                 remaining -= len(chunk)
 
 
-def build_ramdisk(r: ImageRecipe, cache: Path, *, run: Runner = subprocess.run, timeout: float = BUILD_TIMEOUT,
+def build_ramdisk(r: ImageRecipe, cache: Path, *, run: Runner = builder.run, timeout: float = BUILD_TIMEOUT,
                   which: Callable[[str], str | None] = shutil.which, euid: Callable[[], int] = os.geteuid,
                   exists: Callable[[str], bool] = os.path.exists) -> Ramdisk:
     """The deploy ramdisk (kernel + initramfs) of ``r`` in ``cache/deploy-ramdisk-<key>/``,
@@ -348,7 +351,7 @@ def build_ramdisk(r: ImageRecipe, cache: Path, *, run: Runner = subprocess.run, 
         tree = work / "tree"
         try:
             result = run(mmdebstrap_command(r, str(tree), "directory"), env={**os.environ, **build_environment(r)},
-                         timeout=timeout, check=False)
+                         timeout=timeout, check=False, also=work)  # the tree is where mmdebstrap mounts
         except subprocess.TimeoutExpired:
             raise ImageError(f"building the deploy ramdisk took longer than {timeout:.0f} s; gave up") from None
         kernels = sorted((tree / "boot").glob("vmlinuz-*")) if result.returncode == 0 else []
@@ -364,7 +367,7 @@ def build_ramdisk(r: ImageRecipe, cache: Path, *, run: Runner = subprocess.run, 
         out.chmod(0o755)
         os.replace(out, final)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        builder.remove(work)  # never through a mount point
     _link(current, final.name)
     return Ramdisk(final, "built", time.monotonic() - start)
 

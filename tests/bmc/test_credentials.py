@@ -53,7 +53,9 @@ def test_world_readable_password_file_is_refused(tmp_path: Path) -> None:
         resolve_password("gpu02", file_bmc(path))
 
 
-@pytest.mark.parametrize("content, match", [(None, "cannot read"), ("", "is empty"), ("\n", "is empty")])
+@pytest.mark.parametrize("content, match", [(None, r"\(the BMC password of gpu02\): cannot read it: No such file"),
+                                            ("", r"\(the BMC password of gpu02\): empty"),
+                                            ("\n", r"\(the BMC password of gpu02\): empty")])
 def test_unusable_password_files(tmp_path: Path, content: str | None, match: str) -> None:
     path = tmp_path / "bmc.pass"
     if content is not None:

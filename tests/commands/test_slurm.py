@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import shutil
 import subprocess
+import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,14 @@ from provisioner.areas import registry
 from provisioner.areas.slurm.build import PROOF_FILES, Job, jobs
 from provisioner.commands import slurm as cmd
 from provisioner.errors import ProvisionError
+from provisioner.interrupts import Interrupted
+from provisioner.proctree import processes_end_with_a_signal
+
+TESTS = Path(__file__).resolve().parents[1]
+if str(TESTS) not in sys.path:  # tests/emulators is imported as "emulators"
+    sys.path.insert(0, str(TESTS))
+
+from emulators import mmdebstrap  # noqa: E402
 
 PLUGIN_DIR = "./usr/lib/x86_64-linux-gnu/slurm/"
 
@@ -59,7 +70,7 @@ def job_for(tmp_path: Path, kit: Any, version: str = "25.05.1", tamper: bool = F
 def build(job: Job, cache: Path, fake: FakeBuild) -> cmd.Built:
     b = registry.package_build()
     return cmd.build_one(job, cache, proxy="http://127.0.0.1:3142", mirror=None, jobs=2, timeout=b.timeout_s,
-                         missing=b.missing, run=fake)
+                         missing=b.missing, run=fake, chroot_run=fake)
 
 
 def test_builds_checks_and_caches(tmp_path: Path, kit: Any) -> None:
@@ -166,3 +177,32 @@ def test_the_packages_are_published_signed_and_apt_takes_them(tmp_path: Path) ->
     policy = subprocess.run(["apt-cache", *opts, "policy", "slurm-smd-slurmd"], capture_output=True, text=True,
                             timeout=60, check=True).stdout
     assert "Candidate: 24.11.5-1" in policy and "1001 file:" in policy
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the stand-in builder mounts a tmpfs: needs root")
+def test_a_signal_during_the_chroot_build_leaves_nothing_mounted(tmp_path: Path, kit: Any,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The build runs mmdebstrap through provisioner.image.builder under the command's own
+    stop (every new process ended on a signal): a SIGTERM while the chroot is mounted ends in
+    Interrupted after mmdebstrap's own cleanup, with nothing mounted and nothing left of the
+    build. Before, the command's stop ended that cleanup and the chroot's mount stayed."""
+    job = job_for(tmp_path, kit)
+    bin_dir, tmp = tmp_path / "bin", tmp_path / "tmp"
+    bin_dir.mkdir()
+    tmp.mkdir()
+    build_wait = f"74.{os.getpid() % 10000:04d}2"
+    mmdebstrap.write(bin_dir, "0.01", build_wait)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    b = registry.package_build()
+    try:
+        with processes_end_with_a_signal(1.0), pytest.raises(Interrupted):
+            mmdebstrap.signal_self_when(mmdebstrap.sleeping(build_wait))
+            cmd.build_one(job, tmp_path / "cache", proxy=None, mirror=None, jobs=2, timeout=30, missing=b.missing,
+                          run=FakeBuild(job.debs))
+        mounted = mmdebstrap.mounts(tmp_path)
+    finally:
+        mmdebstrap.unmount_all(tmp_path)
+    assert mounted == [] and list(tmp.iterdir()) == []
+    assert list((tmp_path / "cache").iterdir()) == []
+    assert not mmdebstrap.sleeping(build_wait)()

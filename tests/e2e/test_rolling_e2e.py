@@ -65,6 +65,8 @@ echo '{DCGMI_PASS}'
 """
 BMC_PASSWORD_ENV = "PROVISION_ROLL_E2E_BMC_PASSWORD"
 BMC_PASSWORD = "roll-e2e-Bmc-Secret-4c1d7"
+BACKUP_KEY_ENV = "PROVISION_ROLL_E2E_BACKUP_KEY"
+BACKUP_KEY = "roll-e2e-Backup-Passphrase-8b2e5"  # the backup role installs it on the head: one more secret
 GATE_REASON = "provision gate: gpu.dcgm failed: level 1: software on GPU 0: Persistence mode for GPU 0 is disabled."
 
 
@@ -116,6 +118,7 @@ def _manifest(key: Path, extra_limit: bool) -> dict[str, object]:
         "role_vars": {"all": {"common_packages": []}},  # no convenience packages: a shorter converge
         "slurm": {"accounting": False, "partitions": [{"name": "batch", "nodes": ["@compute"], "default": True}]},
         "verify": {"gate": ["gpu.dcgm"]},
+        "backup": {"destination": {"path": "/srv/provision-backups"}, "key_env": BACKUP_KEY_ENV},
     }
     if extra_limit:  # node-local for rollnode1 and rollnode2 only: their common role re-runs
         data["role_vars"] = {"all": {"common_packages": []}, "rollnode[1-2]": {"common_limits": [
@@ -136,7 +139,8 @@ def _write(work: Path, extra_limit: bool) -> Path:
 
 def _provision(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     # COLUMNS: the roll's rows on one line each
-    return e2ekit.provision(*args, cwd=cwd, env={"COLUMNS": "200", BMC_PASSWORD_ENV: BMC_PASSWORD}, timeout=900)
+    return e2ekit.provision(*args, cwd=cwd, env={"COLUMNS": "200", BMC_PASSWORD_ENV: BMC_PASSWORD,
+                                                               BACKUP_KEY_ENV: BACKUP_KEY}, timeout=900)
 
 
 def _slurm_states(nodes: list[str]) -> dict[str, str]:
@@ -182,13 +186,21 @@ def _secret_forms(work: Path) -> dict[str, bytes]:
     """Every secret value of the manifest, in each form a leak could take: the MUNGE key
     (1024 random bytes, in the state's secrets/ only) raw, base64 (how Ansible carries file
     content in module arguments) and hex; the BMC password (from the environment) as given
-    and base64. The manifest has no alert receivers (the monitoring roles' converge would
-    cost minutes) and slurmdbd has no database password (unix-socket authentication)."""
+    and base64; the backup passphrase (from the environment; the backup role copies it to the
+    head) raw, base64 and hex. The manifest has no alert receivers (the monitoring roles'
+    converge would cost minutes) and slurmdbd has no database password (unix-socket
+    authentication)."""
     key = (work / ".provision" / "secrets" / "munge.key").read_bytes()
     assert len(key) >= 1024  # the secret is there: the scan cannot pass for want of it
+    # the passphrase went through the converge: on the head, from the state's secrets/
+    assert (work / ".provision" / "secrets" / "backup.key").read_text().strip() == BACKUP_KEY
+    assert _exec(HEAD, "cat", "/etc/provision-backup/key").strip() == BACKUP_KEY
+    passphrase = BACKUP_KEY.encode()
     return {"munge key raw": key[:48], "munge key base64": base64.b64encode(key[:48]),
             "munge key hex": key[:48].hex().encode(), "BMC password": BMC_PASSWORD.encode(),
-            "BMC password base64": base64.b64encode(BMC_PASSWORD.encode())}
+            "BMC password base64": base64.b64encode(BMC_PASSWORD.encode()), "backup passphrase": passphrase,
+            "backup passphrase base64": base64.b64encode(passphrase),
+            "backup passphrase hex": passphrase.hex().encode()}
 
 
 def _assert_no_secret_leaked(work: Path, outputs: list[str]) -> None:

@@ -155,11 +155,13 @@ def test_a_corrupted_sha256sums_is_refused_in_one_line_and_changes_nothing(
 
 @pytest.mark.parametrize(("key", "said"), [
     ({"key_env": "FAULTS_NO_SUCH_KEY"}, "backup.key_env: environment variable FAULTS_NO_SUCH_KEY is empty or unset"),
-    ({"key_file": "{folder}/missing"}, "backup.key_file: cannot read {folder}/missing: No such file or directory"),
-    ({"key_file": "{folder}"}, "backup.key_file: {folder} is not a regular file"),
-    ({"key_file": "{folder}/binary"}, "backup.key_file: cannot read {folder}/binary: not UTF-8 text"),
-    ({"key_file": "{folder}/everyone"}, "backup.key_file: {folder}/everyone is readable by everyone; run chmod o-r "
-                                        "{folder}/everyone"),
+    ({"key_file": "{folder}/missing"}, "backup.key_file: {folder}/missing (the backup passphrase): cannot read it: "
+                                       "No such file or directory"),
+    ({"key_file": "{folder}"}, "backup.key_file: {folder} (the backup passphrase): not a regular file"),
+    ({"key_file": "{folder}/binary"}, "backup.key_file: {folder}/binary (the backup passphrase): cannot read it: "
+                                      "not UTF-8 text"),
+    ({"key_file": "{folder}/everyone"}, "backup.key_file: {folder}/everyone (the backup passphrase): readable by "
+                                        "everyone; run chmod o-r {folder}/everyone"),
 ], ids=["env-unset", "file-missing", "file-is-a-folder", "file-not-text", "file-world-readable"])
 def test_backup_without_a_usable_passphrase_is_one_line_and_contacts_nothing(
         write_cluster: Any, tmp_path: Path, key: dict[str, str], said: str) -> None:

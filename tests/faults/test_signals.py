@@ -16,9 +16,11 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ TESTS = Path(__file__).resolve().parents[1]
 if str(TESTS) not in sys.path:  # tests/emulators is imported as "emulators"
     sys.path.insert(0, str(TESTS))
 
+from emulators import mmdebstrap  # noqa: E402
 from emulators.ssh import FakeSshServer, StallingProxy, new_host_key  # noqa: E402
 
 from provisioner.cli import interrupted  # noqa: E402
@@ -52,6 +55,51 @@ def survivors(processes_with: Callable[[str], list[int]], marker: str) -> list[i
     for pid in leftovers:
         os.kill(pid, signal.SIGKILL)
     return leftovers
+
+
+@dataclass
+class Stopped:
+    """How a command stopped by :func:`stop_cli` ended, and the stand-ins' processes it left
+    (``sleep <marker>``: killed by then, listed for the test to judge)."""
+
+    rc: int
+    out: str
+    err: str
+    leftovers: list[int]
+
+
+def stop_cli(argv: list[str], sig: signal.Signals, marker: str, processes_with: Callable[[str], list[int]], *,
+             env: dict[str, str] | None = None, reached: Callable[[], bool] | None = None, what: str = "the moment",
+             to_group: bool = False, twice: bool = False, settle: float = 0.0, step: float = 0.05,
+             timeout: float = 30) -> Stopped:
+    """Run ``provision ARGV`` in a session of its own; once ``reached()`` (default: a stand-in
+    waits in ``sleep MARKER``) and ``settle`` s later, send ``sig`` to the command alone (as
+    kill(1) or a service manager does) or, ``to_group``, to its whole process group (as a
+    terminal does), ``twice`` 0.3 s apart; wait ``timeout`` s for it to end (its output goes to
+    files: a child left behind holds no pipe open), kill what is left of its group, and sweep
+    the stand-ins it left."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([sys.executable, "-m", "provisioner.cli", *argv], stdout=out, stderr=err,
+                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        try:
+            wait_for(reached or (lambda: bool(processes_with(f"sleep {marker}"))), proc, f"never reached {what}",
+                     step=step)
+            time.sleep(settle)
+            send = (lambda: os.killpg(proc.pid, sig)) if to_group else (lambda: proc.send_signal(sig))
+            send()
+            if twice:
+                time.sleep(0.3)
+                send()
+            proc.wait(timeout=timeout)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            leftovers = survivors(processes_with, marker)
+        out.seek(0)
+        err.seek(0)
+        return Stopped(proc.returncode, out.read().decode(errors="replace"), err.read().decode(errors="replace"),
+                       leftovers)
 
 
 def interpreter_start(err: str) -> bool:
@@ -127,21 +175,10 @@ def test_a_signal_ends_every_ssh_of_a_remote_verb(processes_with: Callable[[str]
         manifest.write_text(yaml.safe_dump(data, sort_keys=False))
     argv = [*verb, str(manifest)] if verb[0] == "report" else [*verb[:1], str(manifest), *verb[1:]]
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    proc = subprocess.Popen([sys.executable, "-m", "provisioner.cli", *argv],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-                            env=env, start_new_session=True)
-    try:
-        wait_for(lambda: bool(processes_with(f"sleep {marker}")), proc, "no ssh started", step=0.1)
-        proc.send_signal(sig)  # to the command alone, as kill(1) or a service manager sends it
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    leftovers = survivors(processes_with, marker)
-    assert leftovers == []
-    assert proc.returncode == 128 + sig, (out, err)
-    assert err == ("interrupted (Ctrl-C)\n" if sig == signal.SIGINT else f"interrupted by {sig.name}\n")
+    r = stop_cli(argv, sig, marker, processes_with, env=env, what="an ssh", step=0.1)
+    assert r.leftovers == []
+    assert r.rc == 128 + sig, (r.out, r.err)
+    assert r.err == ("interrupted (Ctrl-C)\n" if sig == signal.SIGINT else f"interrupted by {sig.name}\n")
     if verb[0] == "remove":  # stopped in the drain: nothing recorded
         assert json.loads((manifest.parent / ".provision" / "state.json").read_text())["nodes"]["n9"] == {
             "lifecycle": "configured"}
@@ -276,22 +313,15 @@ def test_a_signal_at_each_step_of_a_roll_ends_it_in_one_line(
     sshd = FakeSshServer(new_host_key()).start() if moment == "apply" else None  # banner and key exchange
     manifest: Path = write_cluster(slurm=True, **({"port": sshd.port} if sshd else {}))
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    proc = subprocess.Popen([sys.executable, "-m", "provisioner.cli", "apply", str(manifest), "--rolling", "--yes"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-                            env=env, start_new_session=True)
     try:
-        wait_for(lambda: bool(processes_with(f"sleep {marker}")), proc, f"never reached the {moment}")
-        proc.send_signal(sig)
-        out, err = proc.communicate(timeout=30)
+        r = stop_cli(["apply", str(manifest), "--rolling", "--yes"], sig, marker, processes_with, env=env,
+                     what=f"the {moment}")
     finally:
         if sshd:
             sshd.stop()
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    leftovers = survivors(processes_with, marker)
-    assert leftovers == []
-    assert proc.returncode == 128 + sig, (out, err)
+    err = r.err
+    assert r.leftovers == []
+    assert r.rc == 128 + sig, (r.out, r.err)
     assert "Traceback" not in err and err.count("\n") == 1, err
     assert err.startswith("interrupted (Ctrl-C): " if sig == signal.SIGINT else f"interrupted by {sig.name}: "), err
     assert "rolling stopped" in err and "n1" in err, err
@@ -355,25 +385,16 @@ def test_a_signal_during_an_image_build_keeps_no_half_written_image(
                                                    "sha256": "0" * 64}}
         manifest.write_text(yaml.safe_dump(data, sort_keys=False))
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    proc = subprocess.Popen([sys.executable, "-m", "provisioner.cli", "image", "build", str(manifest)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-                            env=env, start_new_session=True)
     try:
-        wait_for(lambda: server.seen.is_set() if server else bool(processes_with(f"sleep {marker}")), proc,
-                 f"never reached the {moment}")
-        time.sleep(0.2)  # the download is under way
-        proc.send_signal(sig)
-        proc.wait(timeout=30)  # not communicate(): a child left behind would hold its pipes open
+        r = stop_cli(["image", "build", str(manifest)], sig, marker, processes_with, env=env,
+                     reached=server.seen.is_set if server else None, what=f"the {moment}",
+                     settle=0.2)  # the download is under way
     finally:
         if server:
             server.close()
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    leftovers = survivors(processes_with, marker)
-    out, err = proc.communicate(timeout=10)
-    assert leftovers == []
-    assert proc.returncode == 128 + sig, (out, err)
+    err = r.err
+    assert r.leftovers == []
+    assert r.rc == 128 + sig, (r.out, r.err)
     assert "Traceback" not in err and err.count("\n") == 1, err
     assert err.startswith("interrupted (Ctrl-C)" if sig == signal.SIGINT else f"interrupted by {sig.name}"), err
     cache = manifest.parent / ".provision" / "images"
@@ -382,6 +403,47 @@ def test_a_signal_during_an_image_build_keeps_no_half_written_image(
     assert [n for n in names if n.startswith(".")] == []  # no partial tarball, proof tree or link being made
     assert [n for n in names if n.endswith(".proof.json")] == []
     assert len(published) == (2 if moment == "proof" else 0), names  # the image and its link: whole, not proven
+
+
+@pytest.mark.parametrize(("moment", "sig"), [("setup", signal.SIGINT), ("build", signal.SIGINT),
+                                           ("build", signal.SIGTERM), ("build", signal.SIGHUP),
+                                           ("twice", signal.SIGINT)],
+                         ids=lambda v: v.name if isinstance(v, signal.Signals) else v)
+def test_a_terminals_signal_during_mmdebstrap_leaves_nothing_mounted(
+        processes_with: Callable[[str], list[int]], write_cluster: Any, tmp_path: Path, moment: str,
+        sig: signal.Signals) -> None:
+    """image build's mmdebstrap (a stand-in that mounts a tmpfs in its chroot under $TMPDIR, as
+    mmdebstrap --mode=root mounts proc, sys and dev) stopped by a signal to the command's whole
+    process group, as a terminal sends it: while it sets up, while its apt runs with the mount
+    in place, or twice (the second during its cleanup). Its own cleanup runs to the end: 128 +
+    the signal, one line, no process left, nothing mounted, nothing left in TMPDIR. Before,
+    the command's stop ended mmdebstrap's cleanup too and the mount stayed."""
+    if not builds_here():
+        pytest.skip("an image build needs root and /usr/share/keyrings/debian-archive-keyring.gpg")
+    marker = f"{70 + int(sig)}.{len(moment)}{os.getpid() % 1000:03d}"
+    bin_dir, tmp = tmp_path / "bin", tmp_path / "tmp"
+    bin_dir.mkdir()
+    tmp.mkdir()
+    mmdebstrap.write(bin_dir, f"{marker}1" if moment == "setup" else "0.01", f"{marker}2")
+    manifest: Path = write_cluster()
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", TMPDIR=str(tmp))
+    waits_in = f"sleep {marker}{1 if moment == 'setup' else 2}"
+    try:  # the terminal's way: to every process of the foreground group; twice: the second while
+        # mmdebstrap cleans up
+        r = stop_cli(["image", "build", str(manifest)], sig, marker, processes_with, env=env,
+                     reached=lambda: bool(processes_with(waits_in)), what=f"the {moment}", to_group=True,
+                     twice=moment == "twice", timeout=90)
+        mounted = mmdebstrap.mounts(tmp_path)
+    finally:
+        mmdebstrap.unmount_all(tmp_path)
+    err = r.err
+    assert r.leftovers == [] and mounted == []
+    assert sorted(p.name for p in tmp.iterdir()) == []
+    assert r.rc == 128 + sig, (r.out, r.err)
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert err.startswith("interrupted (Ctrl-C)" if sig == signal.SIGINT else f"interrupted by {sig.name}"), err
+    cache = manifest.parent / ".provision" / "images"
+    assert [p.name for p in cache.iterdir() if p.name.startswith(".") or p.name.endswith(".tar.gz")] == []
 
 
 def recorded_node(manifest: Path, name: str, lifecycle: str = "configured") -> Path:
@@ -407,22 +469,15 @@ def test_a_signal_while_remove_applies_records_the_run_and_not_the_removal(
     manifest: Path = write_cluster(slurm=True, port=sshd.port)
     state = recorded_node(manifest, "n9")
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    proc = subprocess.Popen([sys.executable, "-m", "provisioner.cli", "remove", str(manifest), "n9", "--yes"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-                            env=env, start_new_session=True)
     try:
-        wait_for(lambda: bool(processes_with(f"sleep {marker}")), proc, "never reached the apply")
-        proc.send_signal(sig)
-        out, err = proc.communicate(timeout=30)
+        r = stop_cli(["remove", str(manifest), "n9", "--yes"], sig, marker, processes_with, env=env,
+                     what="the apply")
     finally:
         sshd.stop()
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    leftovers = survivors(processes_with, marker)
-    assert leftovers == []
-    assert "n9: drained, no jobs" in out, out
-    assert proc.returncode == 128 + sig, (out, err)
+    err = r.err
+    assert r.leftovers == []
+    assert "n9: drained, no jobs" in r.out, r.out
+    assert r.rc == 128 + sig, (r.out, r.err)
     assert "Traceback" not in err and err.count("\n") == 1, err
     assert err.startswith("interrupted (Ctrl-C)" if sig == signal.SIGINT else f"interrupted by {sig.name}"), err
     recorded = json.loads((state / "state.json").read_text())
@@ -471,6 +526,16 @@ def tool_at(moment: str, marker: str, tool: Path, head: tuple[dict[str, Any], Pa
     calls = backup_stand_ins(bin_dir, marker, moment)
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     path = tmp_path / "config.json"
+    if moment == "make-ssh":  # an SSH destination (ssh and scp stand-ins acting here); scp waits half-way
+        (bin_dir / "ssh").write_text('#!/bin/sh\nfor a; do last="$a"; done\nexec sh -c "$last"\n')
+        (bin_dir / "scp").write_text('#!/bin/sh\nfor a; do src="$last"; last="$a"; done\n'
+                                     f'cp -r "$src" "${{last#*:}}" && exec sleep {marker}\n')
+        for name in ("ssh", "scp"):
+            (bin_dir / name).chmod(0o755)
+        config["destination"] = {"kind": "ssh", "user": "backup", "host": "127.0.0.1", "port": 22,
+                                 "path": str(tmp_path / "dest")}
+        path.write_text(json.dumps(config))
+        return [sys.executable, str(tool), "make", str(path)], env, calls
     if moment == "make":  # the database part's dump waits
         (bin_dir / "mysqldump").write_text(f"#!/bin/sh\nexec sleep {marker}\n")
         (bin_dir / "mysqldump").chmod(0o755)
@@ -486,6 +551,7 @@ def tool_at(moment: str, marker: str, tool: Path, head: tuple[dict[str, Any], Pa
 
 
 TOOL_SAID = {"make": "no backup was made; its staging files were removed",
+             "make-ssh": "no backup was made; its staging files were removed",
              "restore-decrypt": "nothing changed",
              "restore-start": "after stop slurmctld, munge restored, slurmctld restored of the plan; run the restore "
                               "again with --yes"}
@@ -494,11 +560,12 @@ TOOL_SAID = {"make": "no backup was made; its staging files were removed",
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl here")
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, None],
                          ids=lambda s: s.name if s else "reader-gone")
-@pytest.mark.parametrize("moment", ["make", "restore-decrypt", "restore-start"])
+@pytest.mark.parametrize("moment", ["make", "make-ssh", "restore-decrypt", "restore-start"])
 def test_a_signal_stops_the_heads_backup_tool_in_one_line_and_leaves_nothing_half_made(
         processes_with: Callable[[str], list[int]], backup_tool: Path, backup_head: tuple[dict[str, Any], Path],
         tmp_path: Path, moment: str, sig: signal.Signals | None) -> None:
     """The head's tool (provision-backup) stopped while it dumps the database (make), while it
+    copies the backup to an SSH destination (make-ssh: the partial copy there is removed), while it
     decrypts the backup's parts (restore, before its first step) or while it starts the units
     again (restore, after the parts were put back): 128 + the signal, one line that says what
     was done, no child left, no partial copy at the destination, no staging file left (the
@@ -579,20 +646,10 @@ def test_a_signal_ends_the_ssh_of_backup_and_restore(processes_with: Callable[[s
         if moment == "restore" else ["backup", str(manifest)]
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", TMPDIR=str(scratch),
                **{BACKUP_KEY_ENV: "correct horse battery staple"})
-    proc = subprocess.Popen([sys.executable, "-m", "provisioner.cli", *verb],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-                            env=env, start_new_session=True)
-    try:
-        wait_for(lambda: bool(processes_with(f"sleep {marker}")), proc, f"never reached the {moment}", step=0.1)
-        proc.send_signal(sig)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    leftovers = survivors(processes_with, marker)
-    assert leftovers == []
-    assert proc.returncode == 128 + sig, (out, err)
+    r = stop_cli(verb, sig, marker, processes_with, env=env, what=f"the {moment}", step=0.1)
+    err = r.err
+    assert r.leftovers == []
+    assert r.rc == 128 + sig, (r.out, r.err)
     what = {"upload": "no backup was made",
             "make": "the backup tool there stops at its next step and removes its staging files",
             "restore": "the restore there stops at its next step, perhaps half done: run provision restore again "

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import shlex
-import stat
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,6 +26,7 @@ from provisioner.manifest.load import Loaded
 from provisioner.manifest.model import Manifest
 from provisioner.manifest.nodes import Node
 from provisioner.manifest.select import SelectorError
+from provisioner.secretfile import private_file_text
 from provisioner.state import StateDir
 
 # On the head (the backup role's defaults name the same paths)
@@ -327,21 +327,10 @@ def read_key(b: Backup, environ: Mapping[str, str] | None = None) -> str:
             raise BackupConfigError(f"backup.key_env: environment variable {b.key_env} is empty or unset")
         return value
     assert b.key_file is not None
-    path = Path(b.key_file)
     try:
-        info = path.stat()
-        if not stat.S_ISREG(info.st_mode):
-            raise BackupConfigError(f"backup.key_file: {path} is not a regular file")
-        if info.st_mode & stat.S_IROTH:
-            raise BackupConfigError(f"backup.key_file: {path} is readable by everyone; run chmod o-r {path}")
-        value = path.read_text(encoding="utf-8").rstrip("\n")
-    except OSError as exc:
-        raise BackupConfigError(f"backup.key_file: cannot read {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise BackupConfigError(f"backup.key_file: cannot read {path}: not UTF-8 text") from None
-    if not value or "\n" in value:
-        raise BackupConfigError(f"backup.key_file: {path} must hold one non-empty line")
-    return value
+        return private_file_text(Path(b.key_file), "backup.key_file", "the backup passphrase", one_line=True)
+    except ProvisionError as exc:
+        raise BackupConfigError(str(exc)) from None
 
 
 def key_problem(value: str) -> str | None:

@@ -50,6 +50,7 @@ META = "backup.json"
 FORMAT = 1
 STAMP = "%Y%m%dT%H%M%SZ"
 STABLE_TRIES = 3  # copies of a folder that keeps changing before the backup fails
+PARTIAL_CLEANUP_S = 30.0  # removing a partial copy at an SSH destination after a stop or failure
 UTC = dt.timezone.utc  # noqa: UP017  (dt.UTC is 3.11; Ubuntu 22.04 has 3.10)
 OPENSSL = ("openssl", "enc", "-aes-256-cbc", "-pbkdf2", "-iter", "200000", "-salt")
 
@@ -369,8 +370,13 @@ class Destination:
                 raise
             return
         run([*self._ssh(), f"mkdir -p -- '{self.path}'"], self.timeout)
-        run([*self._scp(), str(folder), self._target(name + PARTIAL)], self.timeout)
-        run([*self._ssh(), f"mv -- '{self.path}/{name}{PARTIAL}' '{self.path}/{name}'"], self.timeout)
+        try:
+            run([*self._scp(), str(folder), self._target(name + PARTIAL)], self.timeout)
+            run([*self._ssh(), f"mv -- '{self.path}/{name}{PARTIAL}' '{self.path}/{name}'"], self.timeout)
+        except BaseException:  # a signal (now ignored: this runs to its end, bounded), a failed copy
+            with contextlib.suppress(BackupError, OSError):
+                run([*self._ssh(), f"rm -rf -- '{self.path}/{name}{PARTIAL}'"], min(self.timeout, PARTIAL_CLEANUP_S))
+            raise
 
     def remove(self, name: str) -> None:
         if not (name.startswith(PREFIX) and re.fullmatch(r"[A-Za-z0-9_.-]+", name)):

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from provisioner.manifest.monitoring import AlertReceiver, EmailReceiver, Monito
 from provisioner.manifest.nodes import Node
 from provisioner.manifest.select import select_nodes
 from provisioner.manifest.source import PathKey
+from provisioner.secretfile import private_file_text
 from provisioner.state import StateDir
 
 NODE_EXPORTER_PORT = 9100
@@ -349,25 +349,7 @@ def read_secret(ref: SecretRef, environ: Mapping[str, str] | None = None) -> str
                                  f"environment variable {ref.env} is empty or unset")
         return value
     assert ref.file is not None  # the model guarantees one of the two
-    path = Path(ref.file)
-    try:
-        info = path.stat()
-    except OSError as exc:
-        raise ProvisionError(f"{where}: cannot read {ref.field} of receiver {ref.receiver!r} from "
-                             f"{path}: {exc.strerror}") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise ProvisionError(f"{where}: {path} (receiver {ref.receiver!r}) is not a regular file")
-    if info.st_mode & stat.S_IROTH:
-        raise ProvisionError(f"{where}: {path} (receiver {ref.receiver!r}) is readable by everyone; "
-                             f"run chmod o-r {path}")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProvisionError(f"{where}: cannot read {path} (receiver {ref.receiver!r}): {exc}") from None
-    value = text[:-1] if text.endswith("\n") else text
-    if not value or "\n" in value:
-        raise ProvisionError(f"{where}: {path} (receiver {ref.receiver!r}) must hold one non-empty line")
-    return value
+    return private_file_text(Path(ref.file), where, f"the {ref.field} of receiver {ref.receiver!r}", one_line=True)
 
 
 def _write_private(path: Path, value: str) -> None:

@@ -36,12 +36,6 @@ def secret_envs(m: Manifest) -> set[str]:
     return {d.bind_password_env} if d is not None and d.bind_password_env is not None else set()
 
 
-def _private_file(path: Path, what: str) -> str:
-    """One non-empty line from a regular file others cannot read; messages never hold it."""
-    value = private_file_text(path, what)
-    if not value or "\n" in value:
-        raise ProvisionError(f"{what}: {path} must hold one non-empty line")
-    return value
 
 
 def read_bind_password(d: Sssd, environ: Mapping[str, str] | None = None) -> str | None:
@@ -53,7 +47,8 @@ def read_bind_password(d: Sssd, environ: Mapping[str, str] | None = None) -> str
                                  "is empty, unset or more than one line")
         return value
     if d.bind_password_file is not None:
-        return _private_file(Path(d.bind_password_file), "identity.sssd.bind_password_file")
+        return private_file_text(Path(d.bind_password_file), "identity.sssd.bind_password_file",
+                                 "the directory's bind password", one_line=True)
     return None
 
 

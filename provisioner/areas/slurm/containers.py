@@ -193,7 +193,7 @@ def read_password(login: RegistryLogin, index: int, environ: Mapping[str, str] |
             raise ProvisionError(f"{where}: environment variable {login.password_env} is empty or unset")
     else:
         assert login.password_file is not None  # the model guarantees one of the two
-        value = private_file_text(Path(login.password_file), where)
+        value = private_file_text(Path(login.password_file), where, f"the registry password for {login.host}")
     if (problem := password_problem(value)) is not None:
         raise ProvisionError(f"{where}: the password {problem}")
     return value

@@ -199,8 +199,8 @@ def test_a_missing_variable_is_named_and_nothing_is_written(tmp_path: Path, load
 
 
 @pytest.mark.parametrize("problem, message", [
-    ("world-readable", "is readable by everyone; run chmod o-r"),
-    ("directory", "is not a regular file"),
+    ("world-readable", "(the bearer_token of receiver 'chat'): readable by everyone; run chmod o-r"),
+    ("directory", "(the bearer_token of receiver 'chat'): not a regular file"),
     ("missing", "No such file or directory"),
     ("two lines", "must hold one non-empty line"),
     ("empty", "must hold one non-empty line"),

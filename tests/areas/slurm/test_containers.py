@@ -238,7 +238,7 @@ def test_prepare_writes_one_netrc_line_per_login(kit: Any, tmp_path: Path,
     ("unset", "environment variable NGC_TOKEN is empty or unset"),
     ("dollar", "starts with $"),
     ("world", "readable by everyone; run chmod o-r"),
-    ("dir", "is not a regular file"),
+    ("dir", "(the registry password for nvcr.io): not a regular file"),
     ("missing", "cannot read"),
 ])
 def test_prepare_refuses_in_words_that_never_show_the_password(kit: Any, tmp_path: Path,
