@@ -404,9 +404,12 @@ class Ssh:
     def argv(self, command: str) -> list[str]:
         trust = (["-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={self.known_hosts}"]
                  if self.known_hosts else ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"])
+        # The shared connection outlives the lab's longest quiet phase (the first apply: 806 s
+        # on a loaded machine), so no guest has to take a new one while it is busy: a new one
+        # then timed out in its banner exchange (10 s) and failed pxe1's whole chain
         return ["ssh", "-i", str(self.key), "-p", str(self.port), "-o", "BatchMode=yes", *trust,
-                "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=10",
-                "-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_path}", "-o", "ControlPersist=600",
+                "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=30", "-o", "ServerAliveInterval=10",
+                "-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_path}", "-o", "ControlPersist=3600",
                 f"{self.user}@{self.host}", command]
 
     def close(self) -> None:
