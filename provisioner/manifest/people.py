@@ -122,6 +122,9 @@ class Sssd(Strict):
         "absent: every directory user with an id in id_range")
     ldap_schema: Literal["rfc2307", "rfc2307bis"] = Field(
         default="rfc2307", description="rfc2307: memberUid holds names (OpenLDAP's nis schema); rfc2307bis: member DNs")
+    probe: PersonName | None = Field(
+        default=None, description="a user or group the directory always holds (a service account, the cluster's "
+        "group): verify looks it up through sssd on every node (default: the first directory person in users:)")
 
     @model_validator(mode="before")
     @classmethod

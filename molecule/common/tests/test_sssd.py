@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from provisioner.areas.people import verify
+
 WRONG_CA = (Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "ldap-wrong-ca.pem").read_text()
 RIGHT_CA = (Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "ldap-ca.pem").read_text()
 
@@ -62,6 +64,31 @@ def test_the_config_holds_the_secret_for_root_only(compute):
     assert compute.file("/etc/sssd/ldap-ca.pem").content_string.strip() == RIGHT_CA.strip()
     for db in ("passwd", "group", "shadow"):
         assert compute.run("grep -E '^%s:.*\\bsss\\b' /etc/nsswitch.conf", db).rc == 0
+
+
+def _probe(host, name):
+    """verify's identity.directory command on the node, parsed by verify's own parser."""
+    return verify.parse_directory(host.run(verify.directory_command(name)).stdout)
+
+
+def test_verifys_directory_probe_on_real_sssd(compute):
+    """provision verify's ``identity.directory``: a person and a group resolve through sssd
+    alone, an entry outside id_range does not, and a stopped sssd is seen."""
+    for _ in range(10):  # sssd may still be (re)connecting after the tests before
+        carol = _probe(compute, "carol")
+        if carol.found:
+            break
+        time.sleep(1)
+    assert carol == verify.DirectoryProbe("active", ("user", 10007))
+    assert _probe(compute, "gpu-users") == verify.DirectoryProbe("active", ("group", 10100))
+    assert _probe(compute, "low").found is None  # uid 2500: outside id_range, sssd ignores it
+    assert _probe(compute, "root").found is None  # a local account is no answer from sssd
+    try:
+        assert compute.run("systemctl stop sssd").rc == 0
+        stopped = _probe(compute, "carol")
+        assert stopped.sssd == "inactive", stopped  # its fast cache may still answer: the state decides
+    finally:
+        assert compute.run("systemctl start sssd").rc == 0
 
 
 def _restart_with_empty_cache(host) -> None:

@@ -200,6 +200,10 @@ def identity_problems(m: Manifest) -> list[Problem]:
         if first <= g.gid <= last:
             out.append(Problem(("groups", i, "gid"), f"gid {g.gid} of local group {g.name!r} is inside {span}: "
                                "choose a gid outside it"))
+    if sssd.probe is None and not directory_people(m):
+        out.append(Problem(("identity", "sssd"), "no directory person in users: and no identity.sssd.probe: verify "
+                           "can see that sssd runs, not that the directory answers; name a user or group the "
+                           "directory always holds in identity.sssd.probe", "warning"))
     return out
 
 

@@ -82,6 +82,13 @@ def export_options(export: NfsExport) -> list[str]:
     return merge_options(generated, export.options)
 
 
+def root_writes(export: NfsExport) -> bool:
+    """Whether a client's root may write under the export: read-write, root not squashed
+    (``root_squash``, the default, or ``all_squash`` make root the server's anonymous user)."""
+    options = export_options(export)
+    return "rw" in options and "root_squash" not in options and "all_squash" not in options
+
+
 def exports_line(path: str, clients: Sequence[str], options: Sequence[str]) -> str:
     """One /etc/exports line: ``/path cidr1(opts) cidr2(opts)``."""
     if not clients:

@@ -114,6 +114,14 @@ def parse_io(text: str) -> DdRun:
     return DdRun(write_ok, read_ok, rates[0] if rates else "", rates[1] if len(rates) > 1 else "")
 
 
+def parse_list(text: str) -> bool:
+    """``list rc=N`` after ``ls``: whether the listing worked."""
+    rc = re.search(r"^list rc=(\d+)", text, re.MULTILINE)
+    if not rc:
+        raise ParseError("no 'list rc=N' line")
+    return rc.group(1) == "0"
+
+
 @dataclass(frozen=True)
 class PoolStatus:
     state: str
@@ -231,6 +239,14 @@ def io_verdict(path: str) -> Callable[[DdRun], Outcome]:
     return verdict
 
 
+def list_verdict(path: str) -> Callable[[bool], Outcome]:
+    def verdict(listed: bool) -> Outcome:
+        if not listed:
+            return Outcome("FAIL", f"cannot list {path}")
+        return Outcome("PASS", "listed (root may not write on this export: no write probe)")
+    return verdict
+
+
 def pool_verdict(pool: str) -> Callable[[PoolStatus], Outcome]:
     def verdict(s: PoolStatus) -> Outcome:
         problems = []
@@ -284,6 +300,12 @@ def io_command(path: str, node: str) -> str:
     f = shlex.quote(f"{path.rstrip('/')}/.provision-verify-{node}")
     return (f"dd if=/dev/zero of={f} bs=1M count={IO_MB} conv=fsync 2>&1; echo \"write rc=$?\"; "
             f"dd if={f} of=/dev/null bs=1M 2>&1; echo \"read rc=$?\"; rm -f {f}")
+
+
+def list_command(path: str) -> str:
+    """The probe of an export root may not write to (read-only, or root squashed: root on the
+    client is the server's anonymous user, and root owns the export): a bounded listing."""
+    return f"ls -A {shlex.quote(path)} > /dev/null; echo \"list rc=$?\""
 
 
 def findmnt_command(path: str) -> str:
@@ -377,8 +399,12 @@ def mount_checks(m: Manifest, node: Node, out: CheckList) -> None:
         fstypes = ("nfs",) if mount.vers == "3" else ("nfs4",)
         out.add(f"mount:{mount.path}", findmnt_command(mount.path),
                 judged(parse_findmnt, mount_verdict(fstypes, want, mount.path)), "kernel")
-        out.add(f"io:{mount.path}", io_command(mount.path, node.name), judged(parse_io, io_verdict(mount.path)),
-                "kernel")
+        if nfs.root_writes(nfs.export_by_name(m, mount.export)):
+            out.add(f"io:{mount.path}", io_command(mount.path, node.name), judged(parse_io, io_verdict(mount.path)),
+                    "kernel")
+        else:
+            out.add(f"io:{mount.path}", list_command(mount.path), judged(parse_list, list_verdict(mount.path)),
+                    "kernel")
     for union in mergerfs.unions_for(m, node):
         out.add(f"mount:{union.path}", findmnt_command(union.path),
                 judged(parse_findmnt, mount_verdict(("fuse.mergerfs",), [], union.path)), "kernel")

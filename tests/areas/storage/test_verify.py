@@ -229,11 +229,31 @@ def test_write_bw_verdict() -> None:
 
 
 def test_io_verdict(kit: Any) -> None:
-    m = kit.load(kit.base(storage=True)).manifest
+    data = kit.base(storage=True)
+    data["nfs"]["exports"][0]["root_squash"] = False
+    m = kit.load(data).manifest
     io = by_name(catalog.plan(m), "node01", "io:/data")
     assert ".provision-verify-node01" in io.command.text  # type: ignore[union-attr]
     assert io.judge(Output(stdout="write rc=1\nread rc=1\n")).detail == "cannot write 64 MiB under /data"
     assert io.judge(Output(stdout="write rc=0\nread rc=1\n")).detail == "cannot read back 64 MiB under /data"
+
+
+@pytest.mark.parametrize("export", [{}, {"root_squash": False, "options": ["all_squash"]},
+                                    {"root_squash": False, "rw": False},
+                                    {"root_squash": False, "options": ["root_squash"]}])
+def test_io_on_an_export_root_may_not_write_lists_it(kit: Any, export: dict[str, Any]) -> None:
+    """Root squashed (the default), all squashed or read-only: root on the client cannot write
+    under the export (the server's anonymous user, a root-owned directory), so a dd there would
+    fail on a healthy mount; the check lists the mount instead."""
+    data = kit.base(storage=True)
+    data["nfs"]["exports"][0].update(export)
+    io = by_name(catalog.plan(kit.load(data).manifest), "node01", "io:/data")
+    assert io.command.text.startswith("ls -A /data ")  # type: ignore[union-attr]
+    assert "dd " not in io.command.text  # type: ignore[union-attr]
+    assert io.judge(Output(stdout="list rc=0\n")).status == "PASS"
+    failed = io.judge(Output(stdout="ls: cannot access '/data': Stale file handle\nlist rc=2\n"))
+    assert (failed.status, failed.detail) == ("FAIL", "cannot list /data")
+    assert io.judge(Output(stdout="")).status == "FAIL"  # no "list rc=" line: unparsable
 
 
 # --------------------------------------------------------------------------- parsers
