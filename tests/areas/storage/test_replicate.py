@@ -20,6 +20,8 @@ from provisioner.areas.storage import replicate, replication_key, snapshots
 from provisioner.areas.storage.replicate import Listing, Refused, Snap
 from provisioner.areas.storage.rolevars import node_vars
 from provisioner.areas.storage.zfs import replications
+from provisioner.plan import cluster_fingerprint, compute, node_sections
+from provisioner.state import NodeState, State
 
 SRC, DST = "tank/data", "backup/data"
 H = [f"provision-hourly-20251127T{h:02d}0000Z" for h in range(24)]
@@ -208,6 +210,20 @@ def test_replication_problems_are_reported_at_their_line(kit: Any, change: Any, 
     diag = kit.error(text, message)
     assert diag.file == "m.yaml"
     assert diag.line in range(kit.line_of(text, needle) - 3, kit.line_of(text, needle) + 1), (diag.format(), text)
+
+
+def test_plan_shows_replication_as_a_storage_change_of_both_nodes_alone(kit: Any) -> None:
+    data = two_nodes(kit)
+    del data["zfs"]["pools"][0]["replicate"], data["zfs"]["pools"][0]["datasets"][1]["replicate"]
+    before = kit.load(data).manifest
+    state = State(cluster=before.cluster.name, cluster_fingerprint=cluster_fingerprint(before),
+                  nodes={n.name: NodeState(lifecycle="configured", fingerprints=node_sections(before, n))
+                         for n in before.nodes})
+    plan = compute(kit.load(two_nodes(kit)).manifest, state, [])
+    nodes = {n.name: n for n in plan.nodes}
+    assert nodes["head01"].status == nodes["store01"].status == "changed"
+    assert nodes["head01"].sections == nodes["store01"].sections == ["storage"]
+    assert nodes["node01"].status == "unchanged" and plan.targets == ["head01", "store01"]
 
 
 def test_the_key_is_made_once_and_scanned_for(tmp_path: Path) -> None:
