@@ -78,6 +78,7 @@ from provisioner.areas.slurm import rolevars as slurm
 from provisioner.areas.slurm import upgrade as slurm_upgrade
 from provisioner.areas.slurm import verify as slurm_verify
 from provisioner.areas.storage import checks as storage_checks
+from provisioner.areas.storage import replication_key as storage_replication_key
 from provisioner.areas.storage import rolevars as storage
 from provisioner.areas.storage import scratch as storage_scratch
 from provisioner.areas.storage import verify as storage_verify
@@ -360,6 +361,7 @@ AREAS: tuple[Area, ...] = (
          checks=common_checks.CHECKS, verify=common_verify.checks, image_packages=common_decide.image_packages),
     Area("storage", storage.cluster_vars, storage.node_vars, groups=storage.groups, checks=storage_checks.CHECKS,
          verify=storage_verify.checks, destructive=storage_scratch.format_summary,
+         prepare=storage_replication_key.prepare, secret_values=storage_replication_key.secret_values,
          image_roles=("nfs_client",)),
     Area("people", people.cluster_vars, people.node_vars, people.LIGHT_KEYS, checks=people_checks.CHECKS,
          verify=people_verify.checks, prepare=people_secrets.prepare_directory,

@@ -32,16 +32,39 @@ class SnapshotPolicy(Strict):
         return {f: n for f, n in self.model_dump().items() if n > 0}
 
 
+class Replication(Strict):
+    """Where a dataset's snapshots are replicated: a pool on a storage node (another one, or a
+    second pool of the same node), received as ``<pool>/<dataset>``. What it means and how it
+    is checked: provisioner.areas.storage.zfs.replications and replication_problems."""
+
+    to: str = Field(description="the storage node that receives the replica")
+    pool: str = Field(description="that node's pool")
+    dataset: str | None = Field(
+        default=None, description="the replica's dataset relative to the pool; unset: the source dataset's name")
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset(cls, v: str | None) -> str | None:
+        if v is not None and not DATASET_RE.match(v):
+            raise ValueError(f"{v!r} is not a dataset name relative to the pool (e.g. replica/imagenet)")
+        return v
+
+
+DATASET_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*(/[A-Za-z0-9][A-Za-z0-9_.:-]*)*$")
+
+
 class Dataset(Strict):
     name: str
     properties: dict[str, PropertyValue] = Field(default_factory=dict)
     snapshots: SnapshotPolicy | None = Field(
         default=None, description="snapshot retention; unset: the pool's snapshots, {}: none")
+    replicate: Replication | None = Field(
+        default=None, description="replicate the dataset's snapshots to a storage node's pool; unset: the pool's")
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*(/[A-Za-z0-9][A-Za-z0-9_.:-]*)*$", v):
+        if not DATASET_RE.match(v):
             raise ValueError(f"{v!r} is not a dataset name relative to the pool (e.g. data/imagenet)")
         return v
 
@@ -64,6 +87,8 @@ class ZfsPool(Strict):
     datasets: list[Dataset] = Field(default_factory=list)
     snapshots: SnapshotPolicy | None = Field(
         default=None, description="snapshot retention of the datasets that set none of their own")
+    replicate: Replication | None = Field(
+        default=None, description="replication of the datasets that set none of their own (each as its name)")
 
     @field_validator("name")
     @classmethod

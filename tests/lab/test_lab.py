@@ -2,7 +2,8 @@
 
 What containers cannot show is proven here: the zfs role builds the manifest's pool of
 mirrors from virtual disks and refuses a disk with a filesystem on it, and its snapshot
-service takes and prunes snapshots on the real datasets (never one it did not take); the scratch role
+service takes and prunes snapshots on the real datasets (never one it did not take), and its
+replication service sends them to a second pool over SSH, in full, then incrementally; the scratch role
 partitions, formats and mounts store2's blank disk by id and refuses one with a filesystem; kernel NFS exports
 datasets and the head mounts them (over RDMA on soft-RoCE from store1, over TCP on the data
 network from store2, whose addresses the common role configured); MergerFS unions NFS
@@ -66,6 +67,7 @@ BMC_PASSWORD_ENV = "LAB_BMC_PASSWORD"
 BMC_PASSWORD = "lab-Bmc-Secret-51c2"
 SSH_PORTS = {"head1": 2310, "store1": 2311, "store2": 2312}
 FS_DISK = "labdisk5"  # carries an ext4 filesystem: a pool there must be refused without force
+REPLICA_DISK = "labrep1"  # store1's pool backup, which receives tank's replicas (lab.yaml)
 SCRATCH_DISK = "labscratch"  # store2's blank scratch disk (lab.yaml)
 KEEP_DISK = "labkeep"  # store2's disk with an ext4 filesystem: scratch there must be refused without force
 PXE1 = "10.213.9.20"
@@ -82,7 +84,7 @@ def _specs() -> list[VmSpec]:
     return [
         VmSpec("head1", 1536, [*nics(10), Nic(DATA, "52:54:00:db:00:10")], SSH_PORTS["head1"]),
         VmSpec("store1", 2048, nics(11), SSH_PORTS["store1"],
-               disks=[*(Disk(f"labdisk{i}") for i in range(1, 5)), Disk(FS_DISK, ext4=True)]),
+               disks=[*(Disk(f"labdisk{i}") for i in range(1, 5)), Disk(FS_DISK, ext4=True), Disk(REPLICA_DISK)]),
         VmSpec("store2", 1024, [Nic(MGMT, "52:54:00:d9:00:12", "10.213.9.12/24"), *STORE2_BOND],
                SSH_PORTS["store2"], disks=[Disk(SCRATCH_DISK), Disk(KEEP_DISK, ext4=True)]),
     ]
@@ -455,6 +457,81 @@ def test_snapshots_are_taken_and_only_ours_beyond_the_count_are_pruned(lab: Lab)
     store.run(f"zfs destroy {foreign[0]} && zfs destroy {foreign[1]}")
 
 
+def test_replication_sends_full_then_incremental_and_destroys_nothing_not_ours(lab: Lab) -> None:
+    """Issue 31: tank's datasets replicated to store1's second pool (lab.yaml), over SSH as the
+    account whose key allows only the program's serve. The first run sends our newest snapshot
+    in full; after an operator's snapshot and a new one of ours the next goes incrementally and
+    carries both; the replica keeps the source's retention of ours and the operator's; an
+    operator's snapshot on the replica makes the run fail rather than destroy it; the key
+    allows nothing but list/recv/abort; the metrics and verify's replica check agree."""
+    store = lab.ssh["store1"]
+    datasets = {"tank/a": "backup/a", "tank/b": "backup/b"}
+
+    def listed(dataset: str) -> list[str]:
+        return store.out(f"zfs list -H -o name -t snapshot -s createtxg -d 1 {dataset}").split()
+
+    def ours(dataset: str) -> list[str]:
+        return [s.name.split("@")[1] for s in snapshots.ours(dataset, listed(dataset))]
+
+    def replicate(check: bool = True) -> subprocess.CompletedProcess[str]:
+        r = store.run("systemctl start provision-zfs-replicate.service", timeout=300, check=False)
+        # this run's lines only: its invocation's
+        journal = store.out("journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID="
+                            "$(systemctl show -P InvocationID provision-zfs-replicate.service)")
+        assert not check or r.returncode == 0, journal
+        return subprocess.CompletedProcess(r.args, r.returncode, journal, r.stderr)
+
+    # the timer may have run during the lab: start from no replica, with the timer held
+    store.run("systemctl stop provision-zfs-replicate.timer provision-zfs-replicate.service", timeout=120)
+    store.run("zfs destroy -r backup/a; zfs destroy -r backup/b; true", timeout=120)
+    full = replicate().stdout
+    assert "full send" in full, full
+    for source, replica in datasets.items():
+        assert [n.split("@")[1] for n in listed(replica)] == ours(source)[-1:], (listed(source), listed(replica))
+    assert store.out("zfs get -H -o value mounted backup/a").strip() == "no"  # received with -u
+    # an operator's snapshot, then one of ours: the next run sends both, incrementally
+    store.run("zfs snapshot tank/a@lab-operator-replicated && sleep 1 "
+              "&& systemctl start provision-zfs-snapshot@hourly.service", timeout=120)
+    incremental = replicate().stdout
+    assert "incremental from" in incremental and "full send" not in incremental, incremental
+    replica = [n.split("@")[1] for n in listed("backup/a")]
+    assert "lab-operator-replicated" in replica, replica
+    assert replica[-1] == ours("tank/a")[-1], (replica, listed("tank/a"))
+    # the source's retention (hourly: 2, daily: 1) on the replica, ours only
+    hourly = [n for n in ours("backup/a") if n.startswith("provision-hourly-")]
+    assert 1 <= len(hourly) <= 2, replica
+    # an operator's snapshot on the replica: the run fails and says why, and destroys nothing
+    store.run("zfs snapshot backup/a@lab-operator-on-replica && sleep 1 "
+              "&& systemctl start provision-zfs-snapshot@hourly.service", timeout=120)
+    refused = replicate(check=False)
+    assert refused.returncode != 0 and "is newer than" in refused.stdout, refused.stdout
+    assert "backup/a@lab-operator-on-replica" in listed("backup/a")
+    prom = store.out("cat /var/lib/prometheus/node-exporter/provision_zfs_replication.prom")
+    assert 'provision_zfs_replication_run_success{dataset="tank/a",target="store1:backup/a"} 0' in prom, prom
+    assert 'provision_zfs_replication_run_success{dataset="tank/b",target="store1:backup/b"} 1' in prom, prom
+    store.run("zfs destroy backup/a@lab-operator-on-replica")
+    replicate()
+    prom = store.out("cat /var/lib/prometheus/node-exporter/provision_zfs_replication.prom")
+    assert 'provision_zfs_replication_run_success{dataset="tank/a",target="store1:backup/a"} 1' in prom, prom
+    # the key: the forced command, nothing else (not a shell, not another dataset)
+    ssh = ("ssh -i /etc/provision/zfs-replication.key -o BatchMode=yes -o IdentitiesOnly=yes "
+           "-o UserKnownHostsFile=/var/lib/provision/zfs-replication.known_hosts zfsrecv@10.213.9.11 ")
+    assert store.out(ssh + "list backup/a").startswith("token=-")
+    for bad in ("id", "zfs destroy -r backup/a", "recv tank/a"):
+        r = store.run(ssh + shlex.quote(bad), check=False, timeout=60)
+        assert r.returncode != 0 and "refused" in r.stderr, (bad, r.stdout, r.stderr)
+    # verify's replica checks, as `provision verify` builds and judges them, on store1's output
+    checks = catalog.plan(load_manifest(lab.manifest).manifest)
+    for replica_ds in datasets.values():
+        (check,) = [c for c in checks if c.node == "store1" and c.name == f"replica:{replica_ds}"]
+        assert check.command is not None
+        r = store.run(check.command.text, timeout=check.command.timeout)
+        outcome = check.judge(Output(r.returncode, r.stdout, r.stderr))
+        assert outcome.status == "PASS", outcome
+    store.run("zfs destroy tank/a@lab-operator-replicated; systemctl start provision-zfs-replicate.timer",
+              timeout=120)
+
+
 # --------------------------------------------------------------------------- nfs + mergerfs
 def _mounts(ssh: Ssh) -> dict[str, list[str]]:
     return {line.split()[1]: line.split() for line in ssh.out("cat /proc/mounts").splitlines()}
@@ -825,6 +902,7 @@ def test_verify_passes_on_the_whole_lab(lab: Lab) -> None:
     print(f"[lab] provision verify:\n{shown}")
     expected = [
         ("store1", "zfs:tank"), ("store1", "snapshots:tank/a"), ("store1", "snapshots:tank/b"),
+        ("store1", "zfs:backup"), ("store1", "replica:backup/a"), ("store1", "replica:backup/b"),
         *(("head1", f"{kind}:{path}") for kind in ("mount", "io") for path in ("/mnt/a", "/mnt/b", "/mnt/c", "/union")),
         ("pxe1", "mount:/mnt/c"), ("pxe1", "io:/mnt/c"),
         ("head1", "rdma.write_bw.roce"), ("store1", "rdma.write_bw.roce"),

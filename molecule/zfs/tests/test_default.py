@@ -121,3 +121,36 @@ def test_the_installed_program_prunes_only_its_own_beyond_the_count(host):
     prom = host.file("/tmp/fake-zfs/prom/provision_zfs_snapshots.prom").content_string
     assert 'provision_zfs_snapshot_run_success{frequency="hourly"} 1' in prom
     host.check_output("rm -rf /tmp/fake-zfs")
+
+
+REPLICATE = "/usr/local/lib/provision/provision_zfs_replicate.py"
+
+
+def test_the_sender_has_the_key_its_replications_and_a_timer(host):
+    key = host.file("/etc/provision/zfs-replication.key")
+    assert key.exists and key.user == "root" and key.mode == 0o600
+    assert "PRIVATE KEY" in host.check_output("cat /etc/provision/zfs-replication.key")
+    config = json.loads(host.file("/etc/provision/zfs-replication.json").content_string)
+    assert config["replications"][0]["target"] == "scratch/datasets"
+    assert config["key"] == "/etc/provision/zfs-replication.key"
+    assert host.file(REPLICATE).exists
+    timer = host.file("/etc/systemd/system/provision-zfs-replicate.timer").content_string
+    assert "OnCalendar=*-*-* *:10:00" in timer
+    assert host.service("provision-zfs-replicate.timer").is_enabled
+
+
+def test_the_receiver_s_key_runs_serve_alone_and_serve_refuses_the_rest(host):
+    user = host.user("zfsrecv")
+    assert user.exists and user.shell == "/bin/sh" and user.uid < 1000
+    keys = host.file("/var/lib/provision/zfsrecv/.ssh/authorized_keys")
+    assert keys.user == "zfsrecv" and keys.mode == 0o600
+    line = keys.content_string.strip()
+    assert line.startswith('restrict,from="127.0.0.1",command="/usr/bin/python3 ' + REPLICATE
+                           + ' serve --config /etc/provision/zfs-replicas.json" ssh-ed25519 ')
+    assert len(line.splitlines()) == 1
+    replicas = json.loads(host.file("/etc/provision/zfs-replicas.json").content_string)
+    assert replicas["replicas"]["scratch/datasets"]["parent"] == "scratch"
+    for request in ("zfs destroy -r scratch", "recv tank/datasets", "sh"):
+        r = host.run(f"su -s /bin/sh zfsrecv -c 'SSH_ORIGINAL_COMMAND=\"{request}\" /usr/bin/python3 {REPLICATE} "
+                     "serve --config /etc/provision/zfs-replicas.json'")
+        assert r.rc == 2 and "refused" in r.stderr, (request, r.stdout, r.stderr)

@@ -8,6 +8,7 @@ from provisioner.areas.storage.base import StorageError
 from provisioner.areas.storage.nfs import export_network_problems, nconnect_ignored
 from provisioner.areas.storage.rolevars import node_vars
 from provisioner.areas.storage.scratch import lacks_scratch, local_path_problem, mount_clash
+from provisioner.areas.storage.zfs import replication_problems
 from provisioner.errors import Diagnostic
 from provisioner.manifest.checks import Check, node_path
 from provisioner.manifest.model import Manifest
@@ -29,6 +30,11 @@ def check_storage_vars(m: Manifest, src: Source) -> list[Diagnostic]:
                 culprit = m.node(exc.node) if exc.node in m.node_names() else node
                 out.append(src.diag(node_path(culprit), f"{culprit.name}: {exc}"))
     return out
+
+
+def check_replications(m: Manifest, src: Source) -> list[Diagnostic]:
+    """ZFS replications that cannot run (provisioner.areas.storage.zfs.replication_problems)."""
+    return [src.diag(path, message) for path, message in replication_problems(m)]
 
 
 def check_nconnect_over_rdma(m: Manifest, src: Source) -> list[Diagnostic]:
@@ -107,5 +113,5 @@ def check_gpu_nodes_have_scratch(m: Manifest, src: Source) -> list[Diagnostic]:
     return out
 
 
-CHECKS: tuple[Check, ...] = (check_export_networks, check_storage_vars, check_nconnect_over_rdma,
+CHECKS: tuple[Check, ...] = (check_export_networks, check_storage_vars, check_replications, check_nconnect_over_rdma,
                              check_docker_data_root, check_scratch_mount_points, check_gpu_nodes_have_scratch)

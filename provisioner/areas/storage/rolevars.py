@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.areas.storage import fabric, mergerfs, nfs, scratch, units, zfs
+from provisioner.areas.storage import fabric, mergerfs, nfs, replicate, scratch, snapshots, units, zfs
+from provisioner.areas.storage.replication_key import KEY_NAME
 from provisioner.manifest.model import Manifest
 from provisioner.manifest.nodes import Node
 from provisioner.manifest.select import select_nodes
@@ -85,12 +86,37 @@ def storage_groups(m: Manifest, node: Node) -> list[str]:
     return groups
 
 
+REPLICATION_KEY_FILE = "{{ provision_state_dir }}/secrets/" + KEY_NAME
+
+
+def zfs_replication_vars(m: Manifest, node: Node) -> dict[str, Any]:
+    """What the node sends (``zfs_replications``, with the timer's calendar) and receives
+    (``zfs_replicas``, the sources' addresses): {} on a node that does neither, so that its
+    fingerprint stays what it was before replication existed."""
+    reps = zfs.replications(m)
+    sends = [r for r in reps if r.node == node.name]
+    receives = [r for r in reps if r.to == node.name]
+    out: dict[str, Any] = {}
+    if sends:
+        kept = [f for f in snapshots.PERIODS if any(r.policy.get(f, 0) > 0 for r in sends)]
+        out["zfs_replications"] = [r.to_vars() for r in sends]
+        out["zfs_replication_calendar"] = replicate.calendar(kept[0] if kept else "daily")
+    if receives:
+        out["zfs_replicas"] = {r.target: {"parent": r.target.rsplit("/", 1)[0], "policy": dict(r.policy)}
+                               for r in receives}
+        out["zfs_replica_sources"] = sorted({r.origin for r in receives})
+    if out:
+        out["zfs_replication_key_file"] = REPLICATION_KEY_FILE
+    return out
+
+
 def zfs_node_vars(m: Manifest, node: Node) -> dict[str, Any]:
     return {
         "zfs_pools": zfs_pool_vars(m, node),
         "zfs_arc_max_bytes": zfs.arc_max_bytes(node.hardware.memory_gb, m.zfs.arc_max_percent),
         "zfs_snapshots": {ds: policy for pool in m.zfs.pools if pool.node == node.name
                           for ds, policy in zfs.snapshot_policies(pool).items()},
+        **zfs_replication_vars(m, node),
     }
 
 

@@ -264,26 +264,34 @@ def pool_verdict(pool: str) -> Callable[[PoolStatus], Outcome]:
     return verdict
 
 
-def snapshot_verdict(dataset: str, policy: dict[str, int]) -> Callable[[SnapshotList], Outcome]:
+SNAPSHOT_HINT = "systemctl status provision-zfs-snapshot@*"
+
+
+def snapshot_verdict(dataset: str, policy: dict[str, int],
+                     hint: str = SNAPSHOT_HINT) -> Callable[[SnapshotList], Outcome]:
     """PASS while the newest snapshot of ours is younger than twice the shortest period kept
-    (the same limit as the ZfsSnapshotLate alert)."""
+    (the same limit as the ZfsSnapshotLate alert; for a replica, ZfsReplicationLate's)."""
     limit = snapshots.max_age(policy)
 
     def verdict(listed: SnapshotList) -> Outcome:
         newest = snapshots.newest(dataset, listed.names)
         if newest == 0:
-            return Outcome("FAIL", f"{dataset} has no provision snapshot (systemctl status provision-zfs-snapshot@*)")
+            return Outcome("FAIL", f"{dataset} has no provision snapshot ({hint})")
         age = listed.now - newest
         if snapshots.late(policy, newest, listed.now):
             return Outcome("FAIL", f"{dataset}: newest provision snapshot is {age // 60} min old, "
-                                   f"more than {limit // 60} min")
+                                   f"more than {limit // 60} min ({hint})")
         return Outcome("PASS", f"{dataset}: newest provision snapshot {max(age, 0) // 60} min old")
     return verdict
 
 
-def snapshot_judge(dataset: str, policy: dict[str, int]) -> Judge:
+def replica_hint(source_node: str) -> str:
+    return f"on {source_node}: systemctl status provision-zfs-replicate; journalctl -u provision-zfs-replicate"
+
+
+def snapshot_judge(dataset: str, policy: dict[str, int], hint: str = SNAPSHOT_HINT) -> Judge:
     """:func:`snapshot_verdict`, and a failed ``zfs list`` (no such dataset) fails with its error."""
-    listed = judged(parse_snapshot_list, snapshot_verdict(dataset, policy))
+    listed = judged(parse_snapshot_list, snapshot_verdict(dataset, policy, hint))
 
     def judge(out: Output) -> Outcome:
         if not out.error and out.rc != 0:
@@ -414,6 +422,7 @@ def mount_checks(m: Manifest, node: Node, out: CheckList) -> None:
 
 def checks(m: Manifest) -> NodeChecks:
     rings = {net: Ring([n for n in m.nodes if net in n.interfaces]) for net in m.networks.rdma()}
+    replicas = zfs.replications(m)
 
     def node_checks(node: Node, drained_by: str) -> list[Check]:
         out = CheckList(node.name, m.verify.command_timeout)
@@ -426,6 +435,10 @@ def checks(m: Manifest) -> NodeChecks:
                 for dataset, policy in zfs.snapshot_policies(pool).items():
                     out.add(f"snapshots:{dataset}", snapshot_command(dataset), snapshot_judge(dataset, policy),
                             "kernel")
+        for rep in replicas:
+            if rep.to == node.name:
+                out.add(f"replica:{rep.target}", snapshot_command(rep.target),
+                        snapshot_judge(rep.target, rep.policy, replica_hint(rep.node)), "kernel")
         return out.checks
 
     return node_checks

@@ -1,6 +1,7 @@
 """ZFS, pure: the vdev layout of a pool spec, the ``zpool create`` arguments, drift between
 an existing pool (``zpool status -P``) and the manifest, importable pools, ARC sizing, the
-snapshot policy of each dataset (what the policies mean: ``snapshots``)."""
+snapshot policy of each dataset (what the policies mean: ``snapshots``), the replications
+and their problems (what runs on the nodes: ``replicate``)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner.areas.storage.base import BY_ID_DIR, StorageError
+from provisioner.manifest.model import Manifest
 from provisioner.manifest.ranges import expand_all
-from provisioner.manifest.storage import SnapshotPolicy, ZfsPool
+from provisioner.manifest.storage import Replication, SnapshotPolicy, ZfsPool
 
 
 @dataclass(frozen=True)
@@ -195,6 +197,121 @@ def snapshot_policies(pool: ZfsPool) -> dict[str, dict[str, int]]:
         kept = policy.kept() if policy is not None else {}
         if kept:
             out[f"{pool.name}/{ds.name}"] = kept
+    return out
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One replicated dataset: ``source`` on ``node`` to ``target`` on ``to``, over SSH to
+    ``host`` (``to``'s data address where both nodes are on the data network, else its
+    management one) from ``origin`` (the source's address there, which the target allows);
+    ``policy`` is the source's retention, which the target keeps too. ``path`` is the
+    manifest's ``replicate`` entry it comes from (a pool's or a dataset's)."""
+
+    node: str
+    source: str  # pool/dataset
+    to: str
+    target: str  # pool/dataset on ``to``
+    host: str
+    origin: str
+    policy: dict[str, int]
+    path: tuple[str | int, ...]
+
+    def to_vars(self) -> dict[str, Any]:
+        return {"source": self.source, "to": self.to, "target": self.target, "host": self.host,
+                "policy": dict(self.policy)}
+
+
+def replication_of(pool: ZfsPool, index: int) -> tuple[Replication | None, tuple[str | int, ...]]:
+    """The ``replicate`` that applies to the pool's dataset ``index`` (its own, else the
+    pool's) and where the manifest says it."""
+    ds = pool.datasets[index]
+    if ds.replicate is not None:
+        return ds.replicate, ("datasets", index, "replicate")
+    return pool.replicate, ("replicate",)
+
+
+def ssh_addresses(m: Manifest, source_node: str, target_node: str) -> tuple[str, str]:
+    """(target host, source address) of a replication's SSH: the data network where both
+    nodes are on it, else management."""
+    src, dst = m.node(source_node), m.node(target_node)
+    if "data" in src.interfaces and "data" in dst.interfaces:
+        return str(dst.interfaces["data"].ip), str(src.interfaces["data"].ip)
+    return str(dst.ip), str(src.ip)
+
+
+def replications(m: Manifest) -> list[Replica]:
+    """Every replicated dataset of the manifest, in manifest order. Assumes a manifest
+    without :func:`replication_problems` (validate reports those first)."""
+    out: list[Replica] = []
+    for p, pool in enumerate(m.zfs.pools):
+        policies = snapshot_policies(pool)
+        for i, ds in enumerate(pool.datasets):
+            rep, where = replication_of(pool, i)
+            if rep is None or rep.to not in m.node_names():
+                continue
+            host, origin = ssh_addresses(m, pool.node, rep.to)
+            source = f"{pool.name}/{ds.name}"
+            out.append(Replica(pool.node, source, rep.to, f"{rep.pool}/{rep.dataset or ds.name}", host, origin,
+                               policies.get(source, {}), ("zfs", "pools", p, *where)))
+    return out
+
+
+def replication_problems(m: Manifest) -> list[tuple[tuple[str | int, ...], str]]:
+    """Why a manifest's replications cannot run, each at its ``replicate`` entry: the target
+    is not a storage node with that pool, the replica is the source itself, another
+    replica, or a dataset the manifest creates; its parent does not exist; the source takes
+    no snapshots (there would be nothing to send); a pool's default names one dataset."""
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    pools = {(pool.node, pool.name): pool for pool in m.zfs.pools}
+    declared = {(pool.node, f"{pool.name}/{ds.name}") for pool in m.zfs.pools for ds in pool.datasets}
+    seen: dict[tuple[str, str], str] = {}
+    for p, pool in enumerate(m.zfs.pools):
+        if pool.replicate is not None and pool.replicate.dataset is not None:
+            out.append((("zfs", "pools", p, "replicate", "dataset"),
+                        "a pool's replicate cannot name one dataset for all of them: each is received as "
+                        f"{pool.replicate.pool}/<its name>; set dataset on a dataset's own replicate"))
+            continue
+        policies = snapshot_policies(pool)
+        for i, ds in enumerate(pool.datasets):
+            rep, where = replication_of(pool, i)
+            if rep is None:
+                continue
+            at = ("zfs", "pools", p, *where)
+            source = f"{pool.name}/{ds.name}"
+            if rep.to not in m.node_names():
+                out.append(((*at, "to"), f"{rep.to!r} is not a node of the manifest"))
+                continue
+            if not m.node(rep.to).has_role("storage"):
+                out.append(((*at, "to"), f"{rep.to} is not a storage node (roles: [storage])"))
+                continue
+            target_pool = pools.get((rep.to, rep.pool))
+            if target_pool is None:
+                have = sorted(name for node, name in pools if node == rep.to)
+                out.append(((*at, "pool"), f"{rep.to} has no pool {rep.pool!r}"
+                            + (f" (its pools: {', '.join(have)})" if have else " (it has none in zfs.pools)")))
+                continue
+            target = f"{rep.pool}/{rep.dataset or ds.name}"
+            if (rep.to, target) == (pool.node, source):
+                out.append((at, f"{source} cannot be replicated onto itself: name another pool or dataset"))
+                continue
+            if (rep.to, target) in declared:
+                out.append((at, f"the replica {target} on {rep.to} is a dataset of the manifest: the zfs role "
+                                "creates it, and zfs receive does not overwrite one; name a dataset the "
+                                "replication alone creates"))
+                continue
+            parent = target.rsplit("/", 1)[0]
+            if parent != rep.pool and (rep.to, parent) not in declared:
+                out.append((at, f"the replica's parent {parent} is not a dataset of {rep.to}'s pool "
+                                f"{rep.pool} in the manifest (zfs receive does not create parents)"))
+                continue
+            if (rep.to, target) in seen:
+                out.append((at, f"{source} and {seen[(rep.to, target)]} are both replicated to {target} on {rep.to}"))
+                continue
+            seen[(rep.to, target)] = source
+            if source not in policies:
+                out.append((at, f"{source} takes no snapshots (snapshots: on the dataset or its pool): "
+                                "replication sends the snapshots it takes"))
     return out
 
 

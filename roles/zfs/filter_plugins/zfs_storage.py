@@ -14,15 +14,15 @@ from typing import Any
 
 try:
     from provisioner.areas.storage import decide as storage
-    from provisioner.areas.storage import snapshots
+    from provisioner.areas.storage import replicate, snapshots
 except ImportError:  # pragma: no cover - running from a checkout without the package
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
     from provisioner.areas.storage import decide as storage
-    from provisioner.areas.storage import snapshots
+    from provisioner.areas.storage import replicate, snapshots
 
 # The programs the role copies onto nodes: modules of the package, standard library only,
 # so a node runs the very code the unit tests check (the copy module reads them here).
-_PROGRAMS = {"snapshot": snapshots}
+_PROGRAMS = {"snapshot": snapshots, "replicate": replicate}
 
 
 def zfs_importable_pools(text: str) -> list[str]:
@@ -141,6 +141,11 @@ def zfs_snapshot_timers(policies: Mapping[str, Mapping[str, int]]) -> list[dict[
     return [{"frequency": f, "enabled": f in kept} for f in snapshots.PERIODS]
 
 
+def zfs_replica_authorized_key(public_key: str, program: str, config: str, sources: Sequence[str]) -> str:
+    """The receiving account's authorized_keys line: the forced command alone, from the sources."""
+    return replicate.authorized_key_line(str(public_key), str(program), str(config), [str(s) for s in sources])
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -150,4 +155,5 @@ class FilterModule:
             "zfs_zpool_module_args": zfs_zpool_module_args,
             "zfs_program_path": zfs_program_path,
             "zfs_snapshot_timers": zfs_snapshot_timers,
+            "zfs_replica_authorized_key": zfs_replica_authorized_key,
         }

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from provisioner.areas.storage import snapshots
+from provisioner.areas.storage import replicate, snapshots
 from provisioner.manifest import Manifest
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -79,6 +79,9 @@ def written_by_collectors(gpu: ModuleType, slurm: ModuleType, zpool: ModuleType)
         zpool.render(zpool.parse_status((DATA / "zpool/degraded-errors.txt").read_text()), now=1.0),
         # the zfs role's snapshot program (provisioner/areas/storage/snapshots.py)
         snapshots.metrics_text({"tank/a": 1}, {"tank/a": {"hourly": 2}}, {"hourly": (True, 1.0)}),
+        # ... and its replication program (provisioner/areas/storage/replicate.py)
+        replicate.metrics_text({("tank/a", "store2:backup/a"): {"success": 1, "last_success": 1, "newest": 1,
+                                                               "max_age": 7200}}),
     ]
     return {m for t in texts for m in re.findall(r"^# TYPE (\S+)", t, re.M)}
 

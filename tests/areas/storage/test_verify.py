@@ -3,6 +3,7 @@ with a write/read through each, ZFS pool health."""
 
 from __future__ import annotations
 
+import copy
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -326,10 +327,41 @@ def test_snapshot_age_is_checked_on_each_policy_d_dataset(kit: Any) -> None:
     assert check.judge(Output(stdout=fresh)) == Outcome("PASS", "tank/data: newest provision snapshot 60 min old")
     # only the daily one, 7 h old: more than twice the shortest period (hourly) kept
     assert check.judge(Output(stdout=f"now={now}\n{listed}")) == Outcome(
-        "FAIL", "tank/data: newest provision snapshot is 420 min old, more than 120 min")
+        "FAIL", "tank/data: newest provision snapshot is 420 min old, more than 120 min "
+                "(systemctl status provision-zfs-snapshot@*)")
     assert check.judge(Output(stdout=f"now={now}\ntank/data@manual\n")).detail == (
         "tank/data has no provision snapshot (systemctl status provision-zfs-snapshot@*)")
     assert check.judge(Output(stdout="tank/data@manual\n")).status == "FAIL"  # no clock line
     missing = Output(rc=1, stdout=f"now={now}\n", stderr="cannot open 'tank/data': dataset does not exist\n")
     assert check.judge(missing).detail == (
         "cannot list the snapshots of tank/data (cannot open 'tank/data': dataset does not exist)")
+
+
+def test_a_replica_s_newest_snapshot_is_checked_on_its_node(kit: Any) -> None:
+    """Issue 31: the replica of tank/data on store01's pool backup is judged there, with the
+    source's retention (hourly kept: late after 2 h), and the hint names the sending node."""
+    data = kit.base(storage=True)
+    store = copy.deepcopy(data["nodes"][0])
+    store.update(name="store01", roles=["storage"])
+    store["interfaces"]["management"].update(ip="10.0.0.11", mac="52:54:00:00:00:11")
+    store["interfaces"]["data"]["ip"] = "10.0.2.11"
+    store["bmc"]["address"] = "10.0.1.11"
+    store["hardware"]["disks"] = [{"id": "ata-BACKUP_[1-2]", "kind": "hdd", "use": "zfs"}]
+    data["nodes"].append(store)
+    data["zfs"]["pools"].append({"name": "backup", "node": "store01",
+                                 "vdevs": {"type": "mirror", "width": 2, "disks": ["ata-BACKUP_[1-2]"]}})
+    data["zfs"]["pools"][0]["datasets"] = [{"name": "data", "snapshots": {"hourly": 24, "daily": 7},
+                                            "replicate": {"to": "store01", "pool": "backup"}}]
+    checks = catalog.plan(kit.load(data).manifest)
+    assert [n for n in names(checks, "store01") if n.startswith("replica:")] == ["replica:backup/data"]
+    assert not [n for n in names(checks, "head01") if n.startswith("replica:")]
+    check = by_name(checks, "store01", "replica:backup/data")
+    assert check.command is not None and "zfs list -H -o name -t snapshot -d 1 backup/data" in check.command.text
+    now = 1764226800  # 2025-11-27 07:00 UTC
+    fresh = f"now={now}\nbackup/data@provision-hourly-20251127T060000Z\n"
+    assert check.judge(Output(stdout=fresh)) == Outcome("PASS", "backup/data: newest provision snapshot 60 min old")
+    late = f"now={now}\nbackup/data@provision-hourly-20251127T040000Z\n"
+    assert check.judge(Output(stdout=late)).detail == (
+        "backup/data: newest provision snapshot is 180 min old, more than 120 min (on head01: systemctl status "
+        "provision-zfs-replicate; journalctl -u provision-zfs-replicate)")
+    assert check.judge(Output(stdout=f"now={now}\nbackup/data@operator\n")).status == "FAIL"

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from provisioner.areas.storage import base, snapshots, zfs
+from provisioner.areas.storage import base, replicate, snapshots, zfs
 from provisioner.manifest import Manifest
 from provisioner.manifest.storage import ZfsPool
 
@@ -329,7 +329,8 @@ def zfs_filters() -> dict[str, Any]:
 def test_zfs_role_filter_plugin_uses_this_logic() -> None:
     filters = zfs_filters()
     assert set(filters) == {"zfs_importable_pools", "zfs_layout_drift", "zfs_disk_safety",
-                            "zfs_zpool_module_args", "zfs_program_path", "zfs_snapshot_timers"}
+                            "zfs_zpool_module_args", "zfs_program_path", "zfs_snapshot_timers",
+                            "zfs_replica_authorized_key"}
     assert filters["zfs_importable_pools"]("   pool: tank\n") == ["tank"]
     verdict = filters["zfs_disk_safety"]([{"item": "a", "rc": 0, "stdout": lsblk(pttype="dos")}],
                                          [{"item": "a", "rc": 0, "stdout": ""}], False)
@@ -348,6 +349,9 @@ def test_the_role_installs_the_snapshot_module_itself_and_a_timer_per_frequency(
     assert timers == [{"frequency": "hourly", "enabled": True}, {"frequency": "daily", "enabled": True},
                       {"frequency": "weekly", "enabled": False}, {"frequency": "monthly", "enabled": False}]
     assert not any(t["enabled"] for t in filters["zfs_snapshot_timers"]({}))
+    assert filters["zfs_program_path"]("replicate") == str(Path(replicate.__file__).resolve())
+    assert filters["zfs_replica_authorized_key"]("ssh-ed25519 K c", "/p", "/c", ["10.0.0.1"]) == (
+        replicate.authorized_key_line("ssh-ed25519 K c", "/p", "/c", ["10.0.0.1"]))
 
 
 def zpool_module_argv(margs: dict[str, Any]) -> list[str]:
