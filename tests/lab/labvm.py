@@ -384,7 +384,8 @@ def kill_stale(netns_name: str) -> list[str]:
 @dataclass
 class Ssh:
     """``ssh root@127.0.0.1 -p PORT`` into a lab guest (the lab's own checks); with
-    ``known_hosts``, into ``host`` accepting only the host keys recorded there.
+    ``known_hosts``, into ``host`` accepting only the host keys recorded there; as ``user``
+    (a person of the manifest) with that person's ``key``.
 
     One connection per guest serves all the lab's commands (ControlMaster, its socket in the
     key's folder): a new SSH connection costs a guest under emulation seconds of CPU (key
@@ -394,23 +395,27 @@ class Ssh:
     port: int
     host: str = "127.0.0.1"
     known_hosts: Path | None = None
+    user: str = "root"
 
     @property
     def control_path(self) -> Path:
-        return self.key.parent / f"cm-{self.host}-{self.port}"
+        return self.key.parent / f"cm-{self.user}-{self.host}-{self.port}"
 
     def argv(self, command: str) -> list[str]:
         trust = (["-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={self.known_hosts}"]
                  if self.known_hosts else ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"])
+        # The shared connection outlives the lab's longest quiet phase (the first apply: 806 s
+        # on a loaded machine), so no guest has to take a new one while it is busy: a new one
+        # then timed out in its banner exchange (10 s) and failed pxe1's whole chain
         return ["ssh", "-i", str(self.key), "-p", str(self.port), "-o", "BatchMode=yes", *trust,
-                "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=10",
-                "-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_path}", "-o", "ControlPersist=600",
-                f"root@{self.host}", command]
+                "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=30", "-o", "ServerAliveInterval=10",
+                "-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_path}", "-o", "ControlPersist=3600",
+                f"{self.user}@{self.host}", command]
 
     def close(self) -> None:
         """Ends the shared connection (a guest that is going away would leave it waiting)."""
         if self.control_path.exists():
-            subprocess.run(["ssh", "-o", f"ControlPath={self.control_path}", "-O", "exit", f"root@{self.host}"],
+            subprocess.run(["ssh", "-o", f"ControlPath={self.control_path}", "-O", "exit", f"{self.user}@{self.host}"],
                            capture_output=True, timeout=30, check=False)
 
     def run(self, command: str, *, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:

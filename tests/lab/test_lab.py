@@ -10,7 +10,10 @@ network from store2, whose addresses the common role configured); MergerFS union
 mounts of the two servers and a write lands where its policy says; the manifest's RoCE
 fabric is real RoCE v2 (soft-RoCE): the ofed role sees the RDMA device, its GID index is RoCE
 v2 on the NIC, and ib_write_bw runs between two guests with the GID index and device NCCL's
-environment names.
+environment names. The people of the manifest get the same uid/gid on every node and their
+homes on a root-squashed kernel NFS export, made on its server; one logs in to the deployed
+node with her key from that home and writes there, the head reads it as hers; a locked one
+is refused.
 
 And the whole bare-metal chain, driven by `provision apply` alone: a node with blank disks
 is powered on through its (emulated) IPMI BMC, netboots the deploy ramdisk from the head's
@@ -144,11 +147,25 @@ class Lab:
         return data
 
 
+def _person_key(work: Path, name: str) -> Path:
+    """The private key the test made for a person of lab.yaml (its public half beside it)."""
+    return work / "people" / f"id_{name}"
+
+
+def _make_person_keys(work: Path, names: list[str]) -> None:
+    (work / "people").mkdir(mode=0o700)
+    for name in names:
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{name}@lab",
+                        "-f", str(_person_key(work, name))], check=True, timeout=30)
+
+
 def _manifest(key: Path, bmc_port: int) -> dict[str, Any]:
     data: dict[str, Any] = yaml.safe_load((HERE / "lab.yaml").read_text())
     data["cluster"]["ssh"]["private_key"] = str(key)
     # root on installed nodes gets only this key (no admin has sudo here): validate insists
     data["cluster"]["ssh"]["public_key"] = key.with_name(key.name + ".pub").read_text().strip()
+    for user in data["users"]:  # each person's own key, made by the fixture
+        user["ssh_keys"] = [_person_key(key.parent, user["name"]).with_suffix(".pub").read_text().strip()]
     for node in data["nodes"]:
         if node["name"] == "pxe1":
             node["bmc"]["port"] = bmc_port
@@ -250,6 +267,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory, lab_network: Netns) -> Iterato
     builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lab-images")
     try:
         bmc.start()
+        _make_person_keys(work, [u["name"] for u in yaml.safe_load((HERE / "lab.yaml").read_text())["users"]])
         lab.manifest.write_text(yaml.safe_dump(_manifest(key, bmc.port), sort_keys=False))
         with timings.stage("boot VMs"):
             def images() -> subprocess.CompletedProcess[str]:
@@ -846,6 +864,58 @@ def test_srun_runs_on_the_deployed_node(lab: Lab) -> None:
     assert r.stdout.strip() == "pxe1", r.stdout + r.stderr
 
 
+# --------------------------------------------------------------------------- people
+def _person(lab: Lab, name: str) -> Ssh:
+    """SSH into pxe1 as a person of the manifest, with the key the fixture made for them."""
+    assert lab.pxe_state is not None
+    return Ssh(_person_key(lab.work, name), 22, host=PXE1, known_hosts=lab.pxe_state / "known_hosts", user=name)
+
+
+def test_people_share_ids_and_kernel_nfs_homes(lab: Lab) -> None:
+    """The people of lab.yaml on real kernels: the same uid/gid on every node; their homes made
+    on store2 (the homes export's server) with owner, mode and keys; mounted from there on
+    head1 and pxe1 (root squashed); alice logs in to pxe1 with her key from her NFS home and
+    writes a file, head1 reads it as hers (its root may not); bob, retired (locked), is refused."""
+    _pxe(lab)
+    store2, head, node = lab.ssh["store2"], lab.ssh["head1"], _pxe1(lab)
+    ids = "getent passwd alice bob | cut -d: -f1,3,4,6; getent group vision | cut -d: -f1,3"
+    want = ["alice:2001:3000:/home/alice", "bob:2002:3000:/home/bob", "vision:3000"]
+    for name, ssh in (("head1", head), ("store2", store2), ("pxe1", node)):
+        assert ssh.out(ids).split() == want, name
+    # made on the server, where root is root: owner, group, homes.mode; exactly the manifest's key
+    made = store2.out("cd /srv/home && stat -c '%n %u %g %a' alice alice/.ssh alice/.ssh/authorized_keys bob")
+    assert made.splitlines() == ["alice 2001 3000 700", "alice/.ssh 2001 3000 700",
+                                 "alice/.ssh/authorized_keys 2001 3000 600", "bob 2002 3000 700"], made
+    for name in ("alice", "bob"):
+        key = _person_key(lab.work, name).with_suffix(".pub").read_text().strip()
+        assert store2.out(f"cat /srv/home/{name}/.ssh/authorized_keys").strip() == key, name
+    assert re.search(r"^/srv/home\s+10\.213\.11\.0/24\(.*[(,]root_squash", store2.out("exportfs -v"), re.M)
+    for ssh, source in ((head, "10.213.11.12:/srv/home"), (node, "10.213.9.12:/srv/home")):
+        line = _mounts(ssh)["/home"]
+        assert line[0] == source and line[2] == "nfs4", line
+    # alice: sshd on pxe1 reads her key in her home over NFS (as her: root is squashed there)
+    alice = _person(lab, "alice")
+    try:
+        out = alice.out("id -u; id -g; pwd; echo written-by-alice-on-pxe1 > on-pxe1.txt && sync", timeout=120)
+    finally:
+        alice.close()
+    assert out.split() == ["2001", "3000", "/home/alice"], out
+    assert store2.out("stat -c '%u %g' /srv/home/alice/on-pxe1.txt").strip() == "2001 3000"
+    seen = head.out("runuser -u alice -- stat -c '%U %G' /home/alice/on-pxe1.txt; "
+                    "runuser -u alice -- cat /home/alice/on-pxe1.txt")
+    assert seen.split() == ["alice", "vision", "written-by-alice-on-pxe1"], seen
+    refused = head.run("cat /home/alice/on-pxe1.txt", check=False)  # root on a client is nobody there
+    assert refused.returncode != 0 and "Permission denied" in refused.stderr, refused
+    # bob is locked (password locked, expired): his key is in place, PAM's account step refuses him
+    shadow = node.out("getent shadow bob | cut -d: -f2,8").strip()
+    assert shadow.startswith("!") and shadow.endswith(":1"), shadow
+    since = node.out("date +%s").strip()
+    r = _person(lab, "bob").run("true", check=False, timeout=120)
+    assert r.returncode == 255, r
+    log = node.out(f"journalctl -q --no-pager --since @{since} _COMM=sshd")
+    assert re.search(r"account bob has expired|Access denied for user bob by PAM account", log), log
+
+
 def _write_bw_pair(store: Ssh, head: Ssh, args: str) -> tuple[subprocess.CompletedProcess[str], str, int]:
     """One ib_write_bw measurement from head1 to store1 with ``args`` (device, GID index): the
     server first, the client once it listens (opening soft-RoCE takes seconds under load).
@@ -905,10 +975,12 @@ def test_verify_passes_on_the_whole_lab(lab: Lab) -> None:
         ("store1", "zfs:backup"), ("store1", "replica:backup/a"), ("store1", "replica:backup/b"),
         *(("head1", f"{kind}:{path}") for kind in ("mount", "io") for path in ("/mnt/a", "/mnt/b", "/mnt/c", "/union")),
         ("pxe1", "mount:/mnt/c"), ("pxe1", "io:/mnt/c"),
+        *((node, f"{kind}:/home") for node in ("head1", "pxe1") for kind in ("mount", "io")),
         ("head1", "rdma.write_bw.roce"), ("store1", "rdma.write_bw.roce"),
         *(("head1", f"mtu.{net}") for net in ("management", "data", "roce")),
         ("store2", "mtu.data"), ("store2", "bond:bond0"), ("pxe1", "slurm.node"),
-        *((node, check) for node in ("head1", "store1", "store2", "pxe1") for check in ("reach", "hosts", "clock")),
+        *((node, check) for node in ("head1", "store1", "store2", "pxe1")
+          for check in ("reach", "hosts", "clock", "users")),
     ]
     missing = [key for key in expected if key not in rows]
     assert not missing, f"checks not in the report: {missing}\n{shown}"
@@ -972,13 +1044,14 @@ def test_prometheus_sees_the_real_pool_and_nfs(lab: Lab) -> None:
     assert clients.get("head1", 0) > 0 and clients.get("pxe1", 0) > 0, clients
     exports = {(r["metric"]["node"], r["metric"]["export"], r["metric"]["protocol"])
                for r in _prometheus(head, "node_mountstats_nfs_age_seconds_total")}
-    assert exports == {("pxe1", "10.213.9.12:/srv/c", "tcp")}, exports
+    assert exports == {("pxe1", "10.213.9.12:/srv/c", "tcp"), ("pxe1", "10.213.9.12:/srv/home", "tcp")}, exports
     assert _prometheus(head, 'node_scrape_collector_success{collector="mountstats"} == 0') == []
     # the filesystem collector reports the NFS mounts (Debian's build hides /mnt unless the
     # role passes its own mount-points-exclude; NfsMountMissing compares against these)
     mounted = {(r["metric"]["node"], r["metric"]["mountpoint"])
                for r in _prometheus(head, 'node_filesystem_size_bytes{fstype=~"nfs4?"}')}
-    assert {("head1", "/mnt/a"), ("head1", "/mnt/b"), ("head1", "/mnt/c"), ("pxe1", "/mnt/c")} <= mounted, (
+    assert {("head1", "/mnt/a"), ("head1", "/mnt/b"), ("head1", "/mnt/c"), ("pxe1", "/mnt/c"),
+            ("head1", "/home"), ("pxe1", "/home")} <= mounted, (
         mounted, _prometheus(head, 'node_filesystem_device_error{fstype=~"nfs4?"}'),
         head.out("cat /etc/default/prometheus-node-exporter"))
     # what the manifest expects is there: none of the storage alerts fires
