@@ -55,6 +55,9 @@ from provisioner.areas.common import checks as common_checks
 from provisioner.areas.common import decide as common_decide
 from provisioner.areas.common import rolevars as common
 from provisioner.areas.common import verify as common_verify
+from provisioner.areas.fabric import checks as fabric_checks
+from provisioner.areas.fabric import rolevars as fabric
+from provisioner.areas.fabric import verify as fabric_verify
 from provisioner.areas.gpu import checks as gpu_checks
 from provisioner.areas.gpu import rolevars as gpu
 from provisioner.areas.gpu import verify as gpu_verify
@@ -337,6 +340,9 @@ class Area:
     backup: HeadBackup | None = None
     upgrade: Upgrade | None = None
     package_build: PackageBuild | None = None
+    # the area this one was split out of: states recorded before then hold both areas'
+    # fingerprints under that one's name (provisioner.plan reads them so; fabric: storage)
+    split_from: str = ""
 
 
 if TYPE_CHECKING:  # what BAREMETAL_INSTALL loads by name, type-checked here (no import at run time)
@@ -358,6 +364,8 @@ BAREMETAL_INSTALL = Install(
 AREAS: tuple[Area, ...] = (
     Area("common", common.cluster_vars, common.node_vars, frozenset({"common_hosts"}),
          checks=common_checks.CHECKS, verify=common_verify.checks, image_packages=common_decide.image_packages),
+    Area("fabric", fabric.cluster_vars, fabric.node_vars, groups=fabric.groups, checks=fabric_checks.CHECKS,
+         verify=fabric_verify.checks, split_from="storage"),
     Area("storage", storage.cluster_vars, storage.node_vars, groups=storage.groups, checks=storage_checks.CHECKS,
          verify=storage_verify.checks, destructive=storage_scratch.format_summary,
          image_roles=("nfs_client",)),
@@ -383,7 +391,7 @@ AREAS: tuple[Area, ...] = (
 
 # validate reports the areas' findings in this order: the GPU stack first (as before the areas
 # had their own packages); areas not named here follow in AREAS order.
-CHECK_ORDER: tuple[str, ...] = ("gpu", "storage", "slurm")
+CHECK_ORDER: tuple[str, ...] = ("gpu", "storage", "fabric", "slurm")
 
 
 def cluster_vars(m: Manifest) -> dict[str, dict[str, Any]]:
