@@ -26,8 +26,8 @@ from provisioner.state import NodeState, State
 
 HEAVY = "all:&{{ provision_targets | default('all') }}"
 PLAYS = [
-    PlaySpec("common - base system", HEAVY, "base.yml"),
-    PlaySpec("common - /etc/hosts", "all", "base.yml"),
+    PlaySpec("common - base system", HEAVY, "common.yml"),
+    PlaySpec("common - /etc/hosts", "all", "common.yml"),
     PlaySpec("slurm - compute daemons", "slurm_compute:&{{ provision_targets | default('all') }}", "slurm.yml"),
     PlaySpec("slurm - config files", "slurm_node", "slurm.yml"),
 ]
@@ -489,7 +489,7 @@ def test_load_plays_reads_the_real_site_yml(kit: Any) -> None:
     site = kit.root / "playbooks" / "site.yml"
     plays = load_plays(site)
     assert plays
-    assert plays[0].playbook == "base.yml"
+    assert plays[0].playbook == "common.yml"
     assert plays[0].label.startswith("common")
     assert any(p.heavy for p in plays)
     assert any(not p.heavy for p in plays)

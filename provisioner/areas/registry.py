@@ -353,7 +353,7 @@ if TYPE_CHECKING:  # what BAREMETAL_INSTALL loads by name, type-checked here (no
 BAREMETAL_INSTALL = Install(
     targets=baremetal_decide.install_targets, summary=baremetal_deploy.install_summary,
     needs_ramdisk=baremetal_deploy.needs_ramdisk, image_nodes=baremetal_deploy.image_nodes,
-    playbook="pxe.yml", runner="provisioner.areas.baremetal.install", install_only=baremetal_decide.install_only,
+    playbook="baremetal.yml", runner="provisioner.areas.baremetal.install", install_only=baremetal_decide.install_only,
     preflight=Preflight(image_file=baremetal_deploy.image_file, method=baremetal_deploy.method,
                         module_names=baremetal_preflight.module_names, checks=baremetal_preflight.checks,
                         failed=baremetal_preflight.failed, refusal=baremetal_preflight.refusal),

@@ -33,7 +33,7 @@ def test_a_group_made_by_two_areas_is_refused(kit: Any, monkeypatch: pytest.Monk
 
 def test_the_installing_area_loads_its_runner_only_when_asked() -> None:
     installer = registry.install()
-    assert installer is not None and installer.playbook == "pxe.yml"
+    assert installer is not None and installer.playbook == "baremetal.yml"
     steps = installer.steps()
     assert steps.install is baremetal_install.install and steps.server_vars is baremetal_install.server_vars
 
