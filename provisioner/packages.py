@@ -2,7 +2,7 @@
 
 ``provision image build`` proves, inside the image it built, that every one of these
 packages resolves from the sources those nodes will use (:mod:`provisioner.image.proof`).
-The list is not kept by hand: for every play of ``playbooks/site.yml`` and ``pxe.yml`` and
+The list is not kept by hand: for every play of ``playbooks/site.yml`` and ``baremetal.yml`` and
 every node it runs on, the role's own files are evaluated with Ansible's templating, the way the role
 evaluates them on that node: its defaults, the node's inventory variables (what
 ``provision inventory`` writes: the areas' role variables and the manifest's ``role_vars``),
@@ -88,7 +88,16 @@ NODE_FACTS: dict[str, dict[str, Any]] = {
     "nvidia_driver": {"__nvidia_driver_full": True},
 }
 
-PLAYBOOKS = ("site.yml", "pxe.yml")
+
+def _playbooks() -> tuple[str, ...]:
+    """site.yml, and the install server's playbook (the registry's), which apply runs on the
+    head node for the bare-metal installs."""
+    installer = registry.install()
+    return ("site.yml",) if installer is None else ("site.yml", installer.playbook)
+
+
+PLAYBOOKS = _playbooks()
+
 APT = ("ansible.builtin.apt", "apt")
 REPO = ("ansible.builtin.deb822_repository", "deb822_repository")
 SET_FACT = ("ansible.builtin.set_fact", "set_fact")
@@ -436,7 +445,6 @@ def wanted(m: Manifest, os_name: str, kernel: str | None = None, root: Path | No
     root = root or content.project_root()
     roles = root / "roles"
     kernel = kernel or DEFAULT_KERNELS[_os_image(os_name).distro]
-    # site.yml, and pxe.yml, which apply runs on the head node for the bare-metal installs
     runs = [r for book in PLAYBOOKS for r in role_runs(root / "playbooks" / book)]
     grp = inventory.groups(m)
     names = m.node_names()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -88,6 +89,27 @@ def node_sections(m: Manifest, node: Node, heavy_cluster: dict[str, str] | None 
     return sections
 
 
+def recorded_sections(recorded: Mapping[str, str], current: Mapping[str, str], m: Manifest, node: Node,
+                      cluster: ClusterVars) -> dict[str, str]:
+    """A node's recorded fingerprints in today's sections. A state recorded before an area was
+    split out of another (:attr:`Area.split_from`: fabric out of storage) holds one fingerprint
+    for both under the older name: where both areas' variables together still match it, both
+    sections are unchanged; where not, the older section changed (as that state would have
+    said) and the split one's change, if any, is shown under it."""
+    out = dict(recorded)
+    for area in registry.AREAS:
+        old = area.split_from
+        if not old or area.name in recorded or old not in recorded:
+            continue
+        parts = [a for a in registry.AREAS if a.name in (old, area.name)]
+        heavy = {k: v for a in parts for k, v in cluster[a.name].items() if k not in a.light_keys}
+        both = {k: v for a in parts for k, v in a.node_vars(m, node).items()}
+        out[area.name] = current[area.name]
+        if fingerprint({"cluster": fingerprint(heavy), "node": both}) == recorded[old]:
+            out[old] = current[old]
+    return out
+
+
 # An area with nothing for a node (no heavy cluster variables, no node variables): a state
 # recorded before the area existed lacks its section, which is no change.
 _EMPTY_AREA = fingerprint({"cluster": fingerprint({}), "node": {}})
@@ -102,10 +124,10 @@ def cluster_fingerprint(m: Manifest, cluster: ClusterVars | None = None) -> str:
     ``cluster`` as in :func:`heavy_cluster_fingerprints`."""
     if cluster is None:
         cluster = registry.cluster_vars(m)
-    light: dict[str, Any] = {
-        area.name: {k: v for k, v in cluster[area.name].items() if k in area.light_keys}
-        for area in registry.AREAS
-    }
+    light: dict[str, Any] = {}
+    for area in registry.AREAS:  # a split area's under the name older states recorded it by
+        light.setdefault(area.split_from or area.name, {}).update(
+            {k: v for k, v in cluster[area.name].items() if k in area.light_keys})
     if m.role_vars:  # light plays may read them too (only when set: older states stay valid)
         light[overrides.SECTION] = {n.name: overrides.node_overrides(m, n) for n in m.nodes}
     return fingerprint(light)
@@ -257,8 +279,9 @@ def compute(
         if recorded is None or not recorded.fingerprints:
             plan = NodePlan(node.name, "new", sorted(current), states.get(node.name, "new"))
         else:
-            keys = set(current) | (set(recorded.fingerprints) & OPTIONAL_SECTIONS)
-            changed = sorted(k for k in keys if recorded.fingerprints.get(k, _EMPTY_AREA) != current.get(k))
+            before = recorded_sections(recorded.fingerprints, current, m, node, cluster)
+            keys = set(current) | (set(before) & OPTIONAL_SECTIONS)
+            changed = sorted(k for k in keys if before.get(k, _EMPTY_AREA) != current.get(k))
             status: Status = "changed" if changed else "unchanged"
             plan = NodePlan(node.name, status, changed, recorded.lifecycle)
         needs_heavy = plan.status == "new" or any(s not in PASSIVE_SECTIONS for s in plan.sections)

@@ -15,7 +15,7 @@ from provisioner.overrides import load_specs, node_overrides
 from provisioner.plan import PlaySpec, cluster_fingerprint, compute, node_sections
 from provisioner.state import NodeState, State
 
-PLAYS = [PlaySpec("common - base", "all:&{{ provision_targets | default('all') }}", "base.yml")]
+PLAYS = [PlaySpec("common - base", "all:&{{ provision_targets | default('all') }}", "common.yml")]
 
 
 def with_vars(kit: Any, role_vars: dict[str, Any]) -> dict[str, Any]:

@@ -26,8 +26,8 @@ from provisioner.state import NodeState, State
 
 HEAVY = "all:&{{ provision_targets | default('all') }}"
 PLAYS = [
-    PlaySpec("common - base system", HEAVY, "base.yml"),
-    PlaySpec("common - /etc/hosts", "all", "base.yml"),
+    PlaySpec("common - base system", HEAVY, "common.yml"),
+    PlaySpec("common - /etc/hosts", "all", "common.yml"),
     PlaySpec("slurm - compute daemons", "slurm_compute:&{{ provision_targets | default('all') }}", "slurm.yml"),
     PlaySpec("slurm - config files", "slurm_node", "slurm.yml"),
 ]
@@ -89,6 +89,55 @@ def test_unchanged_when_state_matches(m: Manifest) -> None:
     # only the light plays run
     assert by_name(plan)["node01"].plays == ["common (files)", "slurm (files)"]
     assert by_name(plan)["head01"].lifecycle == "configured"
+
+
+# Recorded before the fabric area was split out of storage (one "storage" section for both),
+# by the code of that time: llm-200k (InfiniBand) and kit.base(storage=True) with node01 on RoCE.
+PRE_FABRIC = {
+    "llm-200k": ({"head01": "911723cc15ae33e1", "gpu01": "1afc8c358d5050c1", "gpu02": "0c97eb54ea695d01",
+                  "gpu03": "85c48e3fe43656c3", "gpu04": "af73f592798e870b"}, "73a75aab01da7add"),
+    "roce": ({"head01": "c067a9b2a4a0b38e", "node01": "c78fb81c177720f5", "node02": "34a1527ca66216a2"},
+             "41aba3987066a77c"),
+}
+
+
+def _pre_fabric(kit: Any, name: str) -> Manifest:
+    if name == "llm-200k":
+        return kit.load(kit.example("llm-200k.yaml")).manifest  # type: ignore[no-any-return]
+    data = kit.base(storage=True)
+    data["networks"]["roce"] = {"cidr": "10.0.4.0/24", "mtu": 9000}
+    data["nodes"][1]["interfaces"]["roce"] = {"ip": "10.0.4.21", "interface": "ens2f0np0"}
+    return kit.load(data).manifest  # type: ignore[no-any-return]
+
+
+def _recorded_before_fabric(m: Manifest, name: str) -> State:
+    storage, cluster = PRE_FABRIC[name]
+    state = settled(m)
+    for node, ns in state.nodes.items():
+        del ns.fingerprints["fabric"]
+        ns.fingerprints["storage"] = storage[node]
+    state.cluster_fingerprint = cluster
+    return state
+
+
+@pytest.mark.parametrize("name", sorted(PRE_FABRIC))
+def test_a_state_recorded_before_the_fabric_area_stays_valid(kit: Any, name: str) -> None:
+    """The fabric area (ofed) was split out of storage: a cluster applied before that plans
+    no change, and a change of either area's variables shows as storage's, as it did then."""
+    m = _pre_fabric(kit, name)
+    assert cluster_fingerprint(m) == PRE_FABRIC[name][1]
+    plan = compute(m, _recorded_before_fabric(m, name), PLAYS)
+    assert not plan.has_changes and plan.targets == []
+    if name != "llm-200k":
+        return
+    for change in ({"software": {"ofed": {"source": "doca", "doca_version": "2.9.1"}}},  # a fabric variable
+                   {"zfs": {"scrub": "weekly"}}):  # a storage variable
+        data = kit.example("llm-200k.yaml")
+        for section, value in change.items():
+            data[section] |= value
+        changed = compute(kit.load(data).manifest, _recorded_before_fabric(m, name), PLAYS)
+        assert {tuple(n.sections) for n in changed.nodes} == {("storage",)}, change
+        assert changed.targets == m.node_names()
 
 
 def test_changed_node_names_its_sections(kit: Any, m: Manifest) -> None:
@@ -440,7 +489,7 @@ def test_load_plays_reads_the_real_site_yml(kit: Any) -> None:
     site = kit.root / "playbooks" / "site.yml"
     plays = load_plays(site)
     assert plays
-    assert plays[0].playbook == "base.yml"
+    assert plays[0].playbook == "common.yml"
     assert plays[0].label.startswith("common")
     assert any(p.heavy for p in plays)
     assert any(not p.heavy for p in plays)

@@ -60,8 +60,8 @@ from provisioner.settings import TASK_CAP_ENV  # noqa: E402
 from provisioner.state import NodeState, State, StateDir  # noqa: E402
 
 PLAYS = [
-    PlaySpec("common - base", "all:&{{ provision_targets | default('all') }}", "base.yml"),
-    PlaySpec("common - hosts", "all", "base.yml"),
+    PlaySpec("common - base", "all:&{{ provision_targets | default('all') }}", "common.yml"),
+    PlaySpec("common - hosts", "all", "common.yml"),
 ]
 
 

@@ -1,47 +1,14 @@
 """The registry of areas: everything the engine (validate, inventory, plan, apply, verify,
-image) asks of an area, in one entry per area. The engine iterates :data:`AREAS` and imports
-no area by name (tests/test_layers.py).
-
-An entry names, each optional but the role variables:
-
-* ``cluster_vars(m)`` / ``node_vars(m, node)``: the area's role variables, written to
-  group_vars/all/<area>.yml and merged into host_vars/<node>.yml (``rolevars.py``);
-  ``light_keys``: the cluster-wide ones that only light cluster-wide plays consume
-  (/etc/hosts, slurm.conf, exports): a change there re-renders files everywhere but does
-  not re-run heavy plays;
-* ``groups(m)``: the area's inventory groups and their members (``rolevars.py``);
-* ``checks``: whole-manifest checks (``checks.py``), run by ``provisioner.validate`` on a
-  structurally clean manifest;
-* ``verify(m)``: the area's checks of a running node (``verify.py``), gathered by
-  ``provisioner.verify.catalog``;
-* ``prepare``: makes control-machine material before an apply (e.g. the munge key);
-  ``secret_envs(m)`` / ``secret_values(state)``: the secrets a run must keep out of what it
-  records, and scan its artifacts for;
-* ``image_packages(m)``: OS packages every node gets from the area's roles, which a node
-  image built for the manifest carries (``provision image build``);
-* ``image_roles``: the area's roles whose OS-archive packages a node image may also carry
-  where every node deployed from it gets them (``provisioner.packages.image_extras``);
-* ``install``: the area installs nodes' operating systems before they are configured
-  (:class:`Install`; bare metal);
-* ``usage``: the pure side of ``provision report usage`` (:class:`UsageReport`; monitoring);
-* ``backup``: ``provision backup`` and ``restore`` of the head node (:class:`HeadBackup`; backup);
-* ``live``: what ``provision plan`` reads from a running service to show the drift apply's
-  reconcile would remove there (:class:`LiveDrift`; slurm: slurmdbd's accounts);
-* ``package_build``: software the area builds into .deb packages per OS release ahead of an
-  apply (:class:`PackageBuild`; slurm: one Slurm for the cluster, ``provision slurm build``);
-* ``upgrade``: what a good apply records of a node in the state, and the in-place upgrade
-  from those records to the manifest, in order, or why it is refused (:class:`Upgrade`;
-  slurm: its release).
+image) asks of an area, in one entry per area (:class:`provisioner.areas.entry.Area`, whose
+module docstring says what each field is for). The engine iterates :data:`AREAS` and imports no
+area by name (tests/test_layers.py); it reaches the entry's types through this module too.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from provisioner.areas import entry
 from provisioner.areas.backup import checks as backup_checks
 from provisioner.areas.backup import decide as backup_decide
 from provisioner.areas.backup import rolevars as backup
@@ -55,6 +22,21 @@ from provisioner.areas.common import checks as common_checks
 from provisioner.areas.common import decide as common_decide
 from provisioner.areas.common import rolevars as common
 from provisioner.areas.common import verify as common_verify
+from provisioner.areas.entry import (
+    Area,
+    HeadBackup,
+    Install,
+    InstallSteps,
+    LiveDrift,
+    PackageBuild,
+    PrepareHook,
+    Records,
+    Upgrade,
+    UsageReport,
+)
+from provisioner.areas.fabric import checks as fabric_checks
+from provisioner.areas.fabric import rolevars as fabric
+from provisioner.areas.fabric import verify as fabric_verify
 from provisioner.areas.gpu import checks as gpu_checks
 from provisioner.areas.gpu import rolevars as gpu
 from provisioner.areas.gpu import verify as gpu_verify
@@ -83,104 +65,18 @@ from provisioner.areas.storage import rolevars as storage
 from provisioner.areas.storage import scratch as storage_scratch
 from provisioner.areas.storage import verify as storage_verify
 from provisioner.manifest.checks import Check
-from provisioner.manifest.load import Loaded
 from provisioner.manifest.model import Manifest
 from provisioner.manifest.nodes import Node
 from provisioner.nodecheck.check import NodeChecks
 from provisioner.state import StateDir
 
-PrepareHook = Callable[[Loaded, StateDir], None]
-
-
-class InstallOutcome(Protocol):
-    """One node's install, as the engine records and shows it."""
-
-    @property
-    def node(self) -> str: ...
-    @property
-    def ok(self) -> bool: ...
-    @property
-    def stage(self) -> str: ...
-    @property
-    def reason(self) -> str: ...
-    @property
-    def warnings(self) -> tuple[str, ...]: ...
-    @property
-    def seconds(self) -> float: ...
-
-
-# Extra variables of the install server's playbook for installing nodes: (m, nodes, the state
-# directory's image cache) -> variables.
-ServerVars = Callable[[Manifest, Sequence[str], Path], dict[str, object]]
-
-
-class InstallRun(Protocol):
-    """Install ``nodes``: ``total`` bounds one node (None: the area's default); ``wait(s)``
-    sleeps and says whether the run is being stopped."""
-
-    def __call__(self, m: Manifest, nodes: Sequence[str], *, known_hosts: Path, total: float | None,
-                 wait: Callable[[float], bool]) -> Sequence[InstallOutcome]: ...
-
-
-@dataclass(frozen=True)
-class InstallSteps:
-    """The side of an install that reaches machines (from the module ``Install.runner``)."""
-
-    server_vars: ServerVars
-    install: InstallRun
-
-
-PreflightCheck = baremetal_preflight.Check
-PreflightInputs = baremetal_preflight.Inputs
-
-
-@dataclass(frozen=True)
-class Preflight:
-    """The installs' preflight decisions (pure); the engine's ``provisioner/preflight.py``
-    finds their inputs (the image cache and the images' proofs, the deploy ramdisk, the BMCs)."""
-
-    image_file: Callable[[Manifest, str], str]  # the file an OS's image is published as
-    method: Callable[[Manifest, Node], str]  # "image" (deployed) or "installer"
-    module_names: Callable[[Iterable[str]], set[str]]  # a ramdisk's file names -> its kernel modules
-    checks: Callable[[Manifest, Sequence[str], PreflightInputs], list[PreflightCheck]]
-    failed: Callable[[Sequence[PreflightCheck]], list[PreflightCheck]]
-    refusal: Callable[[Sequence[PreflightCheck]], str]  # the error apply stops with
-
-
-@dataclass(frozen=True)
-class Install:
-    """How an area installs nodes' operating systems before they are configured. What plan
-    and image build ask is pure; the installs themselves are ``runner``, a module
-    (:class:`InstallSteps`) loaded by name only when an apply installs, since it brings
-    paramiko, the BMC drivers and the image cache that validate and plan must not load."""
-
-    targets: Callable[[Manifest, Mapping[str, str], Iterable[str]], list[str]]  # (m, lifecycles, reinstall)
-    summary: Callable[[Manifest, Node, bool], str]  # the plan's words for one install (again: a reinstall)
-    needs_ramdisk: Callable[[Manifest], bool]  # provision image build makes the deploy ramdisk too
-    image_nodes: Callable[[Manifest, str], tuple[str, ...]]  # the nodes an OS's image is deployed onto
-    playbook: str  # prepares the install server (on the head node) before the installs
-    runner: str
-    # what only an install builds on a node (its management bond), in the plan's words, for
-    # nodes this apply does not install ("": nothing)
-    install_only: Callable[[Manifest, Node], str]
-    preflight: Preflight | None = None  # checked before anything is armed or powered
-
-    def steps(self) -> InstallSteps:
-        module = importlib.import_module(self.runner)
-        return InstallSteps(module.server_vars, module.install)
-
-
-@dataclass(frozen=True)
-class UsageReport:
-    """``provision report usage``: the window, the joins and arithmetic (``gather``, given the
-    command's SSH and HTTP edges), the renderers; where Slurm and Prometheus are."""
-
-    window: Callable[[str, str, float], monitoring_usage_sources.Window]  # (--since, --until, now)
-    gather: Callable[..., monitoring_usage.Report]
-    controller: Callable[[Manifest], Node]  # where sacct runs
-    prometheus_url: Callable[[Manifest], str | None]
-    render: Mapping[str, Callable[[monitoring_usage.Report], str]]  # json, csv, table, html
-    groupings: tuple[str, ...]
+# The entry's types the engine names (it imports no area module but this one).
+BuildJob = entry.BuildJob
+InstallOutcome = entry.InstallOutcome
+PackageRepo = entry.PackageRepo
+Preflight = entry.Preflight
+PreflightCheck = entry.PreflightCheck
+PreflightInputs = entry.PreflightInputs
 
 
 USAGE_REPORT = UsageReport(
@@ -191,90 +87,11 @@ USAGE_REPORT = UsageReport(
 )
 
 
-@dataclass(frozen=True)
-class LiveDrift:
-    """What ``provision plan`` reads from a running service, beyond the nodes' fingerprints:
-    the drift between the manifest and what the service holds, which apply's reconcile would
-    remove. ``commands`` run read-only on ``node`` (once it is configured); ``changes`` turns
-    their output, in order, into (kind, line): add, change, remove, or kept (never removed)."""
-
-    name: str  # the service, in plan's words
-    wanted: Callable[[Manifest], bool]
-    node: Callable[[Manifest], Node]
-    commands: Callable[[Manifest], tuple[tuple[str, ...], ...]]
-    changes: Callable[[Manifest, list[str]], list[tuple[str, str]]]
-
-
 SLURMDBD_DRIFT = LiveDrift(
     name="slurmdbd", wanted=slurm_accounts.managed, node=slurm_decide.controller,
     commands=lambda m: slurm_accounts.read_commands(slurm_decide.cluster_name(m)),
     changes=slurm_accounts.live_changes,
 )
-
-
-Records = Mapping[str, Mapping[str, str] | None]  # per node: its state record (None: never configured)
-
-
-@dataclass(frozen=True)
-class Upgrade:
-    """An in-place upgrade of software the nodes run: ``recorded`` (m, node) is what a good
-    apply records of the node; ``order`` (m, records) the upgrade's steps in plan's words,
-    in order, and why it is refused ("" when it is not)."""
-
-    recorded: Callable[[Manifest, Node], dict[str, str]]
-    order: Callable[[Manifest, Records], tuple[list[str], str]]
-
-
-class BuildSource(Protocol):
-    @property
-    def version(self) -> str: ...
-    @property
-    def file(self) -> str: ...
-    @property
-    def sha256(self) -> str: ...
-
-
-class BuildJob(Protocol):
-    """One OS release's build of an area's :class:`PackageBuild`."""
-
-    @property
-    def os(self) -> str: ...
-    @property
-    def source(self) -> BuildSource: ...
-    @property
-    def url(self) -> str: ...
-    @property
-    def name(self) -> str: ...  # its folder in the cache
-    @property
-    def debs(self) -> tuple[str, ...]: ...  # the packages it must leave
-
-    def mmdebstrap(self, workdir: str, outdir: str, proxy: str | None = None, mirror: str | None = None,
-                   jobs: int = 2) -> list[str]: ...
-
-
-@dataclass(frozen=True)
-class PackageBuild:
-    """``jobs`` (m, only OS or None): one build per OS release, each with its sources, its
-    mmdebstrap command line and the packages it must leave; ``missing`` (file paths of the
-    built packages): the build options a build left out; ``timeout_s``: one build's bound."""
-
-    jobs: Callable[[Manifest, str | None], Sequence[BuildJob]]
-    missing: Callable[[Iterable[str]], list[str]]
-    timeout_s: int
-    repo: PackageRepo
-
-
-@dataclass(frozen=True)
-class PackageRepo:
-    """The signed flat apt repository per OS release the builds are published in (on the
-    control machine; the key a GnuPG home ``signing_home`` in the state's secrets/)."""
-
-    signing_home: str
-    public_key: str  # the exported public key's file name in signing_home
-    key_commands: Callable[[str, str], list[list[str]]]  # (home, cluster): make the key, export it
-    stanza: Callable[[str, str, bytes], str]  # (dpkg-deb --field output, file name, its bytes): a Packages entry
-    release: Callable[[str, Mapping[str, bytes], str], str]  # (os, {index: bytes}, date)
-    sign_command: Callable[[str], list[str]]  # (home): Release -> InRelease
 
 
 SLURM_BUILD = PackageBuild(
@@ -286,25 +103,6 @@ SLURM_BUILD = PackageBuild(
 SLURM_UPGRADE = Upgrade(recorded=slurm_upgrade.recorded, order=slurm_upgrade.plan_view)
 
 
-@dataclass(frozen=True)
-class HeadBackup:
-    """``provision backup`` and ``provision restore``: the shell lines run on ``node`` (the
-    area's tool, installed by its role), the admin host's part packed and encrypted locally,
-    and the destinations in words."""
-
-    wanted: Callable[[Manifest], bool]
-    node: Callable[[Manifest], Node]
-    parse_to: Callable[[str], dict[str, Any]]  # --to: a path on the head or [user@]host[:port]:/path
-    destination: Callable[[Manifest], dict[str, Any]]
-    describe: Callable[[Mapping[str, Any]], str]
-    make_command: Callable[[Mapping[str, Any] | None, bool], str]  # (--to, with the admin part)
-    upload_command: Callable[[], str]  # reads the admin part from stdin on the node
-    restore_command: Callable[[str, bool, Mapping[str, Any] | None], str]  # (name, --yes, --to)
-    pack_admin: Callable[[Manifest, Path, Path], None]  # (m, state dir, out): the encrypted admin part
-    timeout: Callable[[Manifest], int]
-    plan_lines: Callable[[Manifest], list[str]]
-
-
 HEAD_BACKUP = HeadBackup(
     wanted=backup_decide.enabled, node=backup_decide.head, parse_to=backup_decide.parse_to,
     destination=backup_decide.destination, describe=backup_decide.describe,
@@ -312,32 +110,6 @@ HEAD_BACKUP = HeadBackup(
     restore_command=backup_decide.restore_command, pack_admin=backup_decide.pack_admin,
     timeout=lambda m: backup_decide.section(m).timeout_s, plan_lines=backup_decide.plan_lines,
 )
-
-
-@dataclass(frozen=True)
-class Area:
-    name: str
-    cluster_vars: Callable[[Manifest], dict[str, Any]]
-    node_vars: Callable[[Manifest, Node], dict[str, Any]]
-    light_keys: frozenset[str] = frozenset()
-    groups: Callable[[Manifest], dict[str, set[str]]] | None = None
-    checks: tuple[Check, ...] = ()
-    verify: Callable[[Manifest], NodeChecks] | None = None
-    prepare: PrepareHook | None = None
-    secret_envs: Callable[[Manifest], set[str]] | None = None
-    secret_values: Callable[[StateDir], list[str]] | None = None
-    image_packages: Callable[[Manifest], tuple[str, ...]] | None = None
-    # roles whose packages come from the OS's own archive (no vendor repository, no kernel
-    # module build): a node image carries the ones every node deployed from it gets
-    image_roles: tuple[str, ...] = ()
-    install: Install | None = None
-    # what the area's plays may destroy on a node (formatting disks), in plan's words ("": nothing)
-    destructive: Callable[[Manifest, Node], str] | None = None
-    usage: UsageReport | None = None
-    live: LiveDrift | None = None
-    backup: HeadBackup | None = None
-    upgrade: Upgrade | None = None
-    package_build: PackageBuild | None = None
 
 
 if TYPE_CHECKING:  # what BAREMETAL_INSTALL loads by name, type-checked here (no import at run time)
@@ -348,7 +120,7 @@ if TYPE_CHECKING:  # what BAREMETAL_INSTALL loads by name, type-checked here (no
 BAREMETAL_INSTALL = Install(
     targets=baremetal_decide.install_targets, summary=baremetal_deploy.install_summary,
     needs_ramdisk=baremetal_deploy.needs_ramdisk, image_nodes=baremetal_deploy.image_nodes,
-    playbook="pxe.yml", runner="provisioner.areas.baremetal.install", install_only=baremetal_decide.install_only,
+    playbook="baremetal.yml", runner="provisioner.areas.baremetal.install", install_only=baremetal_decide.install_only,
     preflight=Preflight(image_file=baremetal_deploy.image_file, method=baremetal_deploy.method,
                         module_names=baremetal_preflight.module_names, checks=baremetal_preflight.checks,
                         failed=baremetal_preflight.failed, refusal=baremetal_preflight.refusal),
@@ -359,6 +131,8 @@ BAREMETAL_INSTALL = Install(
 AREAS: tuple[Area, ...] = (
     Area("common", common.cluster_vars, common.node_vars, frozenset({"common_hosts"}),
          checks=common_checks.CHECKS, verify=common_verify.checks, image_packages=common_decide.image_packages),
+    Area("fabric", fabric.cluster_vars, fabric.node_vars, groups=fabric.groups, checks=fabric_checks.CHECKS,
+         verify=fabric_verify.checks, split_from="storage"),
     Area("storage", storage.cluster_vars, storage.node_vars, groups=storage.groups, checks=storage_checks.CHECKS,
          verify=storage_verify.checks, destructive=storage_scratch.format_summary,
          prepare=storage_replication_key.prepare, secret_values=storage_replication_key.secret_values,
@@ -385,7 +159,7 @@ AREAS: tuple[Area, ...] = (
 
 # validate reports the areas' findings in this order: the GPU stack first (as before the areas
 # had their own packages); areas not named here follow in AREAS order.
-CHECK_ORDER: tuple[str, ...] = ("gpu", "storage", "slurm")
+CHECK_ORDER: tuple[str, ...] = ("gpu", "storage", "fabric", "slurm")
 
 
 def cluster_vars(m: Manifest) -> dict[str, dict[str, Any]]:

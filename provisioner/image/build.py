@@ -380,7 +380,7 @@ def _link(link: Path, target: str) -> None:
 
 
 def deploy_extra_vars(cache: Path, files: Mapping[str, str]) -> dict[str, object]:
-    """Extra variables for ``playbooks/pxe.yml``: the image cache to publish, and per OS of
+    """Extra variables for ``playbooks/baremetal.yml``: the image cache to publish, and per OS of
     ``files`` (OS -> the current image's name the deploy plans download, ``<os><ext>``) that
     name and its SHA-256, read from its checksum file. An OS whose image the cache does not
     hold under that name, or a cache without the deploy ramdisk, is left out: the role then

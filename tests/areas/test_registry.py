@@ -33,7 +33,7 @@ def test_a_group_made_by_two_areas_is_refused(kit: Any, monkeypatch: pytest.Monk
 
 def test_the_installing_area_loads_its_runner_only_when_asked() -> None:
     installer = registry.install()
-    assert installer is not None and installer.playbook == "pxe.yml"
+    assert installer is not None and installer.playbook == "baremetal.yml"
     steps = installer.steps()
     assert steps.install is baremetal_install.install and steps.server_vars is baremetal_install.server_vars
 
@@ -54,16 +54,16 @@ def test_secret_envs_come_from_the_areas(kit: Any) -> None:
 
 
 def test_each_area_with_verify_checks_adds_its_own(kit: Any) -> None:
-    assert [a.name for a in registry.AREAS if a.verify is not None] == ["common", "storage", "people", "gpu", "slurm",
-                                                                                "backup"]
+    assert [a.name for a in registry.AREAS if a.verify is not None] == ["common", "fabric", "storage", "people",
+                                                                        "gpu", "slurm", "backup"]
     m = kit.load(kit.base(storage=True)).manifest
-    common, storage, people, gpu, slurm_checks, backup = ([c.name for c in checks(m.node("node01"), "")]
-                                                  for checks in registry.verify_checks(m))
+    common, fabric, storage, people, gpu, slurm_checks, backup = ([c.name for c in checks(m.node("node01"), "")]
+                                                                  for checks in registry.verify_checks(m))
     assert common[:2] == ["hosts", "clock"]
-    assert people == [] and backup == []  # no users, no backup section: no check
+    assert fabric == people == backup == []  # no RDMA fabric, no users, no backup section: no check
     assert "mount:/data" in storage and "gpu.count" in gpu and "docker.runtime" in gpu
     assert slurm_checks[0] == "slurm.node"
     bare = kit.load(kit.base()).manifest  # no storage sections: the storage area checks only scratch there
-    assert [c.name for c in registry.verify_checks(bare)[1](bare.node("node01"), "")] == [
+    assert [c.name for c in registry.verify_checks(bare)[2](bare.node("node01"), "")] == [
         "mount:/scratch", "io:/scratch"]
-    assert registry.verify_checks(bare)[1](bare.node("head01"), "") == []  # no scratch disk
+    assert registry.verify_checks(bare)[2](bare.node("head01"), "") == []  # no scratch disk

@@ -57,7 +57,8 @@ import yaml
 from emulators.ipmi import IpmiEmulator
 
 from lab.labvm import DATA, FABRIC, LAB_IMAGES, MGMT, Disk, Netns, Nic, Ssh, Timings, Vm, VmSpec
-from provisioner.areas.storage import fabric, snapshots
+from provisioner.areas.fabric import decide as fabric
+from provisioner.areas.storage import snapshots
 from provisioner.nodecheck.check import Output
 from provisioner.validate import load_manifest
 from provisioner.verify import catalog
@@ -683,7 +684,7 @@ def _lab_manifest(lab: Lab) -> dict[str, Any]:
 
 def _roce_args(lab: Lab) -> str:
     """ib_write_bw's device and GID index, as NCCL's environment for the lab's RoCE fabric
-    names them (provisioner.areas.storage.fabric.nccl_env: NCCL_IB_HCA, NCCL_IB_GID_INDEX)."""
+    names them (provisioner.areas.fabric.decide.nccl_env: NCCL_IB_HCA, NCCL_IB_GID_INDEX)."""
     m = load_manifest(lab.manifest).manifest
     env = fabric.nccl_env(m, m.node("head1"))
     assert env["NCCL_IB_HCA"] == "=rxe0" and env["NCCL_IB_GID_INDEX"] == "1", env

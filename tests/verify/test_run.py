@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from provisioner.areas.fabric.verify import WRITE_BW_CALIBRATION_FAILED
 from provisioner.areas.gpu.verify import GPU_QUERY
-from provisioner.areas.storage.verify import WRITE_BW_CALIBRATION_FAILED
 from provisioner.nodecheck import parsers
 from provisioner.nodecheck.check import Output
 from provisioner.verify import catalog

@@ -10,6 +10,11 @@ renamed, so a folder without the suffix is complete. Parts that hold secrets are
 with ``openssl enc -aes-256-cbc -pbkdf2`` and the operator's passphrase before they leave the
 staging folder: they are never in clear at the destination.
 
+One file on purpose, and so longer than our other modules: the backup role ships this
+module's text as one executable (``backup_tool`` in the inventory, read by
+``rolevars.tool_source``) to a head node that has Python's standard library and nothing of
+ours; split into modules it would need a package or a zipapp built and installed there.
+
 Commands: ``make``, ``list``, ``newest`` (for verify), ``restore NAME --yes`` (without
 ``--yes`` it shows what it would overwrite and changes nothing). Exit 0: done; 1: failed;
 2: refused (checksums that do not match, no ``--yes``); 128 + the signal: stopped by SIGINT,

@@ -2,7 +2,7 @@
 
 For every node to install, in parallel and each under its own deadline:
 
-1. the PXE server must have the node armed (``playbooks/pxe.yml`` with
+1. the PXE server must have the node armed (``playbooks/baremetal.yml`` with
    ``pxe_server_arm_nodes``), so its next PXE boot starts the installer;
 2. the BMC sets the next boot (only) to PXE in the node's boot mode, read back to
    confirm, then power cycles the node and sees it come on;
@@ -241,7 +241,7 @@ class _Run:
 
 
 def _arm_hint(node: str) -> str:
-    return f"run playbooks/pxe.yml with pxe_server_arm_nodes=[{node}] first"
+    return f"run playbooks/baremetal.yml with pxe_server_arm_nodes=[{node}] first"
 
 
 def install_nodes(
@@ -387,7 +387,7 @@ def install_nodes(
 
 
 def server_vars(m: Manifest, nodes: Sequence[str], images: Path) -> dict[str, object]:
-    """Extra variables for ``playbooks/pxe.yml``: arm ``nodes`` for installation and publish
+    """Extra variables for ``playbooks/baremetal.yml``: arm ``nodes`` for installation and publish
     the images of their OSes from the image cache ``images``."""
     files: dict[str, str] = {m.node(n).os: image_file(m, m.node(n).os) for n in nodes}
     return {"pxe_server_arm_nodes": list(nodes), **deploy_extra_vars(images, files)}

@@ -2,7 +2,7 @@
 
 All of them are cluster-wide (group_vars/all): the PXE server on the head node publishes
 what the whole manifest says about every node, like slurm.conf. They are light keys: a
-change (a new node, a new key) is picked up by the light play of playbooks/pxe.yml
+change (a new node, a new key) is picked up by the light play of playbooks/baremetal.yml
 (``tasks_from: config``) and must not re-run heavy plays on the head node. The per-node
 install files (iPXE script, autoinstall seed, preseed) are rendered here by
 :mod:`provisioner.areas.baremetal.seeds`, so the role only publishes them.
@@ -77,7 +77,7 @@ def cluster_vars(m: Manifest) -> dict[str, Any]:
     return pxe_vars(m)
 
 
-# The light play of playbooks/pxe.yml consumes every variable above.
+# The light play of playbooks/baremetal.yml consumes every variable above.
 LIGHT_KEYS = frozenset({
     "pxe_server_address", "pxe_server_network", "pxe_server_network_address", "pxe_server_netmask",
     "pxe_server_gateway", "pxe_server_dns", "pxe_server_domain", "pxe_server_interface",

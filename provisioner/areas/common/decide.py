@@ -24,7 +24,7 @@ from provisioner.manifest.nodes import Node, is_mac
 
 # Interfaces on these networks carry bulk traffic: address and MTU from the manifest. A RoCE
 # NIC is an Ethernet NIC like a data one (RDMA rides on its IP address); the ofed role adds
-# the RDMA stack (provisioner.areas.storage.fabric).
+# the RDMA stack (provisioner.areas.fabric.decide).
 DATA_NETWORKS: tuple[NetworkName, ...] = ("data", "roce")
 
 # What the common role installs on every node, the same on Debian 12 and Ubuntu 22.04/24.04

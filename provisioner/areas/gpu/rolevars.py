@@ -12,8 +12,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from provisioner.areas.fabric import decide as fabric
 from provisioner.areas.gpu import decide as gpu
-from provisioner.areas.storage import fabric
 from provisioner.manifest.model import Manifest
 from provisioner.manifest.nodes import Node
 from provisioner.manifest.select import SelectorError, select_nodes, selects

@@ -11,11 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from provisioner.areas.fabric.decide import shared_rdma_network
 from provisioner.areas.gpu.verify import ALL_REDUCE_MPI_GLOB, allreduce_verdict
 from provisioner.areas.slurm import adopt
 from provisioner.areas.slurm import decide as slurm
 from provisioner.areas.slurm.releases import cgroup_plan, cgroups_usable
-from provisioner.areas.storage.fabric import shared_rdma_network
 from provisioner.manifest.model import Manifest
 from provisioner.manifest.nodes import Node
 from provisioner.nodecheck import parsers

@@ -1,1 +1,1 @@
-"""Area storage: ZFS, NFS, MergerFS and the fabric (OFED, IPoIB, RDMA)."""
+"""Area storage: ZFS, NFS, MergerFS, local scratch (the RDMA fabric is its own area, fabric)."""

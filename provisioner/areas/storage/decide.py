@@ -4,8 +4,7 @@ unit tests and on real machines.
 
 The storage area's logic lives by concern beside this module: ``zfs`` (layouts, ``zpool``
 arguments, drift), ``disks`` (disk safety), ``nfs`` (exports, mounts), ``mergerfs``,
-``units`` (systemd unit names), ``fabric`` (InfiniBand), ``base`` (the shared error and
-constants).
+``units`` (systemd unit names), ``base`` (the shared error and constants).
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from provisioner.areas.fabric.decide import node_rdma_networks, rdma_fabric
 from provisioner.areas.storage.base import NFS_RDMA_PORT, StorageError, merge_options
-from provisioner.areas.storage.fabric import node_rdma_networks, rdma_fabric
 from provisioner.areas.storage.zfs import property_text
 from provisioner.manifest.fields import NETWORK_NAMES, NetworkName
 from provisioner.manifest.model import Manifest

@@ -1,17 +1,17 @@
-"""Variables for the storage and fabric roles: scratch, zfs, nfs_server, nfs_client, mergerfs, ofed.
+"""Variables for the storage roles: scratch, zfs, nfs_server, nfs_client, mergerfs.
 
 Cluster-wide values go to group_vars/all; everything that belongs to one node (its pools,
-exports, mounts, unions, IPoIB interface) goes to that node's host_vars, and only to nodes
+exports, mounts, unions) goes to that node's host_vars, and only to nodes
 in the role's inventory group (:func:`storage_groups`). Every value is computed from the
 manifest alone; the decisions live beside this module, by concern: ``zfs``, ``disks``,
-``nfs``, ``mergerfs``, ``units``, ``fabric``.
+``nfs``, ``mergerfs``, ``units``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from provisioner.areas.storage import fabric, mergerfs, nfs, replicate, scratch, snapshots, units, zfs
+from provisioner.areas.storage import mergerfs, nfs, replicate, scratch, snapshots, units, zfs
 from provisioner.areas.storage.replication_key import KEY_NAME
 from provisioner.manifest.model import Manifest
 from provisioner.manifest.nodes import Node
@@ -19,10 +19,8 @@ from provisioner.manifest.select import select_nodes
 
 
 def groups(m: Manifest) -> dict[str, set[str]]:
-    """The storage area's inventory groups (the fabric's ``infiniband`` among them) -> members."""
+    """The storage area's inventory groups -> members."""
     return {
-        "infiniband": {n.name for n in m.nodes if "infiniband" in n.interfaces},
-        "roce": {n.name for n in m.nodes if "roce" in n.interfaces},
         "zfs": {p.node for p in m.zfs.pools},
         "nfs_server": {e.node for e in m.nfs.exports},
         "nfs_client": {name for mnt in m.nfs.mounts for name in select_nodes(m, mnt.nodes)},
@@ -69,7 +67,7 @@ def zfs_pool_vars(m: Manifest, node: Node) -> list[dict[str, Any]]:
 
 
 def storage_groups(m: Manifest, node: Node) -> list[str]:
-    """zfs / nfs_server / nfs_client / mergerfs / infiniband / roce membership of one node."""
+    """zfs / nfs_server / nfs_client / mergerfs membership of one node."""
     groups: list[str] = []
     if any(p.node == node.name for p in m.zfs.pools):
         groups.append("zfs")
@@ -79,10 +77,6 @@ def storage_groups(m: Manifest, node: Node) -> list[str]:
         groups.append("nfs_client")
     if mergerfs.unions_for(m, node):
         groups.append("mergerfs")
-    if "infiniband" in node.interfaces:
-        groups.append("infiniband")
-    if "roce" in node.interfaces:
-        groups.append("roce")
     return groups
 
 
@@ -188,28 +182,9 @@ def mergerfs_node_vars(m: Manifest, node: Node) -> dict[str, Any]:
     return {"mergerfs_unions": unions}
 
 
-# --------------------------------------------------------------------------- ofed
-def ofed_node_vars(m: Manifest, node: Node) -> dict[str, Any]:
-    out = {
-        "ofed_ipoib": fabric.ipoib_config(m, node),
-        "ofed_opensm": fabric.opensm_node(m) == node.name,
-        "ofed_peermem": fabric.wants_peermem(m, node),
-    }
-    roce = fabric.roce_config(m, node)
-    if roce:  # only then: an InfiniBand node keeps the fingerprint it had before RoCE existed
-        out["ofed_roce"] = roce
-    return out
-
-
 # --------------------------------------------------------------------------- contract
 def cluster_vars(m: Manifest) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "zfs_scrub": m.zfs.scrub,
-        "ofed_source": m.software.ofed.source,
-    }
-    if m.software.ofed.doca_version:
-        out["ofed_doca_version"] = m.software.ofed.doca_version
-    return out
+    return {"zfs_scrub": m.zfs.scrub}
 
 
 def node_vars(m: Manifest, node: Node) -> dict[str, Any]:
@@ -223,6 +198,4 @@ def node_vars(m: Manifest, node: Node) -> dict[str, Any]:
         out |= nfs_client_node_vars(m, node)
     if "mergerfs" in groups:
         out |= mergerfs_node_vars(m, node)
-    if "infiniband" in groups or "roce" in groups:
-        out |= ofed_node_vars(m, node)
     return out

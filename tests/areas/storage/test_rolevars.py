@@ -23,15 +23,13 @@ from provisioner.validate import load_manifest
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ["llm-200k.yaml", "music-lab.yaml"]
-ROLES = ("scratch", "zfs", "nfs_server", "nfs_client", "mergerfs", "ofed")
+ROLES = ("scratch", "zfs", "nfs_server", "nfs_client", "mergerfs")
 GROUP_KEYS = {
     "scratch": {"scratch_volume"},
     "zfs": {"zfs_pools", "zfs_arc_max_bytes", "zfs_snapshots"},
     "nfs_server": {"nfs_server_exports", "nfs_server_threads", "nfs_server_vers3", "nfs_server_rdma"},
     "nfs_client": {"nfs_client_mounts", "nfs_client_rdma"},
     "mergerfs": {"mergerfs_unions"},
-    "infiniband": {"ofed_ipoib", "ofed_opensm", "ofed_peermem"},
-    "roce": {"ofed_ipoib", "ofed_roce", "ofed_opensm", "ofed_peermem"},
 }
 
 
@@ -105,7 +103,7 @@ def test_variables_are_produced_by_the_aggregator(llm: Manifest) -> None:
 
 # =========================================================================== llm-200k
 def test_llm_cluster_vars(llm: Manifest) -> None:
-    assert storage.cluster_vars(llm) == {"zfs_scrub": "monthly", "ofed_source": "inbox"}
+    assert storage.cluster_vars(llm) == {"zfs_scrub": "monthly"}
 
 
 def test_llm_head_pool(llm: Manifest) -> None:
@@ -159,35 +157,6 @@ def test_llm_gpu_mounts(llm: Manifest) -> None:
     assert home["what"] == "10.10.2.10:/tank/home"
     assert home["unit"] == "home-shared.mount"
     assert "proto=rdma" in home["options"]
-
-
-def test_llm_fabric(llm: Manifest) -> None:
-    head = storage.node_vars(llm, llm.node("head01"))
-    assert head["ofed_ipoib"] == {"interface": "ibp65s0", "address": "10.10.2.10/24", "mtu": 2044,
-                                  "mode": "datagram"}
-    assert head["ofed_opensm"] is False  # managed switch
-    assert head["ofed_peermem"] is False
-    gpu = role_vars(llm, "gpu04", "ofed")
-    assert gpu["ofed_peermem"] is True
-    network = body(render("ofed", "ipoib.networkd.j2", gpu))
-    assert network == ["[Match]", "Name=ibp65s0", "[Link]", "MTUBytes=2044", "[Network]",
-                       "Address=10.10.2.24/24", "LinkLocalAddressing=no", "IPv6AcceptRA=no"]
-    netplan = yaml.safe_load(render("ofed", "ipoib.netplan.j2", gpu))
-    assert netplan["network"]["ethernets"]["ibp65s0"]["addresses"] == ["10.10.2.24/24"]
-    assert netplan["network"]["ethernets"]["ibp65s0"]["mtu"] == 2044
-    rules = body(render("ofed", "ipoib-mode.rules.j2", gpu))
-    assert all(r.endswith('ATTR{mode}="datagram"') for r in rules) and len(rules) == 2
-
-
-def test_opensm_when_no_managed_switch(kit: Any) -> None:
-    data = kit.example("llm-200k.yaml")
-    data["networks"]["infiniband"]["subnet_manager"] = "opensm"
-    data["networks"]["infiniband"]["mode"] = "connected"
-    data["networks"]["infiniband"]["mtu"] = 65520
-    data["networks"]["infiniband"]["hca_supports_connected"] = True  # ConnectX-3 and older only
-    m = kit.load(data).manifest
-    assert [n.name for n in m.nodes if storage.node_vars(m, n).get("ofed_opensm")] == ["head01"]
-    assert storage.node_vars(m, m.node("gpu01"))["ofed_ipoib"]["mode"] == "connected"
 
 
 # =========================================================================== music-lab
@@ -267,5 +236,5 @@ def test_storage_groups_match_the_inventory(name: str) -> None:
     m = load_manifest(ROOT / "examples" / name).manifest
     groups = inventory.groups(m)
     for node in m.nodes:
-        for group in ("zfs", "nfs_server", "nfs_client", "mergerfs", "infiniband"):
+        for group in ("zfs", "nfs_server", "nfs_client", "mergerfs"):
             assert (group in storage.storage_groups(m, node)) == (node.name in groups[group]), (node.name, group)

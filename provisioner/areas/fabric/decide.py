@@ -1,17 +1,20 @@
-"""The RDMA fabrics, pure: InfiniBand (IPoIB, a subnet manager) and RoCE v2 (RDMA over the
-Ethernet NICs of ``networks.roce``: no IPoIB, no subnet manager; its address and MTU are the
-common role's, like the data network's); which fabric two nodes share, the opensm node, a
+"""The fabric area's decisions, pure. The RDMA fabrics: InfiniBand (IPoIB, a subnet manager)
+and RoCE v2 (RDMA over the Ethernet NICs of ``networks.roce``: no IPoIB, no subnet manager;
+its address and MTU are the common role's, like the data network's); which fabric two nodes share, the opensm node, a
 node's IPoIB interface and RoCE devices, GPUDirect RDMA (nvidia-peermem)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from provisioner.areas.storage.base import StorageError
 from provisioner.manifest.fields import NetworkName
 from provisioner.manifest.model import Manifest
 from provisioner.manifest.networks import RoceNetwork
 from provisioner.manifest.nodes import Node
+
+
+class FabricError(ValueError):
+    """The manifest asks for a fabric interface the ofed role cannot build (one without a name)."""
 
 
 def rdma_fabric(m: Manifest) -> bool:
@@ -52,7 +55,7 @@ def ipoib_config(m: Manifest, node: Node) -> dict[str, Any]:
     if ib is None or iface is None:
         return {}
     if not iface.interface:
-        raise StorageError(f"{node.name}: the infiniband interface needs a name (interface: ib0)")
+        raise FabricError(f"{node.name}: the infiniband interface needs a name (interface: ib0)")
     return {
         "interface": iface.interface,
         "address": f"{iface.ip}/{ib.cidr.prefixlen}",
@@ -72,7 +75,7 @@ def roce_config(m: Manifest, node: Node) -> list[dict[str, Any]]:
     out = []
     for nic in iface.nics():
         if not nic.interface:
-            raise StorageError(f"{node.name}: a roce NIC needs a name (interface: enp65s0f0np0); {nic.ip} has none")
+            raise FabricError(f"{node.name}: a roce NIC needs a name (interface: enp65s0f0np0); {nic.ip} has none")
         out.append({
             "interface": nic.interface,
             "rdma_device": nic.rdma_device or "",

@@ -1,15 +1,11 @@
-"""provisioner.areas.storage.fabric: the opensm node, IPoIB, nvidia-peermem."""
+"""provisioner.areas.fabric.decide: the opensm node, IPoIB, RoCE, nvidia-peermem, NCCL's environment."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from provisioner.areas.storage import fabric
+from provisioner.areas.fabric import decide as fabric
 from provisioner.manifest import Manifest
-
-ROOT = Path(__file__).resolve().parents[3]
-HGST = "ata-HGST_HUS726T6TALE6L4_V8G0000"
 
 
 # =========================================================================== fabric
