@@ -23,7 +23,7 @@ import yaml
 
 from provisioner import inventory
 from provisioner.areas.common import decide
-from provisioner.areas.storage import fabric
+from provisioner.areas.fabric import decide as fabric
 from provisioner.validate import load_text
 
 ROOT = Path(__file__).resolve().parents[1]
