@@ -158,6 +158,19 @@ class Kit:
         return copy.deepcopy(data)
 
     @staticmethod
+    def add_backup_store(data: dict[str, Any]) -> dict[str, Any]:
+        """``data`` (a ``base(storage=True)``) with a second storage node, store01, cloned from
+        its first node, with two HDDs (``ata-BACKUP_1``, ``_2``) for a pool of its own."""
+        store = copy.deepcopy(data["nodes"][0])
+        store.update(name="store01", roles=["storage"])
+        store["interfaces"]["management"].update(ip="10.0.0.11", mac="52:54:00:00:00:11")
+        store["interfaces"]["data"]["ip"] = "10.0.2.11"
+        store["bmc"]["address"] = "10.0.1.11"
+        store["hardware"]["disks"] = [{"id": "ata-BACKUP_[1-2]", "kind": "hdd", "use": "zfs"}]
+        data["nodes"].append(store)
+        return data
+
+    @staticmethod
     def example(name: str) -> dict[str, Any]:
         data: dict[str, Any] = yaml.safe_load((ROOT / "examples" / name).read_text())
         return data

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import pytest
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
@@ -15,6 +14,7 @@ from provisioner import inventory
 from provisioner.areas import registry
 from provisioner.areas.fabric import rolevars as fabric
 from provisioner.manifest import Manifest
+from tests.areas.roletemplates import body, render
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ["llm-200k.yaml", "music-lab.yaml"]
@@ -29,20 +29,6 @@ def role_vars(m: Manifest, node_name: str, role: str = "ofed") -> dict[str, Any]
     """Role defaults < cluster vars < node vars."""
     merged: dict[str, Any] = dict(load_yaml(ROOT / "roles" / role / "defaults" / "main.yml") or {})
     return merged | fabric.cluster_vars(m) | fabric.node_vars(m, m.node(node_name))
-
-
-def render(role: str, template: str, variables: dict[str, Any]) -> str:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(ROOT / "roles" / role / "templates"),
-        trim_blocks=True,
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-    )
-    return env.get_template(template).render(**variables)
-
-
-def body(text: str) -> list[str]:
-    return [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
 
 
 # =========================================================================== contract

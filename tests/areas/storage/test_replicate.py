@@ -6,7 +6,6 @@ node program on both sides, against a fake ``zfs`` and a fake ``ssh`` that runs 
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import subprocess
@@ -138,14 +137,7 @@ def test_the_timer_runs_after_the_shortest_frequency_s_snapshots() -> None:
 # --------------------------------------------------------------------------- the manifest
 def two_nodes(kit: Any) -> dict[str, Any]:
     """head01's tank replicated to store01's pool backup (both on the data network)."""
-    data = kit.base(storage=True)
-    store = copy.deepcopy(data["nodes"][0])
-    store.update(name="store01", roles=["storage"])
-    store["interfaces"]["management"].update(ip="10.0.0.11", mac="52:54:00:00:00:11")
-    store["interfaces"]["data"]["ip"] = "10.0.2.11"
-    store["bmc"]["address"] = "10.0.1.11"
-    store["hardware"]["disks"] = [{"id": "ata-BACKUP_[1-2]", "kind": "hdd", "use": "zfs"}]
-    data["nodes"].append(store)
+    data = kit.add_backup_store(kit.base(storage=True))
     data["zfs"]["pools"].append({"name": "backup", "node": "store01", "datasets": [{"name": "sets"}],
                                  "vdevs": {"type": "mirror", "width": 2, "disks": ["ata-BACKUP_[1-2]"]}})
     tank = data["zfs"]["pools"][0]

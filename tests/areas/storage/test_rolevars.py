@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import pytest
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
@@ -20,6 +19,7 @@ from provisioner.areas.storage import rolevars as storage
 from provisioner.areas.storage.scratch import scratch_disks
 from provisioner.manifest import Manifest
 from provisioner.validate import load_manifest
+from tests.areas.roletemplates import body, render
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ["llm-200k.yaml", "music-lab.yaml"]
@@ -51,20 +51,6 @@ def role_vars(m: Manifest, node_name: str, role: str) -> dict[str, Any]:
     both = storage.cluster_vars(m) | storage.node_vars(m, m.node(node_name))
     merged.update({k: v for k, v in both.items() if role_of(k) == role})
     return merged
-
-
-def render(role: str, template: str, variables: dict[str, Any]) -> str:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(ROOT / "roles" / role / "templates"),
-        trim_blocks=True,
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-    )
-    return env.get_template(template).render(**variables)
-
-
-def body(text: str) -> list[str]:
-    return [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
 
 
 # =========================================================================== contract

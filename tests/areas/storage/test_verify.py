@@ -3,7 +3,6 @@ ZFS pool health."""
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
@@ -173,14 +172,7 @@ def test_snapshot_age_is_checked_on_each_policy_d_dataset(kit: Any) -> None:
 def test_a_replica_s_newest_snapshot_is_checked_on_its_node(kit: Any) -> None:
     """Issue 31: the replica of tank/data on store01's pool backup is judged there, with the
     source's retention (hourly kept: late after 2 h), and the hint names the sending node."""
-    data = kit.base(storage=True)
-    store = copy.deepcopy(data["nodes"][0])
-    store.update(name="store01", roles=["storage"])
-    store["interfaces"]["management"].update(ip="10.0.0.11", mac="52:54:00:00:00:11")
-    store["interfaces"]["data"]["ip"] = "10.0.2.11"
-    store["bmc"]["address"] = "10.0.1.11"
-    store["hardware"]["disks"] = [{"id": "ata-BACKUP_[1-2]", "kind": "hdd", "use": "zfs"}]
-    data["nodes"].append(store)
+    data = kit.add_backup_store(kit.base(storage=True))
     data["zfs"]["pools"].append({"name": "backup", "node": "store01",
                                  "vdevs": {"type": "mirror", "width": 2, "disks": ["ata-BACKUP_[1-2]"]}})
     data["zfs"]["pools"][0]["datasets"] = [{"name": "data", "snapshots": {"hourly": 24, "daily": 7},

@@ -1,4 +1,4 @@
-"""Fixtures of the fabric area's tests: the two example manifests, loaded once per module."""
+"""Fixtures shared by the areas' tests: the two example manifests, loaded once per module."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from provisioner.manifest import Manifest
 from provisioner.validate import load_manifest
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def example(name: str) -> Manifest:

@@ -1,0 +1,26 @@
+"""A role's template rendered as Ansible's template module renders it (trim_blocks, strict
+undefined, the trailing newline kept), and its lines without comments: shared by the areas'
+role-variable tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def render(role: str, template: str, variables: dict[str, Any]) -> str:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(ROOT / "roles" / role / "templates"),
+        trim_blocks=True,
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
+    return env.get_template(template).render(**variables)
+
+
+def body(text: str) -> list[str]:
+    return [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
