@@ -21,7 +21,7 @@ ALL=(install testbed lint unit wheel e2e molecule lab-image lab)
 MAIN_LANE=(lint unit wheel e2e molecule)
 LAB_LANE=(lab-image lab)
 declare -A BUDGET=(
-  [install]=420 [testbed]=600 [lint]=420 [unit]=600 [wheel]=600 [e2e]=900
+  [install]=420 [testbed]=600 [lint]=420 [unit]=900 [wheel]=600 [e2e]=900
   [molecule]=2400 [lab-image]=1500 [lab]=2700
 )
 TOTAL_BUDGET=${TEST_BUDGET:-5100}
@@ -69,16 +69,27 @@ echo "=== machine: $MACHINE"
 
 stage_install() { scripts/install.sh --dev; }
 stage_testbed() { tests/testbed/setup.sh; }
+# two halves side by side (one per core), their outputs shown one after the other
 stage_lint() {
-  local rc=0
-  ruff check provisioner tests bench || rc=1
-  mypy || rc=1
-  yamllint -s . || rc=1
-  ansible-lint --profile production -q || rc=1
+  local rc=0 out a b
+  out=$(mktemp -d)
+  { ruff check provisioner tests bench; r=$?; mypy || r=1; exit $r; } >"$out/python" 2>&1 &
+  a=$!
+  { yamllint -s .; r=$?; ansible-lint --profile production -q || r=1; exit $r; } >"$out/yaml" 2>&1 &
+  b=$!
+  wait "$a" || rc=1
+  wait "$b" || rc=1
+  cat "$out/python" "$out/yaml"
+  rm -rf "$out"
   return $rc
 }
-# the testbed stage installed promtool/amtool: the monitoring rule tests must not skip here
-stage_unit() { PROVISION_REQUIRE_PROMTOOL=1 pytest -q -m "not container and not lab and not wheel" -p no:cacheprovider; }
+# the testbed stage installed promtool/amtool: the monitoring rule tests must not skip here.
+# Two workers: many cases wait on a subprocess (the CLI, promtool, a stand-in ssh), and
+# with the lab's guests on the same cores a second worker keeps the lane's share.
+stage_unit() {
+  PROVISION_REQUIRE_PROMTOOL=1 pytest -q -n 2 -m "not container and not lab and not wheel" -p no:cacheprovider \
+    --durations=15
+}
 stage_wheel() { pytest -q -s -m wheel -p no:cacheprovider tests/test_wheel.py; }
 # the e2e modules (own podman networks and containers each) run side by side
 stage_e2e() { pytest -q -s -m "container and not molecule" -p no:cacheprovider -n 2 --dist loadfile tests/e2e; }
