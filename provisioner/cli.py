@@ -18,6 +18,7 @@ try:  # a Ctrl-C while this module's own imports run (before main's handling): o
     from pathlib import Path
     from typing import Any
 
+    from provisioner.platforms import OS_NAMES
     from provisioner.settings import DEFAULT_STALL_TIMEOUT, STRATEGIES
 
     def _unraisable(info: Any) -> None:
@@ -220,7 +221,7 @@ def _parser() -> argparse.ArgumentParser:
     build = image_sub.add_parser("build", help="build (or fetch and verify) the node OS image per OS of the manifest",
                                  description="build (or fetch and verify) the node OS image per OS of the manifest")
     build.add_argument("manifest", type=Path, help="the cluster manifest (YAML)")
-    build.add_argument("--os", choices=["debian-12", "ubuntu-22.04", "ubuntu-24.04"],
+    build.add_argument("--os", choices=sorted(OS_NAMES),
                        help="only this OS (default: every OS the manifest's nodes use)")
     build.add_argument("--cache-dir", type=Path, help="image cache (default: .provision/images/ beside the manifest)")
     build.add_argument("--skip-proof", action="store_true",
@@ -249,7 +250,7 @@ def _parser() -> argparse.ArgumentParser:
                     "Slurm nodes, in a throwaway chroot of that release (mmdebstrap, as root), unless the cache "
                     "holds it; the sources are checked against their pinned sha256")
     sb.add_argument("manifest", type=Path, help="the cluster manifest (YAML)")
-    sb.add_argument("--os", choices=["debian-12", "ubuntu-22.04", "ubuntu-24.04"],
+    sb.add_argument("--os", choices=sorted(OS_NAMES),
                     help="only this OS release (default: every one of the manifest's Slurm nodes)")
     sb.add_argument("--cache-dir", type=Path, help="package cache (default: .provision/slurm/ beside the manifest)")
     sb.add_argument("--jobs", type=_whole_number(1, "jobs"), default=2, metavar="N",

@@ -37,6 +37,7 @@ from provisioner.manifest.model import Manifest
 from provisioner.manifest.nodes import Node
 from provisioner.manifest.select import SelectorError, select_nodes
 from provisioner.manifest.source import Source
+from provisioner.platforms import NODE_ROLES
 
 SECTION = "role_vars"
 # names that hold secrets; the inventory (and so this section) never does
@@ -168,9 +169,8 @@ def check(m: Manifest, src: Source, specs: dict[str, VarSpec]) -> list[Diagnosti
     out: list[Diagnostic] = []
     members: dict[str, list[str]] = {}
     for key in m.role_vars:
-        if key.startswith("@") and key[1:] not in ("head", "compute", "storage", "services", "login"):
-            out.append(src.diag((SECTION, key), f"{key!r}: not a role; roles are head, compute, storage, "
-                                                 "services, login"))
+        if key.startswith("@") and key[1:] not in NODE_ROLES:
+            out.append(src.diag((SECTION, key), f"{key!r}: not a role; roles are {', '.join(NODE_ROLES)}"))
             continue
         try:
             members[key] = selected(m, key)

@@ -40,6 +40,7 @@ from provisioner.image.proof import AptRequest, ProofInput, Repository
 from provisioner.image.recipe import OS_IMAGES, OsImage, recipe
 from provisioner.manifest.model import Manifest
 from provisioner.manifest.nodes import Node
+from provisioner.platforms import PLATFORMS
 
 # The manifest field that makes each role run on a node (the inventory group of its play
 # comes from it): what a failed proof names. A test holds it complete for site.yml's roles.
@@ -71,11 +72,9 @@ ROLE_FIELDS: dict[str, str] = {
     "backup": "backup (the head node)",
 }
 
-# ansible_facts.distribution / major version of each OS (the name of its vars file)
+# ansible_facts.distribution / major version / version of each OS (the name of its vars file)
 DISTRIBUTIONS: dict[str, tuple[str, str, str]] = {
-    "debian-12": ("Debian", "12", "12"),
-    "ubuntu-22.04": ("Ubuntu", "22", "22.04"),
-    "ubuntu-24.04": ("Ubuntu", "24", "24.04"),
+    name: (p.distribution, p.major, p.version) for name, p in PLATFORMS.items()
 }
 # the kernel of an image before it is built (the proof passes the image's own)
 DEFAULT_KERNELS: dict[str, str] = {"debian": "6.1.0-0-amd64", "ubuntu": "0.0.0-0-generic"}

@@ -1,6 +1,6 @@
 """The layers of provisioner/ point one way (docs/design.md, "Layers"):
 
-    errors <- manifest <- (state, bmc, image, nodecheck) <- areas
+    (errors, platforms) <- manifest <- (state, bmc, image, nodecheck) <- areas
            <- the engine (validate, inventory, plan, apply, verify, display, ...) <- commands <- cli
 
 Checked on the source with ``ast``: no import cycle among our modules, the manifest layer
@@ -23,12 +23,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "provisioner"
 
-# The one module below the manifest layer.
-BASE = ("provisioner.errors",)
+# The modules below the manifest layer: errors, and the OS releases and node roles.
+BASE = ("provisioner.errors", "provisioner.platforms")
 # What the areas build on besides the manifest layer: the state directory, the BMC drivers,
 # node images, and what a check of a running node is (a check, the output parsers).
-BELOW_AREAS = ("provisioner.errors", "provisioner.state", "provisioner.bmc", "provisioner.image",
-               "provisioner.nodecheck", "provisioner.secretfile")
+BELOW_AREAS = ("provisioner.errors", "provisioner.platforms", "provisioner.state", "provisioner.bmc",
+               "provisioner.image", "provisioner.nodecheck", "provisioner.secretfile")
 AREAS = "provisioner.areas"
 REGISTRY = "provisioner.areas.registry"
 
@@ -251,5 +251,7 @@ def test_module_level_imports_are_fine() -> None:
 def test_the_cli_imports_no_command_module() -> None:
     # --help must stay cheap: the command modules are loaded by name, only when chosen
     targets = {t for _, t in imports("provisioner.cli", parse("provisioner.cli"))}
-    assert targets <= {"provisioner.settings"}  # defaults for the parser's help, nothing else
-    assert {t for _, t in imports("provisioner.settings", parse("provisioner.settings"))} == set()
+    # defaults and choices for the parser's help (--os: the platform table), nothing else
+    assert targets <= {"provisioner.settings", "provisioner.platforms"}
+    for light in ("provisioner.settings", "provisioner.platforms"):
+        assert {t for _, t in imports(light, parse(light))} == set(), light

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 
 from provisioner.manifest.cluster import BUILT_IMAGE_EXT
 from provisioner.manifest.fields import OsName
+from provisioner.platforms import PLATFORMS
 
 RECIPE_VERSION = 1
 # netbase: /etc/protocols and /etc/services, which mmdebstrap's apt variant leaves out and
@@ -90,16 +91,24 @@ UBUNTU_COMPONENTS = ("main", "restricted", "universe", "multiverse")
 # systemd 255); part of the systemd package in Ubuntu 22.04 (systemd 249), where no package
 # of that name exists. Ubuntu's netplan writes systemd-networkd files; Debian gets
 # systemd-networkd files directly.
+def _image(name: OsName, mirror: str, components: tuple[str, ...], pockets: tuple[str, ...], kernel: str,
+           packages: tuple[str, ...], hook_dirs: tuple[str, ...] = ()) -> OsImage:
+    """An OS's image recipe: family and suite from the platform table, the pockets named by
+    their suffix (``updates`` -> ``jammy-updates``)."""
+    p = PLATFORMS[name]
+    return OsImage(p.family, p.codename, mirror, components, tuple(f"{p.codename}-{s}" for s in pockets),
+                   f"{p.codename}-security", kernel, packages, hook_dirs)
+
+
 OS_IMAGES: dict[OsName, OsImage] = {
-    "debian-12": OsImage("debian", "bookworm", "http://deb.debian.org/debian", DEBIAN_COMPONENTS,
-                         ("bookworm-updates",), "bookworm-security", "linux-image-amd64",
-                         ("systemd-resolved", *SIGNED_BOOT)),
-    "ubuntu-22.04": OsImage("ubuntu", "jammy", "http://archive.ubuntu.com/ubuntu", UBUNTU_COMPONENTS,
-                            ("jammy-updates", "jammy-backports"), "jammy-security", "linux-image-generic",
-                            ("netplan.io", *UBUNTU_BOOT), (MERGED_USR,)),
-    "ubuntu-24.04": OsImage("ubuntu", "noble", "http://archive.ubuntu.com/ubuntu", UBUNTU_COMPONENTS,
-                            ("noble-updates", "noble-backports"), "noble-security", "linux-image-generic",
-                            ("netplan.io", "systemd-resolved", *UBUNTU_BOOT)),
+    "debian-12": _image("debian-12", "http://deb.debian.org/debian", DEBIAN_COMPONENTS, ("updates",),
+                        "linux-image-amd64", ("systemd-resolved", *SIGNED_BOOT)),
+    "ubuntu-22.04": _image("ubuntu-22.04", "http://archive.ubuntu.com/ubuntu", UBUNTU_COMPONENTS,
+                           ("updates", "backports"), "linux-image-generic", ("netplan.io", *UBUNTU_BOOT),
+                           (MERGED_USR,)),
+    "ubuntu-24.04": _image("ubuntu-24.04", "http://archive.ubuntu.com/ubuntu", UBUNTU_COMPONENTS,
+                           ("updates", "backports"), "linux-image-generic",
+                           ("netplan.io", "systemd-resolved", *UBUNTU_BOOT)),
 }
 
 FIRSTBOOT_UNIT = """\

@@ -18,6 +18,7 @@ from provisioner.manifest.nodes import MULTI_NIC_NETWORKS, Node, is_mac
 from provisioner.manifest.ranges import RangeError, expand
 from provisioner.manifest.select import SelectorError, select_nodes
 from provisioner.manifest.source import PathKey, Source
+from provisioner.platforms import NODE_ROLES
 
 Check = Callable[[Manifest, Source], list[Diagnostic]]
 
@@ -34,7 +35,7 @@ def nic_path(node: Node, net: str, index: int, *rest: str | int) -> PathKey:
 
 # Names the inventory uses for groups; a host with the same name confuses Ansible.
 RESERVED_NAMES = frozenset({
-    "all", "ungrouped", "localhost", "head", "compute", "storage", "services", "login", "gpu",
+    "all", "ungrouped", "localhost", *NODE_ROLES, "gpu",
     "infiniband", "roce", "scratch", "zfs", "nfs_server", "nfs_client", "mergerfs", "docker", "slurm_controller",
     "slurm_compute", "slurm_node",
 })

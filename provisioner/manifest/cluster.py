@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from provisioner.manifest.fields import HOST_RE, SSH_KEY_RE, USER_RE, AbsPath, OsName, Strict, ssh_public_keys
+from provisioner.platforms import UbuntuName
 
 
 class AdminUser(Strict):
@@ -153,7 +154,7 @@ class Cluster(Strict):
     mirrors: Mirrors = Field(default_factory=Mirrors)
     ssh: SshSettings = Field(default_factory=SshSettings)
     allow_reboot: bool = False
-    install_media: dict[Literal["ubuntu-22.04", "ubuntu-24.04"], InstallMedia] = Field(
+    install_media: dict[UbuntuName, InstallMedia] = Field(
         default_factory=dict,
         description="pinned live-server ISO per Ubuntu release; default: the release's current point "
                     "release from releases.ubuntu.com, checked against its SHA256SUMS",

@@ -9,6 +9,9 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
 
 from provisioner.manifest.ranges import RangeError, expand, normalize_mac
+from provisioner.platforms import OsName, Role
+
+__all__ = ["OsName", "Role"]  # said in provisioner.platforms; the manifest's modules import them from here
 
 HOST_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
@@ -68,8 +71,6 @@ HostPattern = Annotated[str, AfterValidator(_hostname_pattern)]
 AbsPath = Annotated[str, AfterValidator(_abs_path)]
 Mac = Annotated[str, AfterValidator(_mac)]
 PropertyValue = Annotated[str | int, BeforeValidator(_onoff)]
-Role = Literal["head", "compute", "storage", "services", "login"]
-OsName = Literal["ubuntu-22.04", "ubuntu-24.04", "debian-12"]
 NetworkName = Literal["management", "bmc", "data", "infiniband", "roce"]
 # every network kind, in the order the manifest and the checks list them
 NETWORK_NAMES: tuple[NetworkName, ...] = ("management", "bmc", "data", "infiniband", "roce")

@@ -13,10 +13,10 @@ import yaml
 from provisioner.areas.baremetal.decide import InstallConfigError
 from provisioner.manifest.model import Manifest
 from provisioner.manifest.nodes import Node
+from provisioner.platforms import UBUNTU_RELEASES
 
 # --------------------------------------------------------------------------- installer media
 MEDIA_FILE = "media.yaml"
-UBUNTU_RELEASES: tuple[str, ...] = ("ubuntu-22.04", "ubuntu-24.04")
 
 
 @dataclass(frozen=True)

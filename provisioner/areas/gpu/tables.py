@@ -9,12 +9,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from importlib import resources
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 
-OsName = Literal["ubuntu-22.04", "ubuntu-24.04", "debian-12"]
-OS_NAMES: tuple[OsName, ...] = ("ubuntu-22.04", "ubuntu-24.04", "debian-12")
+from provisioner.platforms import OS_NAMES, OsName
+
+__all__ = ["OS_NAMES", "OsName"]  # the GPU stack's modules import them from here
 
 
 class GpuStackError(ValueError):

@@ -1,0 +1,57 @@
+"""The operating systems a node may run and the roles a node may have: each said once, here.
+
+One row per OS release (``PLATFORMS``): its family, version and codename, and the names
+Ansible gives it (``ansible_facts.distribution`` and its major version, which name the roles'
+``vars/<Distribution>-<major>.yml`` files). Everything else that names a release reads this
+table: the manifest's ``os:`` field, the CLI's ``--os`` choices, the image recipes, the
+Ubuntu installer media, the packages table. Per-release facts that belong to one area (the
+Slurm release Ubuntu ships, a kernel's flavour, node_exporter's version) stay in that area,
+keyed by these names; ``tests/test_platforms.py`` holds every such table to this one.
+
+A new release of a known family: a row here, the ``OsName`` literal below (mypy and
+pydantic read literals, not tables; a test holds the two equal), and the area tables the
+test names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+OsName = Literal["ubuntu-22.04", "ubuntu-24.04", "debian-12"]
+UbuntuName = Literal["ubuntu-22.04", "ubuntu-24.04"]
+Family = Literal["ubuntu", "debian"]
+Role = Literal["head", "compute", "storage", "services", "login"]
+
+# the roles a node may have, in the manifest's order; each is an inventory group too
+NODE_ROLES: tuple[Role, ...] = get_args(Role)
+
+
+@dataclass(frozen=True)
+class Platform:
+    name: OsName
+    family: Family
+    version: str  # "22.04", "12"
+    codename: str  # the archive's suite: "jammy", "bookworm"
+    distribution: str  # ansible_facts.distribution: "Ubuntu", "Debian"
+
+    @property
+    def major(self) -> str:
+        """ansible_facts.distribution_major_version: "22" for 22.04."""
+        return self.version.split(".", 1)[0]
+
+    @property
+    def vars_file(self) -> str:
+        """The roles' per-release vars file: ``Ubuntu-22.yml``."""
+        return f"{self.distribution}-{self.major}.yml"
+
+
+# sources: Ubuntu's releases https://wiki.ubuntu.com/Releases (22.04 jammy, 24.04 noble);
+# Debian's https://www.debian.org/releases/ (12 bookworm)
+PLATFORMS: dict[OsName, Platform] = {
+    "ubuntu-22.04": Platform("ubuntu-22.04", "ubuntu", "22.04", "jammy", "Ubuntu"),
+    "ubuntu-24.04": Platform("ubuntu-24.04", "ubuntu", "24.04", "noble", "Ubuntu"),
+    "debian-12": Platform("debian-12", "debian", "12", "bookworm", "Debian"),
+}
+OS_NAMES: tuple[OsName, ...] = tuple(PLATFORMS)
+UBUNTU_RELEASES: tuple[UbuntuName, ...] = get_args(UbuntuName)
