@@ -13,7 +13,6 @@ try:  # a Ctrl-C while this module's own imports run (before main's handling): o
     import argparse
     import importlib
     import os
-    import signal
     from collections.abc import Callable, Sequence
     from pathlib import Path
     from typing import Any
@@ -21,18 +20,28 @@ try:  # a Ctrl-C while this module's own imports run (before main's handling): o
     from provisioner.platforms import OS_NAMES
     from provisioner.settings import DEFAULT_STALL_TIMEOUT, STRATEGIES
 
+    # a Ctrl-C that a C callback swallowed (see _unraisable), raised again once the imports end
+    _SWALLOWED_CTRL_C: list[bool] = []
+
     def _unraisable(info: Any) -> None:
         """A Ctrl-C that landed inside a C callback which could not raise it (pydantic-core
         building a validator at import time) reaches Python as an "Exception ignored" message
-        with a traceback, and the program goes on as if no Ctrl-C came. Such a Ctrl-C is sent
-        again, to be raised at the next line of Python (main's handling: one line, 130); any
+        with a traceback, and the program goes on as if no Ctrl-C came. Such a Ctrl-C is
+        recorded and raised again when the imports end (main's handling: one line, 130).
+        Sending the signal again from here did not do: its handler ran inside this hook, whose
+        own KeyboardInterrupt Python printed as "Exception ignored" with a traceback. Any
         other unraisable exception is printed as Python prints it."""
         if isinstance(info.exc_value, KeyboardInterrupt):
-            signal.raise_signal(signal.SIGINT)
+            _SWALLOWED_CTRL_C.append(True)
         else:
             sys.__unraisablehook__(info)
 
+    def _raise_swallowed_ctrl_c() -> None:
+        if _SWALLOWED_CTRL_C:
+            raise KeyboardInterrupt
+
     sys.unraisablehook = _unraisable
+    _raise_swallowed_ctrl_c()
 except KeyboardInterrupt:
     print("interrupted (Ctrl-C)", file=sys.stderr)
     raise SystemExit(130) from None
@@ -308,6 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if interrupted(exc):
                 raise KeyboardInterrupt from None
             raise
+        _raise_swallowed_ctrl_c()
         return int(command.main(args))
     except KeyboardInterrupt:  # Ctrl-C before the command's own handling (imports take ~0.3-1 s)
         print(INTERRUPTED, file=sys.stderr)

@@ -123,6 +123,22 @@ def test_a_ctrl_c_that_class_creation_wrapped_is_still_one() -> None:
     assert not interrupted(RuntimeError("something else"))
 
 
+def test_a_ctrl_c_a_c_callback_swallowed_is_one_line_when_the_imports_end(write_cluster: Any) -> None:
+    """A Ctrl-C inside a C callback reaches sys.unraisablehook; sending it again from there
+    printed 'Exception ignored in: <function _unraisable>' with a traceback (seen at 0.6 s of
+    validate on a loaded machine). A finalizer's KeyboardInterrupt takes the same path."""
+    code = ("import sys\n"
+            "from provisioner import cli\n"
+            "class Swallowed:\n"
+            "    def __del__(self):\n"
+            "        raise KeyboardInterrupt\n"
+            "Swallowed()\n"
+            "sys.exit(cli.main(['validate', sys.argv[1]]))\n")
+    r = subprocess.run([sys.executable, "-c", code, str(write_cluster())], capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL, timeout=60, check=False)
+    assert (r.returncode, r.stderr, r.stdout) == (130, "interrupted (Ctrl-C)\n", "")
+
+
 @pytest.mark.parametrize("delay", DELAYS)
 def test_ctrl_c_at_any_moment_of_validate_is_one_line(write_cluster: Any, delay: float) -> None:
     """Ctrl-C while the command imports its modules printed a KeyboardInterrupt traceback."""
