@@ -41,7 +41,6 @@ try:  # a Ctrl-C while this module's own imports run (before main's handling): o
             raise KeyboardInterrupt
 
     sys.unraisablehook = _unraisable
-    _raise_swallowed_ctrl_c()
 except KeyboardInterrupt:
     print("interrupted (Ctrl-C)", file=sys.stderr)
     raise SystemExit(130) from None

@@ -29,11 +29,19 @@ NODE_ROLES: tuple[Role, ...] = get_args(Role)
 
 @dataclass(frozen=True)
 class Platform:
-    name: OsName
     family: Family
     version: str  # "22.04", "12"
     codename: str  # the archive's suite: "jammy", "bookworm"
-    distribution: str  # ansible_facts.distribution: "Ubuntu", "Debian"
+
+    @property
+    def name(self) -> str:
+        """The manifest's name of the release: "ubuntu-22.04"."""
+        return f"{self.family}-{self.version}"
+
+    @property
+    def distribution(self) -> str:
+        """ansible_facts.distribution: "Ubuntu", "Debian"."""
+        return self.family.capitalize()
 
     @property
     def major(self) -> str:
@@ -49,9 +57,9 @@ class Platform:
 # sources: Ubuntu's releases https://wiki.ubuntu.com/Releases (22.04 jammy, 24.04 noble);
 # Debian's https://www.debian.org/releases/ (12 bookworm)
 PLATFORMS: dict[OsName, Platform] = {
-    "ubuntu-22.04": Platform("ubuntu-22.04", "ubuntu", "22.04", "jammy", "Ubuntu"),
-    "ubuntu-24.04": Platform("ubuntu-24.04", "ubuntu", "24.04", "noble", "Ubuntu"),
-    "debian-12": Platform("debian-12", "debian", "12", "bookworm", "Debian"),
+    "ubuntu-22.04": Platform("ubuntu", "22.04", "jammy"),
+    "ubuntu-24.04": Platform("ubuntu", "24.04", "noble"),
+    "debian-12": Platform("debian", "12", "bookworm"),
 }
 OS_NAMES: tuple[OsName, ...] = tuple(PLATFORMS)
 UBUNTU_RELEASES: tuple[UbuntuName, ...] = get_args(UbuntuName)

@@ -86,11 +86,8 @@ UBUNTU_BOOT = ("ubuntu-keyring", *SIGNED_BOOT)
 # (roles/common/vars/<OS>.yml; a test holds them equal).
 DEBIAN_COMPONENTS = ("main", "contrib", "non-free", "non-free-firmware")
 UBUNTU_COMPONENTS = ("main", "restricted", "universe", "multiverse")
-# One entry per OS of the manifest (provisioner.manifest.fields.OsName; a test holds them equal).
-# systemd-resolved: its own package in Debian 12 and Ubuntu 24.04 (noble split it out of
-# systemd 255); part of the systemd package in Ubuntu 22.04 (systemd 249), where no package
-# of that name exists. Ubuntu's netplan writes systemd-networkd files; Debian gets
-# systemd-networkd files directly.
+
+
 def _image(name: OsName, mirror: str, components: tuple[str, ...], pockets: tuple[str, ...], kernel: str,
            packages: tuple[str, ...], hook_dirs: tuple[str, ...] = ()) -> OsImage:
     """An OS's image recipe: family and suite from the platform table, the pockets named by
@@ -100,6 +97,11 @@ def _image(name: OsName, mirror: str, components: tuple[str, ...], pockets: tupl
                    f"{p.codename}-security", kernel, packages, hook_dirs)
 
 
+# One entry per OS of the manifest (provisioner.manifest.fields.OsName; a test holds them equal).
+# systemd-resolved: its own package in Debian 12 and Ubuntu 24.04 (noble split it out of
+# systemd 255); part of the systemd package in Ubuntu 22.04 (systemd 249), where no package
+# of that name exists. Ubuntu's netplan writes systemd-networkd files; Debian gets
+# systemd-networkd files directly.
 OS_IMAGES: dict[OsName, OsImage] = {
     "debian-12": _image("debian-12", "http://deb.debian.org/debian", DEBIAN_COMPONENTS, ("updates",),
                         "linux-image-amd64", ("systemd-resolved", *SIGNED_BOOT)),
