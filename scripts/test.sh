@@ -21,7 +21,7 @@ ALL=(install testbed lint unit wheel e2e molecule lab-image lab)
 MAIN_LANE=(lint unit wheel e2e molecule)
 LAB_LANE=(lab-image lab)
 declare -A BUDGET=(
-  [install]=420 [testbed]=600 [lint]=420 [unit]=900 [wheel]=600 [e2e]=900
+  [install]=420 [testbed]=600 [lint]=420 [unit]=900 [wheel]=600 [e2e]=2100
   [molecule]=2400 [lab-image]=1500 [lab]=2700
 )
 TOTAL_BUDGET=${TEST_BUDGET:-5100}
