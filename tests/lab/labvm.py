@@ -312,6 +312,21 @@ class Vm:
         sees its link go down or up (qemu's set_link on the NIC's netdev reaches the NIC)."""
         return self._qmp({"execute": "set_link", "arguments": {"name": f"lab{nic}", "up": up}})
 
+    def plug_disk(self, path: Path, serial: str) -> bool:
+        """``path`` plugged into the running guest as a read-only virtio disk (ACPI hot-plug):
+        the guest finds it at /dev/disk/by-id/virtio-SERIAL. False when qemu refuses."""
+        node = f"plug-{serial}"
+        return self._qmp(
+            {"execute": "blockdev-add", "arguments": {
+                "driver": "raw", "node-name": node, "read-only": True,
+                "file": {"driver": "file", "filename": str(path), "read-only": True}}},
+            {"execute": "device_add", "arguments": {
+                "driver": "virtio-blk-pci", "drive": node, "id": node, "serial": serial}})
+
+    def unplug_disk(self, serial: str) -> bool:
+        """Asks the guest to give back a disk plug_disk plugged (it ejects it by itself)."""
+        return self._qmp({"execute": "device_del", "arguments": {"id": f"plug-{serial}"}})
+
     def stop(self) -> None:
         proc, self.proc = self.proc, None
         if proc is not None and proc.poll() is None:
