@@ -199,7 +199,7 @@ def _preseed_pxe_images(head: Ssh, vm: Vm, work: Path) -> None:
     fresh run, 565 s on a loaded machine), and an SSH stream moves 2.5-7 MB/s there (161 s
     of emulated CPU in a fresh run, decrypting): they come in on a disk plugged into the
     running guest instead, a tar of them that the guest unpacks from the block device. On a
-    real head node the copy is seconds; molecule's pxe scenario proves the publish step."""
+    real head node the copy is seconds; molecule's baremetal scenario proves the publish step."""
     root = "/srv/pxe/http/images"
     names = ["debian-12.tar.gz", "debian-12.tar.gz.sha256",
              *(f"deploy-ramdisk/{name}" for name in ("vmlinuz", "initrd.img", "SHA256SUMS"))]

@@ -1,7 +1,8 @@
 """Run every molecule scenario (create, converge, idempotence, verify, destroy) under pytest.
 
 Each scenario under molecule/<name>/ becomes one test; its full log goes to
-.cache/molecule-logs/<name>.log and the tail is shown on failure.
+.cache/molecule-logs/<name>.log and the tail is shown on failure. A scenario is named after
+its area (docs/design.md): molecule/<area> or molecule/<area>-<part>.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # Longest first (measured on a 2-core machine), so that scenarios run two at a time
 # (pytest -n 2, scripts/test.sh) end together; a new scenario goes last until measured.
 _SLOW_FIRST = [
-    "slurm", "monitoring", "nvidia_driver", "cuda", "docker", "zfs", "mergerfs", "common", "pxe", "nfs", "nccl", "ofed",
-    "scratch",
+    "slurm", "monitoring", "gpu-driver", "gpu-cuda", "gpu-docker", "storage-zfs", "storage-mergerfs", "common",
+    "baremetal", "storage-nfs", "gpu-nccl", "fabric", "storage-scratch",
 ]
 SCENARIOS = sorted(
     (p.parent.name for p in (ROOT / "molecule").glob("*/molecule.yml")),
@@ -59,6 +60,14 @@ def test_every_role_has_a_scenario() -> None:
     used |= set(re.findall(r"^\s*-\s*([a-z_]+)\s*$", text, re.M))
     missing = [r for r in roles if r not in covered and r not in used]
     assert missing == [], f"roles without a molecule scenario: {missing}"
+
+
+def test_every_scenario_is_named_after_its_area() -> None:
+    from provisioner.areas.registry import AREAS
+
+    areas = {area.name for area in AREAS}
+    strays = [s for s in SCENARIOS if s.split("-", 1)[0] not in areas]
+    assert strays == [], f"scenarios not named <area> or <area>-<part> (areas: {sorted(areas)}): {strays}"
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

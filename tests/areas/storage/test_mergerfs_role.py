@@ -1,5 +1,5 @@
 """roles/mergerfs never removes packages (issue 19 item 7): the distributions' mergerfs
-depends on `fuse` (FUSE 2), which fuse3 Breaks. molecule/mergerfs's side_effect shows the
+depends on `fuse` (FUSE 2), which fuse3 Breaks. molecule/storage-mergerfs's side_effect shows the
 refusal on a real apt; this holds every apt step of the role to it."""
 
 from __future__ import annotations

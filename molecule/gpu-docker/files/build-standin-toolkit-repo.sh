@@ -1,5 +1,5 @@
 #!/bin/sh
-# Test bed only (molecule scenario `docker`): NVIDIA's container toolkit repository is
+# Test bed only (molecule scenario `gpu-docker`): NVIDIA's container toolkit repository is
 # unreachable here, so this builds a signed local apt repository with STAND-IN packages
 # of the same names and version. They carry no NVIDIA code:
 #   nvidia-container-toolkit       /usr/bin/nvidia-container-runtime -> execs runc

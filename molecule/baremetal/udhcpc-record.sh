@@ -1,5 +1,5 @@
 #!/bin/sh
-# busybox udhcpc script for the pxe scenario: record what the DHCP server offered in
+# busybox udhcpc script for the baremetal scenario: record what the DHCP server offered in
 # /run/udhcpc/<interface>.env and put the address on the interface (no routes: the
 # container keeps its default route on podman's network).
 mkdir -p /run/udhcpc

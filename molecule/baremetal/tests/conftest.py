@@ -1,4 +1,4 @@
-"""Shared fixtures for the pxe scenario's testinfra checks."""
+"""Shared fixtures for the baremetal scenario's testinfra checks."""
 
 from __future__ import annotations
 
