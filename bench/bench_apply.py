@@ -287,7 +287,7 @@ class Cluster:
 # --------------------------------------------------------------------------- the figures
 def role_packages() -> list[str]:
     """What the common role installs on Debian 12: its required packages and its default extras."""
-    required = yaml.safe_load((ROOT / "roles/common/vars/Debian-12.yml").read_text())["__common_required_packages"]
+    required = yaml.safe_load((ROOT / "roles/common/vars/Debian.yml").read_text())["__common_required_packages"]
     extra = yaml.safe_load((ROOT / "roles/common/defaults/main.yml").read_text())["common_packages"]
     return list(dict.fromkeys([*required, *extra]))
 

@@ -40,7 +40,7 @@ from provisioner.image.proof import AptRequest, ProofInput, Repository
 from provisioner.image.recipe import OS_IMAGES, OsImage, recipe
 from provisioner.manifest.model import Manifest
 from provisioner.manifest.nodes import Node
-from provisioner.platforms import PLATFORMS
+from provisioner.platforms import PLATFORMS, Platform, os_vars_path
 
 # The manifest field that makes each role run on a node (the inventory group of its play
 # comes from it): what a failed proof names. A test holds it complete for site.yml's roles.
@@ -72,7 +72,8 @@ ROLE_FIELDS: dict[str, str] = {
     "backup": "backup (the head node)",
 }
 
-# ansible_facts.distribution / major version / version of each OS (the name of its vars file)
+# each OS by its manifest name; ansible_facts.distribution / major version / version of each
+_PLATFORMS: dict[str, Platform] = {name: p for name, p in PLATFORMS.items()}
 DISTRIBUTIONS: dict[str, tuple[str, str, str]] = {
     name: (p.distribution, p.major, p.version) for name, p in PLATFORMS.items()
 }
@@ -404,12 +405,12 @@ def evaluate(roles: Path, run: RoleRun, os_name: str, host: Mapping[str, Any],
     """What ``run`` installs and which repositories it adds on a node of ``os_name`` whose
     inventory variables are ``host``: (task, packages) per apt task, and the repositories."""
     base = roles / run.role
-    dist, major, _ = DISTRIBUTIONS[os_name]
     variables: dict[str, Any] = {}
     variables.update(_trust(_load(base / "defaults" / "main.yml") or {}))
     variables.update(host)  # the inventory's data is not templated again (inventory.literal)
     variables.update(_trust(_load(base / "vars" / "main.yml") or {}))
-    variables.update(_trust(_load(base / "vars" / f"{dist}-{major}.yml") or {}))
+    os_vars = os_vars_path(base / "vars", _PLATFORMS[os_name])
+    variables.update(_trust((_load(os_vars) if os_vars else None) or {}))
     variables |= {"ansible_facts": _facts(os_name, kernel), "role_path": str(base), "role_name": run.role,
                   "inventory_hostname": str(host.get("provision_node_name", "node")), "ansible_connection": "ssh",
                   "ansible_check_mode": False, "ansible_virtualization_type": "", "ansible_virtualization_role": "host"}

@@ -1,6 +1,7 @@
 """The OS releases and node roles are said once (provisioner/platforms.py): the literals the
 manifest's schema and mypy read match the table, and every per-release table of an area,
-every role's per-release vars files and the image recipes cover exactly its releases."""
+every role's OS vars files (a family's, or a release's own) and the image recipes cover
+exactly its releases."""
 
 from __future__ import annotations
 
@@ -16,10 +17,20 @@ from provisioner.areas.monitoring import decide as monitoring
 from provisioner.areas.slurm import build, releases
 from provisioner.image import recipe
 from provisioner.manifest import fields
-from provisioner.platforms import NODE_ROLES, OS_NAMES, PLATFORMS, UBUNTU_RELEASES, OsName, Role, UbuntuName
+from provisioner.platforms import (
+    NODE_ROLES,
+    OS_NAMES,
+    PLATFORMS,
+    UBUNTU_RELEASES,
+    OsName,
+    Role,
+    UbuntuName,
+    os_vars_path,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
-VARS_FILES = {p.vars_file for p in PLATFORMS.values()}
+RELEASE_FILES = {p.vars_files[0] for p in PLATFORMS.values()}
+FAMILY_FILES = {p.vars_files[1] for p in PLATFORMS.values()}
 
 
 def test_the_literals_are_the_table() -> None:
@@ -33,8 +44,8 @@ def test_the_literals_are_the_table() -> None:
 
 
 def test_each_platform_names_itself_as_ansible_does() -> None:
-    assert PLATFORMS["ubuntu-22.04"].vars_file == "Ubuntu-22.yml"
-    assert PLATFORMS["debian-12"].vars_file == "Debian-12.yml"
+    assert PLATFORMS["ubuntu-22.04"].vars_files == ("Ubuntu-22.yml", "Ubuntu.yml")
+    assert PLATFORMS["debian-12"].vars_files == ("Debian-12.yml", "Debian.yml")
     assert packages.DISTRIBUTIONS["ubuntu-24.04"] == ("Ubuntu", "24", "24.04")
     for name, p in PLATFORMS.items():
         assert p.name == name
@@ -61,9 +72,43 @@ def test_the_image_recipes_take_family_and_suites_from_the_table() -> None:
     assert recipe.OS_IMAGES["ubuntu-22.04"].pockets == ("jammy-updates", "jammy-backports")
 
 
-def test_every_role_with_per_release_vars_has_one_file_per_release() -> None:
-    per_release = {"Debian", "Ubuntu"}
+def _body(path: Path) -> list[str]:
+    return [line for line in path.read_text().splitlines() if not line.startswith("#")]
+
+
+def test_every_role_with_os_vars_has_them_for_every_release_and_no_stray_file() -> None:
+    """A role's OS variables are its family's file, or a release's own where that release
+    differs (include_vars' first_found): every release finds one, no file names an unknown
+    release or family, and a release file that says what its family's says is redundant."""
     for vars_dir in sorted(ROOT.glob("roles/*/vars")):
-        files = {p.name for p in vars_dir.glob("*.yml") if p.name.split("-", 1)[0] in per_release}
-        if files:
-            assert files == VARS_FILES, vars_dir.parent.name
+        files = {p.name for p in vars_dir.glob("*.yml")} - {"main.yml"}
+        if not files:
+            continue
+        role = vars_dir.parent.name
+        assert files <= RELEASE_FILES | FAMILY_FILES, (role, sorted(files - RELEASE_FILES - FAMILY_FILES))
+        for name, platform in PLATFORMS.items():
+            found = os_vars_path(vars_dir, platform)
+            assert found is not None, f"{role}: no OS variables for {name}"
+            release, family = (vars_dir / f for f in platform.vars_files)
+            if release.is_file() and family.is_file():
+                assert _body(release) != _body(family), f"{role}: {release.name} repeats {family.name}"
+
+
+def test_a_family_file_stands_for_releases_that_say_the_same() -> None:
+    """Two releases of a family with the same variables share the family's file."""
+    for vars_dir in sorted(ROOT.glob("roles/*/vars")):
+        for family in FAMILY_FILES:
+            own = [vars_dir / p.vars_files[0] for p in PLATFORMS.values() if p.vars_files[1] == family]
+            bodies = [_body(f) for f in own if f.is_file()]
+            assert len(bodies) < 2 or len({tuple(b) for b in bodies}) == len(bodies), (vars_dir.parent.name, family)
+
+
+def test_os_vars_path_follows_include_vars_order(tmp_path: Path) -> None:
+    jammy, noble = PLATFORMS["ubuntu-22.04"], PLATFORMS["ubuntu-24.04"]
+    assert os_vars_path(tmp_path, jammy) is None
+    (tmp_path / "Ubuntu.yml").write_text("a: 1\n")
+    assert os_vars_path(tmp_path, jammy) == tmp_path / "Ubuntu.yml"
+    (tmp_path / "Ubuntu-22.yml").write_text("a: 2\n")
+    assert os_vars_path(tmp_path, jammy) == tmp_path / "Ubuntu-22.yml"
+    assert os_vars_path(tmp_path, noble) == tmp_path / "Ubuntu.yml"
+    assert os_vars_path(tmp_path, PLATFORMS["debian-12"]) is None

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
+from provisioner.platforms import PLATFORMS, os_vars_path
+
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("tasks", "handlers", "vars", "defaults")
 NETPLAN_APPLY = re.compile(r"\bnetplan\s+(--\S+\s+)*apply\b")
@@ -60,7 +62,9 @@ def test_ofed_reconfigures_only_its_ipoib_interface() -> None:
     assert reconfigure["ansible.builtin.command"]["argv"] == ["networkctl", "reconfigure",
                                                                "{{ ofed_ipoib.interface }}"]
     assert reconfigure["listen"] == "Apply the IPoIB configuration"
-    for name in ("Ubuntu-22", "Ubuntu-24"):
-        ubuntu = yaml.safe_load((ROOT / f"roles/ofed/vars/{name}.yml").read_text())
+    for name in ("ubuntu-22.04", "ubuntu-24.04"):
+        found = os_vars_path(ROOT / "roles/ofed/vars", PLATFORMS[name])
+        assert found is not None, name
+        ubuntu = yaml.safe_load(found.read_text())
         assert ubuntu["__ofed_ipoib_apply"] == [["netplan", "generate"], ["networkctl", "reload"]]
         assert ubuntu["__ofed_ipoib_reconfigure"] is True

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from provisioner.image import recipe
+from provisioner.platforms import PLATFORMS, OsName, os_vars_path
 
 ROOT = Path(__file__).resolve().parents[1]
 ROW = re.compile(r"^\| `(?P<package>[^`]+)` \| (?P<jammy>yes|no[^|]*) \| (?P<noble>yes|no[^|]*) \| (?P<repo>[^|]+) \|"
@@ -51,13 +52,14 @@ def tasks(node: Any) -> Iterator[dict[str, Any]]:
                 yield from tasks(task.get(key))
 
 
-def role_packages(os_file: str) -> set[str]:
-    """What the roles install on an OS: its vars file, the roles' shared vars and defaults,
-    and the literal names in apt tasks."""
+def role_packages(os_name: OsName) -> set[str]:
+    """What the roles install on an OS: the vars file each role reads there, the roles' shared
+    vars and defaults, and the literal names in apt tasks."""
     roles = ROOT / "roles"
     found: set[str] = set()
     shared = [*roles.glob("*/vars/main.yml"), *roles.glob("*/defaults/main.yml")]
-    for path in [*roles.glob(f"*/vars/{os_file}.yml"), *shared]:
+    own = [os_vars_path(d, PLATFORMS[os_name]) for d in roles.glob("*/vars")]
+    for path in [*(p for p in own if p is not None), *shared]:
         found |= vars_packages(path)
     for path in roles.glob("*/tasks/*.yml"):
         for task in tasks(yaml.safe_load(path.read_text())):
@@ -77,19 +79,16 @@ def table() -> dict[str, dict[str, str]]:
 
 
 def test_the_collection_sees_the_roles_packages() -> None:
-    jammy, noble = role_packages("Ubuntu-22"), role_packages("Ubuntu-24")
+    jammy, noble = role_packages("ubuntu-22.04"), role_packages("ubuntu-24.04")
     assert {"slurmd", "nfs-common", "python3-debian", "opensm", "chrony"} <= jammy & noble
     assert "libpmix2" in jammy - noble and "libpmix2t64" in noble - jammy
     assert not any("{{" in p or " " in p for p in jammy | noble)
 
 
-@pytest.mark.parametrize(("os_name", "vars_file", "column"), [
-    ("ubuntu-22.04", "Ubuntu-22", "jammy"), ("ubuntu-24.04", "Ubuntu-24", "noble"),
-])
-def test_every_package_named_for_ubuntu_is_a_recorded_vendor_fact(os_name: str, vars_file: str,
-                                                                  column: str) -> None:
+@pytest.mark.parametrize(("os_name", "column"), [("ubuntu-22.04", "jammy"), ("ubuntu-24.04", "noble")])
+def test_every_package_named_for_ubuntu_is_a_recorded_vendor_fact(os_name: OsName, column: str) -> None:
     facts = table()
-    wanted = role_packages(vars_file) | image_packages(os_name)
+    wanted = role_packages(os_name) | image_packages(os_name)
     missing = sorted(p for p in wanted if p not in facts)
     assert missing == [], f"not in docs/versions.md: {missing}"
     absent = sorted(p for p in wanted if facts[p][column] != "yes")

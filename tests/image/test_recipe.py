@@ -13,6 +13,7 @@ import yaml
 
 from provisioner.image import recipe as rc
 from provisioner.manifest.fields import OsName
+from provisioner.platforms import PLATFORMS, os_vars_path
 
 MIRROR = "http://127.0.0.1:3142/deb.debian.org/debian"
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,17 +83,17 @@ def test_images_are_built_from_and_keep_every_pocket_and_component_of_their_os(
     assert rc.mmdebstrap_command(r, "x.tar.gz")[-len(expected):] == expected  # the chroot's sources.list
 
 
-def common_role_vars(name: str) -> dict[str, object]:
-    return yaml.safe_load((ROOT / "roles" / "common" / "vars" / f"{name}.yml").read_text())
+def common_role_vars(os_name: OsName) -> dict[str, object]:
+    path = os_vars_path(ROOT / "roles" / "common" / "vars", PLATFORMS[os_name])
+    assert path is not None, os_name
+    return yaml.safe_load(path.read_text())
 
 
-@pytest.mark.parametrize(("os_name", "vars_file", "release"), [
-    ("debian-12", "Debian-12", "bookworm"), ("ubuntu-22.04", "Ubuntu-22", "jammy"),
-    ("ubuntu-24.04", "Ubuntu-24", "noble"),
+@pytest.mark.parametrize(("os_name", "release"), [
+    ("debian-12", "bookworm"), ("ubuntu-22.04", "jammy"), ("ubuntu-24.04", "noble"),
 ])
-def test_image_sources_are_the_ones_the_common_role_writes_for_a_mirror(os_name: str, vars_file: str,
-                                                                          release: str) -> None:
-    role = common_role_vars(vars_file)
+def test_image_sources_are_the_ones_the_common_role_writes_for_a_mirror(os_name: OsName, release: str) -> None:
+    role = common_role_vars(os_name)
     facts = rc.OS_IMAGES[os_name]  # type: ignore[index]
     assert list(facts.components) == role["__common_apt_components"]
     suites = [str(s).replace("{{ ansible_facts.distribution_release }}", release) for s in role["__common_apt_suites"]]

@@ -13,6 +13,7 @@ import yaml
 
 from provisioner.areas.common import decide
 from provisioner.areas.common import rolevars as common
+from provisioner.platforms import PLATFORMS, os_vars_path
 from provisioner.validate import load_manifest
 
 ROLE = Path(__file__).resolve().parents[3] / "roles" / "common"
@@ -51,9 +52,12 @@ def test_networkd_file_is_the_decided_unit(kit: Any) -> None:
 
 
 def test_os_vars_choose_netplan_on_ubuntu_and_networkd_on_debian() -> None:
-    methods = {f.stem: yaml.safe_load(f.read_text())["__common_data_network_method"]
-               for f in sorted((ROLE / "vars").glob("*.yml"))}
-    assert methods == {"Debian-12": "networkd", "Ubuntu-22": "netplan", "Ubuntu-24": "netplan"}
+    methods = {}
+    for name, platform in PLATFORMS.items():
+        found = os_vars_path(ROLE / "vars", platform)
+        assert found is not None, name
+        methods[name] = yaml.safe_load(found.read_text())["__common_data_network_method"]
+    assert methods == {"debian-12": "networkd", "ubuntu-22.04": "netplan", "ubuntu-24.04": "netplan"}
 
 
 # --------------------------------------------------------------------------- bonds (issue 28 item 2)

@@ -22,10 +22,10 @@ from ansible.plugins.filter.urlsplit import split_url
 from provisioner.areas.gpu import decide as gpu
 from provisioner.areas.gpu.decide import GpuStackError
 from provisioner.manifest.software import NvidiaDriver
+from provisioner.platforms import PLATFORMS, os_vars_path
 
 ROOT = Path(__file__).resolve().parents[3]
 ROLES = ROOT / "roles"
-OS_VARS = {"ubuntu-22.04": "Ubuntu-22.yml", "ubuntu-24.04": "Ubuntu-24.yml", "debian-12": "Debian-12.yml"}
 
 
 # --------------------------------------------------------------------------- driver
@@ -400,7 +400,9 @@ def _render(value: Any, context: dict[str, Any]) -> Any:
 
 def _role_vars(role: str, os_name: str) -> dict[str, Any]:
     data: dict[str, Any] = yaml.safe_load((ROLES / role / "vars" / "main.yml").read_text())
-    data.update(yaml.safe_load((ROLES / role / "vars" / OS_VARS[os_name]).read_text()))
+    os_vars = os_vars_path(ROLES / role / "vars", PLATFORMS[os_name])  # what include_vars finds
+    assert os_vars is not None, (role, os_name)
+    data.update(yaml.safe_load(os_vars.read_text()))
     return data
 
 

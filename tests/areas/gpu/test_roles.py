@@ -23,10 +23,10 @@ from ansible_collections.community.general.plugins.filter.version_sort import ve
 
 from provisioner.areas.gpu import decide as gpu
 from provisioner.areas.gpu import rolevars as gpu_rolevars
+from provisioner.platforms import PLATFORMS, os_vars_path
 
 ROOT = Path(__file__).resolve().parents[3]
 ROLES = ROOT / "roles"
-OS_VARS = {"ubuntu-22.04": "Ubuntu-22.yml", "ubuntu-24.04": "Ubuntu-24.yml", "debian-12": "Debian-12.yml"}
 OS_FACTS = {"ubuntu-22.04": ("Ubuntu", "22.04"), "ubuntu-24.04": ("Ubuntu", "24.04"), "debian-12": ("Debian", "12")}
 
 
@@ -45,8 +45,10 @@ class RoleVars:
 
     def __init__(self, role: str, os_name: str, **facts: Any) -> None:
         self.values: dict[str, Any] = yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text())
-        for name in ("main.yml", OS_VARS[os_name]):
-            self.values.update(yaml.safe_load((ROLES / role / "vars" / name).read_text()))
+        os_vars = os_vars_path(ROLES / role / "vars", PLATFORMS[os_name])  # what include_vars finds
+        assert os_vars is not None, (role, os_name)
+        for path in (ROLES / role / "vars" / "main.yml", os_vars):
+            self.values.update(yaml.safe_load(path.read_text()))
         distribution, version = OS_FACTS[os_name]
         self.values["ansible_facts"] = {"distribution": distribution, "distribution_version": version, **facts}
         self.values["ansible_managed"] = "Ansible managed"

@@ -25,6 +25,7 @@ import yaml
 
 from provisioner.areas.monitoring import rolevars
 from provisioner.manifest import Manifest
+from provisioner.platforms import PLATFORMS, OsName, os_vars_path
 from provisioner.validate import load_manifest
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -63,11 +64,10 @@ def role_defaults(role: str) -> dict[str, Any]:
     return data
 
 
-def role_os_vars(role: str, os_file: str = "Debian-12.yml") -> dict[str, Any]:
+def role_os_vars(role: str, os_name: OsName = "debian-12") -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for name in ("main.yml", os_file):
-        path = ROLES / role / "vars" / name
-        if path.is_file():
+    for path in (ROLES / role / "vars" / "main.yml", os_vars_path(ROLES / role / "vars", PLATFORMS[os_name])):
+        if path is not None and path.is_file():
             out.update(yaml.safe_load(path.read_text()) or {})
     return out
 

@@ -17,12 +17,13 @@ import yaml
 from provisioner.areas.slurm import rolevars
 from provisioner.areas.slurm.releases import problems
 from provisioner.manifest import Manifest
+from provisioner.platforms import PLATFORMS, os_vars_path
 
 ROOT = Path(__file__).resolve().parents[3]
 ROLE = ROOT / "roles" / "slurm"
 MUNGE = ROOT / "roles" / "munge"
 EXAMPLES = ["llm-200k.yaml", "music-lab.yaml"]
-OS_VARS = {"debian-12": "Debian-12.yml", "ubuntu-22.04": "Ubuntu-22.yml", "ubuntu-24.04": "Ubuntu-24.yml"}
+OS_VARS = {name: os_vars_path(ROLE / "vars", p) for name, p in PLATFORMS.items()}  # what include_vars finds
 
 
 def load_yaml(path: Path) -> Any:
@@ -39,7 +40,7 @@ def role_vars(m: Manifest, node_name: str) -> dict[str, Any]:
     merged: dict[str, Any] = dict(load_yaml(ROLE / "defaults" / "main.yml"))
     merged.update(rolevars.cluster_vars(m))
     merged.update(rolevars.node_vars(m, node))
-    merged.update(load_yaml(ROLE / "vars" / OS_VARS[node.os]))
+    merged.update(load_yaml(OS_VARS[node.os]))
     return merged
 
 
@@ -395,4 +396,4 @@ def test_every_os_names_the_pam_slurm_adopt_package() -> None:
     """Debian 12, Ubuntu 22.04 and 24.04 ship libpam-slurm-adopt from their slurm-wlm source
     (packages.debian.org bookworm, packages.ubuntu.com jammy and noble)."""
     for file in OS_VARS.values():
-        assert load_yaml(ROLE / "vars" / file)["slurm_os_pam_adopt_packages"] == ["libpam-slurm-adopt"]
+        assert load_yaml(file)["slurm_os_pam_adopt_packages"] == ["libpam-slurm-adopt"]

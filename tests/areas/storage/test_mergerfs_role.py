@@ -36,5 +36,5 @@ def test_a_simulation_names_removals_before_any_install() -> None:
 
 
 def test_os_vars_claim_the_versions_the_archives_ship() -> None:
-    noble = (ROLE / "vars" / "Ubuntu-24.yml").read_text()
+    noble = (ROLE / "vars" / "Ubuntu.yml").read_text()  # jammy's and noble's
     assert "2.33.5" in noble and "mergerfs 2.40 in" not in noble
