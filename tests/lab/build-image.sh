@@ -28,7 +28,7 @@ BASE_PACKAGES=(
   linux-image-amd64 linux-headers-amd64 systemd-sysv dbus openssh-server
   python3 python3-apt sudo ifupdown isc-dhcp-client iproute2 udev kmod procps
 )
-# What the roles install on Debian 12 (roles/*/vars/Debian-12.yml and common_packages).
+# What the roles install on Debian 12 (roles/*/vars/Debian.yml and common_packages).
 ROLE_PACKAGES=(
   # common
   chrony tzdata ca-certificates acl bash-completion ethtool htop iputils-ping jq lsof
