@@ -443,19 +443,6 @@ class Ssh:
     def out(self, command: str, *, timeout: float = 300) -> str:
         return self.run(command, timeout=timeout).stdout
 
-    def put(self, src: Path, dest: str, *, timeout: float = 900) -> None:
-        """``src`` into the guest at ``dest`` (root's, mode 0644) over the shared connection:
-        OpenSSH's own stream, several times what a file copy through Mitogen moves into an
-        emulated guest. Written beside and renamed, never half there."""
-        tmp = f"{dest}.lab-put"
-        script = (f"install -d -m 0755 {shlex.quote(str(Path(dest).parent))} && cat > {shlex.quote(tmp)}"
-                  f" && chmod 0644 {shlex.quote(tmp)} && mv -f {shlex.quote(tmp)} {shlex.quote(dest)}")
-        with src.open("rb") as f:
-            r = subprocess.run(self.argv(script), stdin=f, capture_output=True, timeout=timeout)
-        if r.returncode != 0:
-            raise AssertionError(f"guest {self.host}:{self.port}: {src} -> {dest} exited {r.returncode}:\n"
-                                 f"{r.stderr.decode(errors='replace')}")
-
     def wait(self, deadline: float) -> float:
         start = time.monotonic()
         while time.monotonic() < deadline:
