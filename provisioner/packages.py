@@ -72,8 +72,9 @@ ROLE_FIELDS: dict[str, str] = {
     "backup": "backup (the head node)",
 }
 
-# each OS by its manifest name; ansible_facts.distribution / major version / version of each
+# each OS's platform row by its manifest name (the roles' OS variables: os_vars_path)
 _PLATFORMS: dict[str, Platform] = {name: p for name, p in PLATFORMS.items()}
+# ansible_facts.distribution / major version / version of each OS
 DISTRIBUTIONS: dict[str, tuple[str, str, str]] = {
     name: (p.distribution, p.major, p.version) for name, p in PLATFORMS.items()
 }
@@ -410,7 +411,8 @@ def evaluate(roles: Path, run: RoleRun, os_name: str, host: Mapping[str, Any],
     variables.update(host)  # the inventory's data is not templated again (inventory.literal)
     variables.update(_trust(_load(base / "vars" / "main.yml") or {}))
     os_vars = os_vars_path(base / "vars", _PLATFORMS[os_name])
-    variables.update(_trust((_load(os_vars) if os_vars else None) or {}))
+    if os_vars is not None:
+        variables.update(_trust(_load(os_vars) or {}))
     variables |= {"ansible_facts": _facts(os_name, kernel), "role_path": str(base), "role_name": run.role,
                   "inventory_hostname": str(host.get("provision_node_name", "node")), "ansible_connection": "ssh",
                   "ansible_check_mode": False, "ansible_virtualization_type": "", "ansible_virtualization_role": "host"}
