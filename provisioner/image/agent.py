@@ -269,17 +269,40 @@ def signatures(run: Run, device: str) -> list[str]:
     return found
 
 
+class Steps:
+    """The deploy's current step, and on the console (the unit's output) each finished step
+    with its seconds: an operator watching a node's screen sees where its deploy is, and
+    where a slow one spends its time."""
+
+    def __init__(self, say: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.say = say or (lambda line: print(line, flush=True))
+        self.clock = clock
+        self.name = ""
+        self.started = clock()
+
+    def enter(self, name: str) -> str:
+        self.finish()
+        self.name, self.started = name, self.clock()
+        return name
+
+    def finish(self) -> None:
+        if self.name:
+            self.say(f"provision-deploy: {self.name} done in {self.clock() - self.started:.0f} s")
+        self.name = ""
+
+
 def deploy(plan: dict[str, Any], *, run: Run = run_command, target: Path = TARGET, image: Path = IMAGE,
            nics: Callable[[], list[str]] = macs, fetch: Callable[[str, str, Path], None] = download,
-           resolve: Callable[[str], str | None] | None = None) -> list[str]:
+           resolve: Callable[[str], str | None] | None = None, steps: Steps | None = None) -> list[str]:
     """Every step of the deploy; returns the new SSH host public keys. Raises StepFailed."""
-    step = "identify"
+    steps = steps or Steps()
+    step = steps.enter("identify")
     check_identity(plan, nics())
 
     def by_id(path: str) -> str | None:
         return os.path.realpath(path) if os.path.exists(path) else None
 
-    step = "disks"
+    step = steps.enter("disks")
     found = {d: (resolve or by_id)(d) for d in plan["disks"]}
     try:
         sigs = {str(dev): signatures(run, str(dev)) for dev in found.values() if dev}
@@ -295,18 +318,19 @@ def deploy(plan: dict[str, Any], *, run: Run = run_command, target: Path = TARGE
         raise StepFailed("download", f"the plan names no checksum for {url}: run `provision image build` and "
                                      "apply again; no disk was touched")
     flag = tar_flag(url)
+    step = steps.enter("download")
     fetch(url, sha, image)  # raises StepFailed("download") before any disk is touched
     with image.open("rb") as f:
         check_compression(url, f.read(8))
     try:
-        step = "partition"
+        step = steps.enter("partition")
         for cmd in partition_commands(devices, raid1):
             run(cmd)
-        step = "filesystem"
+        step = steps.enter("filesystem")
         cmds, root = filesystem_commands(devices, raid1)
         for cmd in cmds:
             run(cmd)
-        step = "extract"
+        step = steps.enter("extract")
         esp = partition_name(devices[0], 2)
         run(["mkdir", "-p", str(target)])
         run(["mount", root, str(target)])
@@ -315,7 +339,7 @@ def deploy(plan: dict[str, Any], *, run: Run = run_command, target: Path = TARGE
         run(["tar", "-x", flag, "-p", "--numeric-owner", "--xattrs", "--xattrs-include=*", "-f", str(image),
              "-C", str(target)])
         run(["rm", "-f", str(image)])
-        step = "identity"
+        step = steps.enter("identity")
         for f in plan["files"]:
             run(["install", "-D", "-m", f["mode"], "/dev/null", f"{target}{f['path']}"])
             Path(f"{target}{f['path']}").write_text(f["content"])
@@ -329,7 +353,7 @@ def deploy(plan: dict[str, Any], *, run: Run = run_command, target: Path = TARGE
             conf = run(["mdadm", "--detail", "--scan"])
             Path(f"{target}/etc/mdadm/mdadm.conf").write_text(conf)
             run(["chroot", str(target), "update-initramfs", "-u", "-k", "all"])
-        step = "bootloader"
+        step = steps.enter("bootloader")
         Path(f"{target}/etc/default/grub.d").mkdir(parents=True, exist_ok=True)
         Path(f"{target}/etc/default/grub.d/50-provision.cfg").write_text(
             'GRUB_CMDLINE_LINUX="console=tty0 console=ttyS0,115200n8"\nGRUB_TIMEOUT=1\n')
@@ -342,7 +366,7 @@ def deploy(plan: dict[str, Any], *, run: Run = run_command, target: Path = TARGE
             run(["cp", "-a", f"{target}/boot/efi/.", "/run/esp2/"])
             run(["umount", "/run/esp2"])
         run(["chroot", str(target), "update-grub"])
-        step = "hostkeys"
+        step = steps.enter("hostkeys")
         run(["chroot", str(target), "ssh-keygen", "-A"])
         keys = [p.read_text().strip() for p in sorted(Path(f"{target}/etc/ssh").glob("ssh_host_*_key.pub"))]
         if not keys:
@@ -350,6 +374,7 @@ def deploy(plan: dict[str, Any], *, run: Run = run_command, target: Path = TARGE
         run(["sync"])
     except RuntimeError as exc:
         raise StepFailed(step, str(exc)) from None
+    steps.finish()
     return keys
 
 

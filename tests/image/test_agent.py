@@ -232,6 +232,38 @@ def test_a_failing_command_is_reported_with_its_step(tmp_path: Path) -> None:
     assert (info.value.step, info.value.message) == ("bootloader", "grub-install failed (exit 1): no such device")
 
 
+def test_each_finished_step_is_said_with_its_seconds(tmp_path: Path) -> None:
+    """The console shows every step as it ends, with its time on the agent's clock; a failed
+    step is not said done (its failure is reported instead)."""
+    lines: list[str] = []
+    ticks = iter(range(0, 1000, 5))
+    target = tmp_path / "target"
+    target.mkdir()
+    m = Machine(target)
+
+    def fetch(url: str, sha: str, dest: Path) -> None:
+        dest.write_bytes(b"\x1f\x8b\x08\x00gzip'd tarball")
+
+    agent.deploy(plan(), run=m, target=target, image=tmp_path / "img", nics=lambda: ["52:54:00:D9:00:20"],
+                 fetch=fetch, resolve={D1: "/dev/vda", D2: "/dev/vdb"}.get,
+                 steps=agent.Steps(lines.append, clock=lambda: float(next(ticks))))
+    assert lines == [f"provision-deploy: {name} done in 5 s" for name in (
+        "identify", "disks", "download", "partition", "filesystem", "extract", "identity", "bootloader", "hostkeys")]
+
+    class Broken(Machine):
+        def __call__(self, cmd: Sequence[str]) -> str:
+            if "grub-install" in cmd:
+                raise RuntimeError("grub-install failed (exit 1)")
+            return super().__call__(cmd)
+
+    lines.clear()
+    with pytest.raises(agent.StepFailed):
+        agent.deploy(plan(), run=Broken(target), target=target, image=tmp_path / "img",
+                     nics=lambda: ["52:54:00:D9:00:20"], fetch=fetch, resolve={D1: "/dev/vda", D2: "/dev/vdb"}.get,
+                     steps=agent.Steps(lines.append, clock=lambda: float(next(ticks))))
+    assert lines[-1] == "provision-deploy: identity done in 5 s"
+
+
 def test_small_pure_pieces() -> None:
     assert agent.plan_url("BOOT_IMAGE=x quiet provision.plan=http://h/nodes/a/deploy.json") == \
         "http://h/nodes/a/deploy.json"
