@@ -216,7 +216,9 @@ class Vm:
         s = self.spec
         cmd = ["qemu-system-x86_64", "-name", s.name, "-accel", "tcg,thread=multi", "-cpu", "max",
                "-smp", "1", "-m", str(s.memory_mb), "-display", "none", "-monitor", "none",
-               "-qmp", f"unix:{self.qmp},server=on,wait=off", "-serial", f"file:{self.console}",
+               "-qmp", f"unix:{self.qmp},server=on,wait=off",
+               # appended: a machine's boots one after the other (pxe1: its deploy, then its disk)
+               "-chardev", f"file,id=serial0,path={self.console},append=on", "-serial", "chardev:serial0",
                "-pidfile", str(self.pidfile), "-no-reboot"]
         if s.ssh_port is not None:
             addrs = [f"lab.addr=eth{i + 1}:{nic.address}" if nic.address else f"lab.up=eth{i + 1}"
