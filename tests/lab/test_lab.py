@@ -102,8 +102,8 @@ PXE_SPEC = VmSpec("pxe1", 2048, [Nic(MGMT, "52:54:00:d9:00:20")], disks=[Disk("l
 
 def _skip_reason() -> str | None:
     if os.geteuid() != 0:
-        return "the VM lab needs root (network namespaces, taps, debootstrap)"
-    if shutil.which("debootstrap") is None or shutil.which("podman") is None:
+        return "the VM lab needs root (network namespaces, taps, mmdebstrap)"
+    if shutil.which("mmdebstrap") is None or shutil.which("podman") is None:
         return "the test bed is not set up (run tests/testbed/setup.sh)"
     if not Path("/dev/net/tun").exists():
         return "no /dev/net/tun"
