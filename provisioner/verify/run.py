@@ -32,6 +32,10 @@ Execute = Callable[[str, str, int], Output]  # (host, shell text, timeout second
 # A pair test whose tool says it could not measure (perftest's clock calibration on a node
 # starved of CPU: seen twice in a row in the VM lab beside other work) runs this often at most.
 PAIR_TRIES = 3
+# Before the n-th try again, n times this many seconds: the tool could not measure because the
+# node's CPU was busy (verify's other checks on it, a disk write test), which takes a while to
+# pass; tries back to back met the same load three times in a lab run.
+PAIR_RETRY_WAIT_S = 5.0
 TIMED_OUT = "timed out after"  # the start of Output.error for a command that ran past its bound
 MAX_PARALLEL = 16
 
@@ -140,11 +144,12 @@ def run_command(cmd: Command, execute: Execute, stalls: Stalls, cache: dict[tupl
 def _pair_command(cmd: Command, setup: tuple[str, str], execute: Execute, stalls: Stalls) -> Output:
     """The peer side first (it returns once it serves), then the command; again, both, up to
     :data:`PAIR_TRIES` times in all, while the command's output says the tool itself could
-    not measure (``again_if``)."""
+    not measure (``again_if``), each time after a longer wait (:data:`PAIR_RETRY_WAIT_S`)."""
     out = _pair_once(cmd, setup, execute, stalls)
-    for _ in range(PAIR_TRIES - 1):
+    for attempt in range(1, PAIR_TRIES):
         if cmd.again_if is None or cmd.again_if not in out.stdout + out.stderr:
             break
+        time.sleep(PAIR_RETRY_WAIT_S * attempt)
         out = _pair_once(cmd, setup, execute, stalls)
     return out
 

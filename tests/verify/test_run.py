@@ -5,12 +5,14 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pytest
+
 from provisioner.areas.fabric.verify import WRITE_BW_CALIBRATION_FAILED
 from provisioner.areas.gpu.verify import GPU_QUERY
 from provisioner.nodecheck import parsers
 from provisioner.nodecheck.check import Output
-from provisioner.verify import catalog
-from provisioner.verify.run import PAIR_TRIES, TIMED_OUT, verify
+from provisioner.verify import catalog, run
+from provisioner.verify.run import PAIR_RETRY_WAIT_S, PAIR_TRIES, TIMED_OUT, verify
 
 CONTAINER = "container=podman\ngpu_devices=0\n"
 METAL = "container=none\ngpu_devices=2\n"
@@ -140,12 +142,14 @@ class Sequence(Fake):
         return super().__call__(host, text, timeout)
 
 
-def test_a_pair_test_the_tool_could_not_measure_is_measured_again(kit: Any) -> None:
+def test_a_pair_test_the_tool_could_not_measure_is_measured_again(kit: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """perftest calibrates its cycle counter against the clock; on a node starved of CPU (a VM
     under emulation beside other work) the samples do not line up and it measures nothing:
     'Correlation coefficient r^2: 0.83 < 0.9 / Can't produce a report' (seen in the VM lab).
-    That pair, server and client, runs again, three times in all; any other failure is the
-    verdict."""
+    That pair, server and client, runs again, three times in all, after 5 s, then 10 s (the
+    load that starved it takes a while to pass); any other failure is the verdict."""
+    waits: list[float] = []
+    monkeypatch.setattr(run.time, "sleep", waits.append)
     data = kit.base()
     data["networks"]["infiniband"] = {"cidr": "10.0.3.0/24"}
     data["nodes"][1]["interfaces"]["infiniband"] = {"ip": "10.0.3.21", "interface": "ib0"}
@@ -160,6 +164,7 @@ def test_a_pair_test_the_tool_could_not_measure_is_measured_again(kit: Any) -> N
     order = [(h, t.split()[0]) for h, t, _ in fake.calls if t != parsers.CONTEXT_COMMAND]
     pair = [("node02", "log=$(mktemp);"), ("node01", "for")]
     assert [c for c in order if c in pair] == pair * PAIR_TRIES  # the server started again before each client
+    assert waits == [PAIR_RETRY_WAIT_S, 2 * PAIR_RETRY_WAIT_S]
     # uncalibrated every time: FAIL, with the tool's words; no fourth try
     fake = Sequence([uncalibrated] * (PAIR_TRIES + 1), context)
     (result,) = [r for r in verify(catalog.plan(m, ["node01"]), ["node01"], fake, 30) if r.check == "rdma.write_bw"]
@@ -170,6 +175,7 @@ def test_a_pair_test_the_tool_could_not_measure_is_measured_again(kit: Any) -> N
     fake = Sequence([refused, Output(stdout=bw)], context)
     (result,) = [r for r in verify(catalog.plan(m, ["node01"]), ["node01"], fake, 30) if r.check == "rdma.write_bw"]
     assert result.status == "FAIL" and fake.client == [Output(stdout=bw)]
+    assert waits == [PAIR_RETRY_WAIT_S, 2 * PAIR_RETRY_WAIT_S] * 2  # none for the refusal
 
 
 def test_pair_tests_never_share_a_node(kit: Any) -> None:
