@@ -280,10 +280,9 @@ class Steps:
         self.name = ""
         self.started = clock()
 
-    def enter(self, name: str) -> str:
+    def enter(self, name: str) -> None:
         self.finish()
         self.name, self.started = name, self.clock()
-        return name
 
     def finish(self) -> None:
         if self.name:
@@ -296,21 +295,21 @@ def deploy(plan: dict[str, Any], *, run: Run = run_command, target: Path = TARGE
            resolve: Callable[[str], str | None] | None = None, steps: Steps | None = None) -> list[str]:
     """Every step of the deploy; returns the new SSH host public keys. Raises StepFailed."""
     steps = steps or Steps()
-    step = steps.enter("identify")
+    steps.enter("identify")
     check_identity(plan, nics())
 
     def by_id(path: str) -> str | None:
         return os.path.realpath(path) if os.path.exists(path) else None
 
-    step = steps.enter("disks")
+    steps.enter("disks")
     found = {d: (resolve or by_id)(d) for d in plan["disks"]}
     try:
         sigs = {str(dev): signatures(run, str(dev)) for dev in found.values() if dev}
     except RuntimeError as exc:
-        raise StepFailed(step, str(exc)) from None
+        raise StepFailed(steps.name, str(exc)) from None
     refusal = disk_refusal(plan, found, sigs)
     if refusal:
-        raise StepFailed(step, refusal)
+        raise StepFailed(steps.name, refusal)
     devices = [str(found[d]) for d in plan["disks"]]
     raid1 = bool(plan["raid1"])
     url, sha = plan["image"]["url"], plan["image"]["sha256"]
@@ -318,19 +317,19 @@ def deploy(plan: dict[str, Any], *, run: Run = run_command, target: Path = TARGE
         raise StepFailed("download", f"the plan names no checksum for {url}: run `provision image build` and "
                                      "apply again; no disk was touched")
     flag = tar_flag(url)
-    step = steps.enter("download")
+    steps.enter("download")
     fetch(url, sha, image)  # raises StepFailed("download") before any disk is touched
     with image.open("rb") as f:
         check_compression(url, f.read(8))
     try:
-        step = steps.enter("partition")
+        steps.enter("partition")
         for cmd in partition_commands(devices, raid1):
             run(cmd)
-        step = steps.enter("filesystem")
+        steps.enter("filesystem")
         cmds, root = filesystem_commands(devices, raid1)
         for cmd in cmds:
             run(cmd)
-        step = steps.enter("extract")
+        steps.enter("extract")
         esp = partition_name(devices[0], 2)
         run(["mkdir", "-p", str(target)])
         run(["mount", root, str(target)])
@@ -339,7 +338,7 @@ def deploy(plan: dict[str, Any], *, run: Run = run_command, target: Path = TARGE
         run(["tar", "-x", flag, "-p", "--numeric-owner", "--xattrs", "--xattrs-include=*", "-f", str(image),
              "-C", str(target)])
         run(["rm", "-f", str(image)])
-        step = steps.enter("identity")
+        steps.enter("identity")
         for f in plan["files"]:
             run(["install", "-D", "-m", f["mode"], "/dev/null", f"{target}{f['path']}"])
             Path(f"{target}{f['path']}").write_text(f["content"])
@@ -353,7 +352,7 @@ def deploy(plan: dict[str, Any], *, run: Run = run_command, target: Path = TARGE
             conf = run(["mdadm", "--detail", "--scan"])
             Path(f"{target}/etc/mdadm/mdadm.conf").write_text(conf)
             run(["chroot", str(target), "update-initramfs", "-u", "-k", "all"])
-        step = steps.enter("bootloader")
+        steps.enter("bootloader")
         Path(f"{target}/etc/default/grub.d").mkdir(parents=True, exist_ok=True)
         Path(f"{target}/etc/default/grub.d/50-provision.cfg").write_text(
             'GRUB_CMDLINE_LINUX="console=tty0 console=ttyS0,115200n8"\nGRUB_TIMEOUT=1\n')
@@ -366,14 +365,14 @@ def deploy(plan: dict[str, Any], *, run: Run = run_command, target: Path = TARGE
             run(["cp", "-a", f"{target}/boot/efi/.", "/run/esp2/"])
             run(["umount", "/run/esp2"])
         run(["chroot", str(target), "update-grub"])
-        step = steps.enter("hostkeys")
+        steps.enter("hostkeys")
         run(["chroot", str(target), "ssh-keygen", "-A"])
         keys = [p.read_text().strip() for p in sorted(Path(f"{target}/etc/ssh").glob("ssh_host_*_key.pub"))]
         if not keys:
             raise RuntimeError("ssh-keygen -A made no host keys")
         run(["sync"])
     except RuntimeError as exc:
-        raise StepFailed(step, str(exc)) from None
+        raise StepFailed(steps.name, str(exc)) from None
     steps.finish()
     return keys
 
