@@ -653,7 +653,7 @@ def test_a_failed_preflight_stops_apply_before_any_change(
     code, _out, err = run(capsys, "apply", str(pxe_example(example)), "--yes")
     assert code == 1
     assert "preflight of the PXE installs failed; nothing was changed, no node was armed or powered:" in err
-    assert ("gpu01: image: FAILED: no ubuntu-22.04.tar.gz in the image cache: run provision image build MANIFEST "
+    assert ("gpu01: image: FAILED: no ubuntu-22.04.tar.zst in the image cache: run provision image build MANIFEST "
             "--os ubuntu-22.04") in err
     assert "gpu01: deploy ramdisk: FAILED: no deploy ramdisk in the image cache" in err
     assert "gpu02: BMC: FAILED: BMC 10.10.1.22 of gpu02 is unreachable: timed out" in err
@@ -673,7 +673,7 @@ def test_a_dry_run_shows_the_preflight_and_changes_nothing(
                         lambda loaded, plan, opts: apply_mod.Installs(list(plan.installs)))
     monkeypatch.setattr(apply_mod, "bmc_answers", lambda nodes: {n.name: (True, "power off", None) for n in nodes})
     code, out, _err = run(capsys, "apply", str(pxe_example(example)), "--check")
-    assert "check: preflight: gpu01: image: FAILED: no ubuntu-22.04.tar.gz in the image cache" in out
+    assert "check: preflight: gpu01: image: FAILED: no ubuntu-22.04.tar.zst in the image cache" in out
     assert "check: preflight: gpu04: BMC: ok: ipmi 10.10.1.24 answers (power off)" in out
     assert "check: would install over PXE, wiping their install disks: gpu01, gpu02, gpu03, gpu04" in out
     assert not StateDir.beside(example).root.exists()
@@ -691,7 +691,7 @@ def test_plan_shows_the_preflight_of_the_installs(capsys: Capsys, example: Path)
                     "detail": "/dev/disk/by-id/nvme-Samsung_SSD_990_PRO_2TB_S7HENJ0W200001 (the agent refuses it "
                               "if absent)"}
     code, out, _ = run(capsys, "plan", str(example))
-    assert "preflight: gpu01: image: FAILED: no ubuntu-22.04.tar.gz in the image cache" in out
+    assert "preflight: gpu01: image: FAILED: no ubuntu-22.04.tar.zst in the image cache" in out
     assert "preflight: apply asks each BMC too, and stops before any change if a check fails" in out
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -24,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from provisioner.areas.baremetal import rolevars as baremetal  # noqa: E402
+from provisioner.areas.baremetal.deploy import image_file  # noqa: E402
 from provisioner.image.build import deploy_extra_vars  # noqa: E402
 from provisioner.manifest import Manifest  # noqa: E402
 from provisioner.validate import load_manifest  # noqa: E402
@@ -55,19 +57,21 @@ def scenario_manifest() -> Manifest:
     return m.model_copy(update={"nodes": nodes})
 
 
-def stand_in_cache(cache: Path) -> None:
-    """A small root file system tarball for ubuntu-22.04 and a deploy ramdisk, with the
-    checksum files provision image build writes."""
+def stand_in_cache(cache: Path, name: str) -> None:
+    """A small root file system tarball for ubuntu-22.04 named ``name`` (zstd, as provision
+    image build writes it) and a deploy ramdisk, with the checksum files the build writes."""
     (cache / "deploy-ramdisk").mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+    with tarfile.open(fileobj=buf, mode="w") as tar:
         data = b"stand-in root file system\n"
         info = tarfile.TarInfo("./etc/stand-in")
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
-    image = cache / "ubuntu-22.04.tar.gz"
-    image.write_bytes(buf.getvalue())
-    (cache / "ubuntu-22.04.tar.gz.sha256").write_text(f"{hashlib.sha256(buf.getvalue()).hexdigest()}  {image.name}\n")
+    packed = subprocess.run(["zstd", "-q", "-c"], input=buf.getvalue(), capture_output=True, check=True,
+                            timeout=60).stdout
+    image = cache / name
+    image.write_bytes(packed)
+    (cache / f"{name}.sha256").write_text(f"{hashlib.sha256(packed).hexdigest()}  {image.name}\n")
     sums = ""
     for name in ("vmlinuz", "initrd.img"):
         (cache / "deploy-ramdisk" / name).write_text(f"FAKE {name} of the deploy ramdisk\n")
@@ -78,8 +82,9 @@ def stand_in_cache(cache: Path) -> None:
 def main() -> int:
     m = scenario_manifest()
     cache = Path(sys.argv[1]).resolve().parent / "images"
-    stand_in_cache(cache)
-    data = baremetal.cluster_vars(m) | deploy_extra_vars(cache, {"ubuntu-22.04": "ubuntu-22.04.tar.gz"})
+    name = image_file(m, "ubuntu-22.04")
+    stand_in_cache(cache, name)
+    data = baremetal.cluster_vars(m) | deploy_extra_vars(cache, {"ubuntu-22.04": name})
     for node in data["pxe_server_nodes"]:
         for file in node["files"]:
             file["content"] = Unsafe(file["content"])

@@ -2,13 +2,13 @@
 
 Layout of the image cache (``.provision/images/`` beside the manifest unless given):
 
-* ``<os>-<key>.tar.gz`` and ``<os>-<key>.tar.gz.sha256`` (``sha256sum`` format): a built
+* ``<os>-<key>.tar.zst`` and ``<os>-<key>.tar.zst.sha256`` (``sha256sum`` format): a built
   image, ``key`` the content hash of its recipe (:mod:`provisioner.image.recipe`);
 * ``<os>-named-<sha256[:16]>.<ext>`` (+ ``.sha256``): an image the manifest names, fetched
   and verified;
 * ``<os><ext>`` / ``<os><ext>.sha256``: the current image of ``os`` for the manifest (a
   symbolic link to the file above and a copy of its checksum line), what the PXE server
-  publishes; ``ext`` is the image's own compression (``.tar.gz`` when built), so the deploy
+  publishes; ``ext`` is the image's own compression (``.tar.zst`` when built), so the deploy
   agent unpacks it with the right tar flag. At most one per OS.
 """
 
@@ -156,6 +156,8 @@ def build(r: ImageRecipe, cache: Path, *, run: Runner = builder.run, timeout: fl
         return found
     if which("mmdebstrap") is None:
         raise ImageError("mmdebstrap is not installed: apt-get install mmdebstrap (Debian 12 / Ubuntu 22.04+)")
+    if which("zstd") is None:
+        raise ImageError("zstd is not installed (mmdebstrap compresses the image with it): apt-get install zstd")
     if euid() != 0:
         raise ImageError("building an image needs root (mmdebstrap --mode=root): run it with sudo")
     problem = host_problem(r, exists)

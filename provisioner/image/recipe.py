@@ -1,6 +1,6 @@
 """What a node OS image is made of, and the mmdebstrap command line that builds it. Pure.
 
-An image is a root file system tarball (``<os>.tar.gz``) built by mmdebstrap from the
+An image is a root file system tarball (``<os>.tar.zst``) built by mmdebstrap from the
 manifest's apt mirror (``cluster.mirrors.apt``; its proxy too). It holds the kernel, an SSH
 server, Python, the boot loaders for UEFI and BIOS, mdadm (a RAID1 root) and a first-boot
 unit, and nothing site-specific: no host keys, an empty machine-id, no users but root

@@ -91,10 +91,11 @@ class InstallMedia(Strict):
 
 
 # Root file system tarballs a node image may be, by compression (the name carries it all the
-# way to the node: the cache, the PXE server's URL, the deploy agent's tar); built images are
-# the first.
+# way to the node: the cache, the PXE server's URL, the deploy agent's tar). Built images are
+# zstd: the node's deploy unpacks it several times faster than gzip (the deploy's longest
+# step), and the build compresses it ten times faster.
 IMAGE_EXTS = (".tar.gz", ".tar.xz", ".tar.zst")
-BUILT_IMAGE_EXT = IMAGE_EXTS[0]
+BUILT_IMAGE_EXT = ".tar.zst"
 
 
 class NodeImage(Strict):

@@ -3,7 +3,7 @@
 It makes its chroot in ``$TMPDIR`` (``mmdebstrap.XXXXXXXXXX``), waits in a child (its
 setting up: ``sleep <setup>``), mounts a tmpfs at the chroot's ``proc`` (source
 :data:`SOURCE`), waits in a child again (its apt: ``sleep <build>``), then writes the
-``.tar.gz`` it was asked for, unmounts and removes the chroot. On SIGINT, SIGTERM or SIGHUP
+``.tar.gz`` or ``.tar.zst`` it was asked for, unmounts and removes the chroot. On SIGINT, SIGTERM or SIGHUP
 it cleans up as mmdebstrap does, through children of its own (a cleanup that takes a second,
 as removing a real chroot does); ended with them, it leaves the mount. ``deaf``: it ignores
 those signals (only SIGKILL ends it).
@@ -24,7 +24,7 @@ SOURCE = "provision-stand-in"  # the tmpfs's source in /proc/self/mountinfo
 
 BODY = """\
 out=""
-for a in "$@"; do case "$a" in *.tar.gz) out="$a";; esac; done
+for a in "$@"; do case "$a" in *.tar.gz|*.tar.zst) out="$a";; esac; done
 root=$(mktemp -d "${{TMPDIR:-/tmp}}/mmdebstrap.XXXXXXXXXX")
 cleanup() {{
   sleep 1 && {{ if mountpoint -q "$root/proc"; then umount "$root/proc"; fi && rm -rf "$root"; }}
@@ -37,7 +37,7 @@ mkdir "$root/proc" && mount -t tmpfs {source} "$root/proc" || exit 1
 sleep {build} &
 wait $! 2>/dev/null
 if [ -n "$out" ]; then
-  mkdir -p "$root/boot" && : > "$root/boot/vmlinuz-6.1.0-13-amd64" && tar -czf "$out" -C "$root" boot
+  mkdir -p "$root/boot" && : > "$root/boot/vmlinuz-6.1.0-13-amd64" && tar -caf "$out" -C "$root" boot
 fi
 umount "$root/proc" && rm -rf "$root"
 """

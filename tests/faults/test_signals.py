@@ -363,9 +363,9 @@ def image_stand_ins(bin_dir: Path, marker: str, moment: str) -> None:
     of its tarball, then waits in a child of its own (as its apt does); at ``proof`` it writes
     a small root file system with a kernel and the proof's chroot waits in a child."""
     wait = f"sleep {marker} &\nwait\n"
-    tarball = ('out=""\nfor a in "$@"; do case "$a" in *.tar.gz) out="$a";; esac; done\n'
+    tarball = ('out=""\nfor a in "$@"; do case "$a" in *.tar.gz|*.tar.zst) out="$a";; esac; done\n'
                'tree=$(mktemp -d)\nmkdir -p "$tree/boot" "$tree/etc" && : > "$tree/boot/vmlinuz-6.1.0-13-amd64"\n'
-               'tar -czf "$out" -C "$tree" . && rm -r "$tree"\n')
+               'tar -caf "$out" -C "$tree" . && rm -r "$tree"\n')
     scripts = {"mmdebstrap": tarball + (wait if moment == "build" else "exit 0\n"), "chroot": wait}
     for name, body in scripts.items():
         (bin_dir / name).write_text("#!/bin/sh\n" + body)
@@ -415,7 +415,7 @@ def test_a_signal_during_an_image_build_keeps_no_half_written_image(
     assert err.startswith("interrupted (Ctrl-C)" if sig == signal.SIGINT else f"interrupted by {sig.name}"), err
     cache = manifest.parent / ".provision" / "images"
     names = sorted(p.name for p in cache.iterdir())
-    published = [n for n in names if n.startswith("debian-12") and n.endswith(".tar.gz")]
+    published = [n for n in names if n.startswith("debian-12") and n.endswith((".tar.gz", ".tar.zst"))]
     assert [n for n in names if n.startswith(".")] == []  # no partial tarball, proof tree or link being made
     assert [n for n in names if n.endswith(".proof.json")] == []
     assert len(published) == (2 if moment == "proof" else 0), names  # the image and its link: whole, not proven
@@ -459,7 +459,7 @@ def test_a_terminals_signal_during_mmdebstrap_leaves_nothing_mounted(
     assert "Traceback" not in err and err.count("\n") == 1, err
     assert err.startswith("interrupted (Ctrl-C)" if sig == signal.SIGINT else f"interrupted by {sig.name}"), err
     cache = manifest.parent / ".provision" / "images"
-    assert [p.name for p in cache.iterdir() if p.name.startswith(".") or p.name.endswith(".tar.gz")] == []
+    assert [p.name for p in cache.iterdir() if p.name.startswith(".") or p.name.endswith((".tar.gz", ".tar.zst"))] == []
 
 
 def recorded_node(manifest: Path, name: str, lifecycle: str = "configured") -> Path:

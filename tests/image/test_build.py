@@ -51,7 +51,7 @@ def test_a_build_writes_the_image_its_checksum_and_the_current_link(tmp_path: Pa
     assert image.sha256 == digest
     assert (tmp_path / f"{r.file_name}.sha256").read_text() == f"{digest}  {r.file_name}\n"
     subprocess.run(["sha256sum", "-c", f"{r.file_name}.sha256"], cwd=tmp_path, check=True, capture_output=True)
-    current = tmp_path / "debian-12.tar.gz"
+    current = tmp_path / "debian-12.tar.zst"
     assert current.is_symlink() and current.resolve() == image.path
     assert ib.current(tmp_path, "debian-12") == ib.Image("debian-12", image.path, digest, "cached")
     assert not list(tmp_path.glob(".partial-*"))
@@ -65,9 +65,9 @@ def test_the_same_recipe_is_not_rebuilt_and_a_changed_one_is(tmp_path: Path) -> 
     assert again.source == "cached" and again.sha256 == first.sha256 and len(run.calls) == 1
     other = builder(run, dataclasses.replace(r, packages=(*r.packages, "vim")), tmp_path)
     assert other.source == "built" and len(run.calls) == 2 and other.path != first.path
-    assert (tmp_path / "debian-12.tar.gz").resolve() == other.path  # current follows the manifest
+    assert (tmp_path / "debian-12.tar.zst").resolve() == other.path  # current follows the manifest
     assert builder(run, r, tmp_path).source == "cached"
-    assert (tmp_path / "debian-12.tar.gz").resolve() == first.path
+    assert (tmp_path / "debian-12.tar.zst").resolve() == first.path
 
 
 def test_a_cached_image_that_no_longer_matches_its_checksum_is_an_error(tmp_path: Path) -> None:
@@ -104,6 +104,10 @@ def test_missing_mmdebstrap_or_root_is_said_plainly(tmp_path: Path) -> None:
     r = rc.recipe("debian-12", MIRROR)
     with pytest.raises(ib.ImageError, match="apt-get install mmdebstrap"):
         ib.build(r, tmp_path, run=FakeMmdebstrap(), which=lambda _: None, euid=lambda: 0)
+    with pytest.raises(ib.ImageError, match=r"zstd is not installed \(mmdebstrap compresses the image with it\): "
+                                            "apt-get install zstd"):
+        ib.build(r, tmp_path, run=FakeMmdebstrap(), which=lambda name: None if name == "zstd" else "/x",
+                 euid=lambda: 0)
     with pytest.raises(ib.ImageError, match="needs root"):
         ib.build(r, tmp_path, run=FakeMmdebstrap(), which=lambda _: "/x", euid=lambda: 1000)
 
@@ -187,7 +191,7 @@ def test_an_unreachable_named_image_is_an_error_naming_it(tmp_path: Path, served
 
 
 def test_apply_passes_the_cache_and_the_checksums_only_with_a_ramdisk(tmp_path: Path) -> None:
-    files = {"debian-12": "debian-12.tar.gz"}
+    files = {"debian-12": "debian-12.tar.zst"}
     assert ib.deploy_extra_vars(tmp_path, files) == {"pxe_server_images_src": "", "pxe_server_image_sha256": {},
                                                      "pxe_server_image_files": {}}
     image = builder(FakeMmdebstrap(), rc.recipe("debian-12", MIRROR), tmp_path)
@@ -196,24 +200,25 @@ def test_apply_passes_the_cache_and_the_checksums_only_with_a_ramdisk(tmp_path: 
     (tmp_path / "deploy-ramdisk" / "SHA256SUMS").write_text("")
     assert ib.deploy_extra_vars(tmp_path, {**files, "ubuntu-24.04": "ubuntu-24.04.tar.xz"}) == {
         "pxe_server_images_src": str(tmp_path), "pxe_server_image_sha256": {"debian-12": image.sha256},
-        "pxe_server_image_files": {"debian-12": "debian-12.tar.gz"}}
+        "pxe_server_image_files": {"debian-12": "debian-12.tar.zst"}}
     # the deploy plans want another compression than the cache holds (the manifest now names
     # an image, not yet fetched): left out, so the role refuses the deploy before any power-on
     assert ib.deploy_extra_vars(tmp_path, {"debian-12": "debian-12.tar.xz"})["pxe_server_image_sha256"] == {}
 
 
 def test_a_named_image_is_published_under_its_own_compression(tmp_path: Path, served: tuple[str, bytes]) -> None:
-    # an Ubuntu cloud *-root.tar.xz was published as <os>.tar.gz and unpacked with tar -z
+    # an Ubuntu cloud *-root.tar.xz was once published under the built image's name and unpacked
+    # with its tar flag
     # after the disks were partitioned: the deploy failed with the node wiped
     url, body = served
     cache = tmp_path / "cache"
     named = ib.fetch("debian-12", url, hashlib.sha256(body).hexdigest(), cache)
     link = cache / "debian-12.tar.xz"
-    assert link.is_symlink() and link.resolve() == named.path and not (cache / "debian-12.tar.gz").exists()
+    assert link.is_symlink() and link.resolve() == named.path and not (cache / "debian-12.tar.zst").exists()
     assert (cache / "debian-12.tar.xz.sha256").read_text() == f"{named.sha256}  debian-12.tar.xz\n"
     assert ib.current(cache, "debian-12") == ib.Image("debian-12", named.path, named.sha256, "cached")
     # back to a built image: one current link per OS, the other one goes with its checksum
     built = builder(FakeMmdebstrap(), rc.recipe("debian-12", MIRROR), cache)
-    assert (cache / "debian-12.tar.gz").resolve() == built.path
+    assert (cache / "debian-12.tar.zst").resolve() == built.path
     assert not link.is_symlink() and not (cache / "debian-12.tar.xz.sha256").exists()
     assert ib.current(cache, "debian-12") == ib.Image("debian-12", built.path, built.sha256, "cached")

@@ -136,7 +136,7 @@ def test_the_deploy_ramdisk_keeps_one_source() -> None:
 def test_cache_key_changes_with_every_input_and_only_with_them() -> None:
     base = rc.recipe("debian-12", MIRROR)
     assert base.key == rc.recipe("debian-12", MIRROR + "/").key  # same inputs, same key
-    assert len(base.key) == 16 and base.file_name == f"debian-12-{base.key}.tar.gz"
+    assert len(base.key) == 16 and base.file_name == f"debian-12-{base.key}.tar.zst"
     changed = [
         rc.recipe("debian-12", "http://mirror.example.org/debian"),
         rc.recipe("debian-12", MIRROR, "http://proxy.example.org:3128"),

@@ -59,6 +59,7 @@ from emulators.ipmi import IpmiEmulator
 from lab.labvm import DATA, FABRIC, LAB_IMAGES, MGMT, Disk, Netns, Nic, Ssh, Timings, Vm, VmSpec
 from provisioner.areas.fabric import decide as fabric
 from provisioner.areas.storage import snapshots
+from provisioner.manifest.cluster import BUILT_IMAGE_EXT
 from provisioner.nodecheck.check import Output
 from provisioner.validate import load_manifest
 from provisioner.verify import catalog
@@ -201,7 +202,7 @@ def _preseed_pxe_images(head: Ssh, vm: Vm, work: Path) -> None:
     running guest instead, a tar of them that the guest unpacks from the block device. On a
     real head node the copy is seconds; molecule's baremetal scenario proves the publish step."""
     root = "/srv/pxe/http/images"
-    names = ["debian-12.tar.gz", "debian-12.tar.gz.sha256",
+    names = [f"debian-12{BUILT_IMAGE_EXT}", f"debian-12{BUILT_IMAGE_EXT}.sha256",
              *(f"deploy-ramdisk/{name}" for name in ("vmlinuz", "initrd.img", "SHA256SUMS"))]
     # what is not there (another name) the publish step copies itself
     present = [name for name in names if (LAB_IMAGES / name).exists()]
@@ -833,7 +834,7 @@ def test_apply_deploys_the_image_onto_the_new_node(lab: Lab) -> None:
     fetched = [ln for ln in log.splitlines() if ln.startswith(f"{PXE1} ")]
     shown = "\n".join(fetched) or log[-3000:]
     for path in ("/boot/pxe1.ipxe", "/images/deploy-ramdisk/vmlinuz", "/images/deploy-ramdisk/initrd.img",
-                 "/nodes/pxe1/deploy.json", "/images/debian-12.tar.gz"):
+                 "/nodes/pxe1/deploy.json", f"/images/debian-12{BUILT_IMAGE_EXT}"):
         assert any(re.search(rf'"GET {re.escape(path)} HTTP/1\.[01]" 200 ', ln) for ln in fetched), f"{path}\n{shown}"
     assert any("POST /api/installed/pxe1 " in ln for ln in fetched), shown
     # after the report the PXE server sends it to its disk: the script fetched last says so

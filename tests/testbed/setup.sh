@@ -37,7 +37,7 @@ CONTAINER_PROXY_HOST=host.containers.internal
 HOST_PACKAGES=(
   podman runc debootstrap apt-cacher-ng
   # provision image build (node OS images, the deploy ramdisk; tests/lab/test_image_build.py)
-  mmdebstrap
+  mmdebstrap zstd
   # provision slurm build signs its apt repository (tests/commands/test_slurm.py)
   gnupg
   slirp4netns uidmap iptables

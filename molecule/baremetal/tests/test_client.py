@@ -137,12 +137,12 @@ def test_image_deploy_node_gets_the_deploy_ramdisk_and_its_plan(client: Any, bio
     assert f"initrd {BASE}/images/deploy-ramdisk/initrd.img" in script
     assert curl(client, f"{BASE}/images/deploy-ramdisk/vmlinuz") == (200, "FAKE vmlinuz of the deploy ramdisk\n")
     # the image over HTTP, and its checksum in the plan (filled in by the role), armed: may erase
-    assert client.run(f"curl -sSf -o /tmp/image.tar.gz {BASE}/images/ubuntu-22.04.tar.gz").rc == 0
-    served = client.check_output("sha256sum /tmp/image.tar.gz").split()[0]
+    assert client.run(f"curl -sSf -o /tmp/image.tar.zst {BASE}/images/ubuntu-22.04.tar.zst").rc == 0
+    served = client.check_output("sha256sum /tmp/image.tar.zst").split()[0]
     status, text = curl(client, f"{BASE}/nodes/gpu02/deploy.json")
     assert status == 200
     plan = json.loads(text)
-    assert plan["image"] == {"url": f"{BASE}/images/ubuntu-22.04.tar.gz", "sha256": served}
+    assert plan["image"] == {"url": f"{BASE}/images/ubuntu-22.04.tar.zst", "sha256": served}
     assert plan["node"] == "gpu02" and plan["mac"] == "3c:ec:ef:10:00:22" and plan["erase_allowed"] is True
     assert plan["disks"] == ["/dev/disk/by-id/nvme-Samsung_SSD_990_PRO_2TB_S7HENJ0W200002"]
     assert plan["report_url"] == f"{BASE}/api/installed/gpu02"

@@ -81,11 +81,11 @@ def test_node_files_published(host: Any) -> None:
             assert f.is_file and f.mode == 0o644, f"{node}/{name}"
     assert not host.file("/srv/pxe/http/nodes/gpu04/user-data").exists
     assert not host.file("/srv/pxe/http/nodes/gpu02/user-data").exists  # an image deploy needs no seed
-    for name in ("ubuntu-22.04.tar.gz", "ubuntu-22.04.tar.gz.sha256", "deploy-ramdisk/vmlinuz",
+    for name in ("ubuntu-22.04.tar.zst", "ubuntu-22.04.tar.zst.sha256", "deploy-ramdisk/vmlinuz",
                  "deploy-ramdisk/initrd.img", "deploy-ramdisk/SHA256SUMS"):
         f = host.file(f"/srv/pxe/http/images/{name}")
         assert f.is_file and f.mode == 0o644, name
-    assert host.run("cd /srv/pxe/http/images && sha256sum -c ubuntu-22.04.tar.gz.sha256").rc == 0
+    assert host.run("cd /srv/pxe/http/images && sha256sum -c ubuntu-22.04.tar.zst.sha256").rc == 0
     assert not host.file("/srv/pxe/http/nodes/head01").exists
 
 

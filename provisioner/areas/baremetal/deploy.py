@@ -245,7 +245,7 @@ def named_images(m: Manifest) -> dict[str, ImageRef]:
 def image_file(m: Manifest, os_name: str) -> str:
     """The name the ``os_name`` image is published under, ``<os><ext>``: the compression of
     the image the manifest names (``.tar.xz`` for an Ubuntu cloud ``*-root.tar.xz``), else
-    the built image's ``.tar.gz``. The deploy agent picks its tar flag from it."""
+    the built image's ``.tar.zst``. The deploy agent picks its tar flag from it."""
     named = next((img for name, img in m.cluster.images.items() if name == os_name), None)
     return f"{os_name}{named.ext if named is not None else BUILT_IMAGE_EXT}"
 

@@ -171,9 +171,9 @@ def test_named_images_are_verified_urls(kit: Any) -> None:
 
 
 @pytest.mark.parametrize(("named", "published"), [
-    (None, "debian-12.tar.gz"),  # built
+    (None, "debian-12.tar.zst"),  # built
     ("http://mirror.example.org/images/noble-server-cloudimg-amd64-root.tar.xz", "debian-12.tar.xz"),
-    ("file:///srv/images/site.tar.zst", "debian-12.tar.zst"),
+    ("file:///srv/images/site.tar.gz", "debian-12.tar.gz"),
 ])
 def test_the_deploy_plan_downloads_the_image_under_its_own_compression(kit: Any, named: str | None,
                                                                        published: str) -> None:

@@ -151,12 +151,12 @@ def test_the_ramdisk_modules_are_read_from_its_initramfs(tmp_path: Path) -> None
 
 
 def publish(kit: Any, m: Manifest, cache: Path, *, proven: bool) -> str:
-    image = cache / "debian-12-0123456789abcdef.tar.gz"
+    image = cache / "debian-12-0123456789abcdef.tar.zst"
     image.write_bytes(b"image")
     digest = "c" * 64
     sidecar(image).write_text(sidecar_line(digest, image))
-    (cache / "debian-12.tar.gz").symlink_to(image.name)
-    sidecar(cache / "debian-12.tar.gz").write_text(sidecar_line(digest, cache / "debian-12.tar.gz"))
+    (cache / "debian-12.tar.zst").symlink_to(image.name)
+    sidecar(cache / "debian-12.tar.zst").write_text(sidecar_line(digest, cache / "debian-12.tar.zst"))
     if proven:
         wanted = packages.wanted(m, "debian-12", "6.1.0-56-amd64")
         looked = proof.sources(packages.os_sources(m, "debian-12"), wanted.repositories)
@@ -191,7 +191,7 @@ def test_run_fails_an_unproven_image_and_a_silent_bmc(kit: Any, tmp_path: Path) 
     publish(kit, m, tmp_path, proven=False)
     found = edges.run(m, tmp_path, [name], bmc_says({name: (False, "BMC 127.0.0.1 of node01 is unreachable", None)}))
     bad = {c.what: c.detail for c in preflight.failed(found)}
-    assert bad == {"image": "debian-12.tar.gz: it has no proof (run provision image build)",
+    assert bad == {"image": "debian-12.tar.zst: it has no proof (run provision image build)",
                    "deploy ramdisk": "lacks the NIC drivers Broadcom tg3: a node booting from such a NIC gets no "
                                      "address",
                    "BMC": "BMC 127.0.0.1 of node01 is unreachable"}

@@ -73,7 +73,7 @@ def test_llm200k_head_vars() -> None:
     assert "kernel http://10.10.0.10/images/deploy-ramdisk/vmlinuz " in files["install.ipxe"]
     assert "provision.plan=http://10.10.0.10/nodes/gpu01/deploy.json" in files["install.ipxe"]
     plan = json.loads(files["deploy.json"])
-    assert plan["image"] == {"url": "http://10.10.0.10/images/ubuntu-22.04.tar.gz", "sha256": ""}  # the role fills it
+    assert plan["image"] == {"url": "http://10.10.0.10/images/ubuntu-22.04.tar.zst", "sha256": ""}  # the role fills it
     assert plan["erase_allowed"] is False and plan["mac"] == "3c:ec:ef:10:00:21"
     # the installer method keeps the autoinstall seed
     data = yaml.safe_load((ROOT / "examples" / "llm-200k.yaml").read_text())
