@@ -40,7 +40,7 @@ from provisioner.image.proof import AptRequest, ProofInput, Repository
 from provisioner.image.recipe import OS_IMAGES, OsImage, recipe
 from provisioner.manifest.model import Manifest
 from provisioner.manifest.nodes import Node
-from provisioner.platforms import PLATFORMS, Platform, os_vars_path
+from provisioner.platforms import os_vars_path, platform
 
 # The manifest field that makes each role run on a node (the inventory group of its play
 # comes from it): what a failed proof names. A test holds it complete for site.yml's roles.
@@ -72,12 +72,6 @@ ROLE_FIELDS: dict[str, str] = {
     "backup": "backup (the head node)",
 }
 
-# each OS's platform row by its manifest name (the roles' OS variables: os_vars_path)
-_PLATFORMS: dict[str, Platform] = {name: p for name, p in PLATFORMS.items()}
-# ansible_facts.distribution / major version / version of each OS
-DISTRIBUTIONS: dict[str, tuple[str, str, str]] = {
-    name: (p.distribution, p.major, p.version) for name, p in PLATFORMS.items()
-}
 # the kernel of an image before it is built (the proof passes the image's own)
 DEFAULT_KERNELS: dict[str, str] = {"debian": "6.1.0-0-amd64", "ubuntu": "0.0.0-0-generic"}
 
@@ -392,9 +386,9 @@ def _os_image(os_name: str) -> OsImage:
 
 
 def _facts(os_name: str, kernel: str) -> dict[str, Any]:
-    dist, major, version = DISTRIBUTIONS[os_name]
+    p = platform(os_name)
     return {
-        "distribution": dist, "distribution_major_version": major, "distribution_version": version,
+        "distribution": p.distribution, "distribution_major_version": p.major, "distribution_version": p.version,
         "distribution_release": _os_image(os_name).suite, "os_family": "Debian", "architecture": "x86_64",
         "machine": "x86_64", "kernel": kernel, "virtualization_role": "host", "virtualization_type": "",
         "machine_id": "",
@@ -410,7 +404,7 @@ def evaluate(roles: Path, run: RoleRun, os_name: str, host: Mapping[str, Any],
     variables.update(_trust(_load(base / "defaults" / "main.yml") or {}))
     variables.update(host)  # the inventory's data is not templated again (inventory.literal)
     variables.update(_trust(_load(base / "vars" / "main.yml") or {}))
-    os_vars = os_vars_path(base / "vars", _PLATFORMS[os_name])
+    os_vars = os_vars_path(base / "vars", platform(os_name))
     if os_vars is not None:
         variables.update(_trust(_load(os_vars) or {}))
     variables |= {"ansible_facts": _facts(os_name, kernel), "role_path": str(base), "role_name": run.role,

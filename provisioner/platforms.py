@@ -68,6 +68,15 @@ OS_NAMES: tuple[OsName, ...] = tuple(PLATFORMS)
 UBUNTU_RELEASES: tuple[UbuntuName, ...] = get_args(UbuntuName)
 
 
+def platform(name: str) -> Platform:
+    """The row of the release named ``name`` (a name from outside the manifest's schema: a
+    command's argument, a cache file); KeyError naming the known ones when there is none."""
+    found = next((p for os_name, p in PLATFORMS.items() if os_name == name), None)
+    if found is None:
+        raise KeyError(f"no OS release {name!r}; known: {', '.join(OS_NAMES)}")
+    return found
+
+
 def os_vars_path(vars_dir: Path, platform: Platform) -> Path | None:
     """The file of ``vars_dir`` a role reads its OS variables from on ``platform``, as its
     include_vars finds it; None when the role has none for that release."""

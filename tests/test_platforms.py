@@ -5,12 +5,12 @@ exactly its releases."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import get_args
 
 import pytest
 
-from provisioner import packages
 from provisioner.areas.baremetal import media
 from provisioner.areas.gpu import driver, tables
 from provisioner.areas.monitoring import decide as monitoring
@@ -26,6 +26,7 @@ from provisioner.platforms import (
     Role,
     UbuntuName,
     os_vars_path,
+    platform,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,20 +47,24 @@ def test_the_literals_are_the_table() -> None:
 def test_each_platform_names_itself_as_ansible_does() -> None:
     assert PLATFORMS["ubuntu-22.04"].vars_files == ("Ubuntu-22.yml", "Ubuntu.yml")
     assert PLATFORMS["debian-12"].vars_files == ("Debian-12.yml", "Debian.yml")
-    assert packages.DISTRIBUTIONS["ubuntu-24.04"] == ("Ubuntu", "24", "24.04")
+    noble = platform("ubuntu-24.04")
+    assert (noble.distribution, noble.major, noble.version) == ("Ubuntu", "24", "24.04")
     for name, p in PLATFORMS.items():
-        assert p.name == name
+        assert p.name == name and platform(name) is p
+    known = "known: ubuntu-22.04, ubuntu-24.04, debian-12"
+    with pytest.raises(KeyError, match=re.escape(f"no OS release 'ubuntu-20.04'; {known}")):
+        platform("ubuntu-20.04")
 
 
 @pytest.mark.parametrize("table", [
-    "recipe.OS_IMAGES", "packages.DISTRIBUTIONS", "monitoring.NODE_EXPORTER_VERSIONS", "build.BUILD_DEPS",
+    "recipe.OS_IMAGES", "monitoring.NODE_EXPORTER_VERSIONS", "build.BUILD_DEPS",
     "build.BUILD_COMPONENTS", "releases.SLURM_VERSION_BY_OS", "driver.KERNEL_ABI_RE", "driver.GA_KERNEL",
     "driver.DEFAULT_KERNEL_FLAVOUR", "tables.AUTO_SOURCES", "tables.CUDA_REPO_DIST", "tables.CUDA_REPO_VERSIONS",
     "tables.CUDA_DEFAULTS", "tables.NCCL_APT_BUILDS", "tables.DOCKER_REPO",
 ])
 def test_every_per_release_table_covers_every_release(table: str) -> None:
     module, name = table.split(".")
-    value = getattr({"recipe": recipe, "packages": packages, "monitoring": monitoring, "build": build,
+    value = getattr({"recipe": recipe, "monitoring": monitoring, "build": build,
                      "releases": releases, "driver": driver, "tables": tables}[module], name)
     assert set(value) == set(OS_NAMES), table
 
@@ -86,10 +91,10 @@ def test_every_role_with_os_vars_has_them_for_every_release_and_no_stray_file() 
             continue
         role = vars_dir.parent.name
         assert files <= RELEASE_FILES | FAMILY_FILES, (role, sorted(files - RELEASE_FILES - FAMILY_FILES))
-        for name, platform in PLATFORMS.items():
-            found = os_vars_path(vars_dir, platform)
+        for name, row in PLATFORMS.items():
+            found = os_vars_path(vars_dir, row)
             assert found is not None, f"{role}: no OS variables for {name}"
-            release, family = (vars_dir / f for f in platform.vars_files)
+            release, family = (vars_dir / f for f in row.vars_files)
             if release.is_file() and family.is_file():
                 assert _body(release) != _body(family), f"{role}: {release.name} repeats {family.name}"
 
