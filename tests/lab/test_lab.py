@@ -56,6 +56,7 @@ import pytest
 import yaml
 from emulators.ipmi import IpmiEmulator
 
+from lab import phases
 from lab.labvm import DATA, FABRIC, LAB_IMAGES, MGMT, Disk, Netns, Nic, Ssh, Timings, Vm, VmSpec
 from provisioner.areas.fabric import decide as fabric
 from provisioner.areas.storage import snapshots
@@ -125,6 +126,8 @@ class Lab:
     images: Future[subprocess.CompletedProcess[str]] | None = None
     pxe_apply: Future[subprocess.CompletedProcess[str]] | None = None
     pxe_state: Path | None = None
+    pxe_applied: float | None = None  # the host's clock when pxe1's apply ended
+    pxe_first_job: float | None = None  # ... and when its first srun came back
 
     def provision(self, *args: str, manifest: Path | None = None,
                   timeout: float = 1800) -> subprocess.CompletedProcess[str]:
@@ -237,6 +240,7 @@ class Machine(threading.Thread):
         self.reboots = 0  # reboots of the guest's own
         self.on = False
         self.error: str | None = None
+        self.powered_on: float | None = None  # the host's clock when the BMC first started it
 
     def run(self) -> None:
         seen = 0
@@ -255,6 +259,7 @@ class Machine(threading.Thread):
                     self.vm.stop()
                     self.on = device == "network"
                     if self.on:
+                        self.powered_on = self.powered_on or time.time()
                         self.vm.start()
                 elif self.on and state["power"] == "on" and not self.vm.running():
                     self.reboots += 1
@@ -347,8 +352,14 @@ def lab(tmp_path_factory: pytest.TempPathFactory, lab_network: Netns) -> Iterato
             shutil.copytree(work / ".provision", lab.pxe_state, ignore=shutil.ignore_patterns("lock", "images", "runs"))
             (lab.pxe_state / "images").symlink_to(LAB_IMAGES)
             with timings.stage("pxe: apply deploys pxe1 and configures it (beside the rest)"):
-                return lab.provision("apply", "--yes", "--limit", "pxe1", "--install-timeout", "1500",
-                                     "--state-dir", str(lab.pxe_state), timeout=2700)
+                r = lab.provision("apply", "--yes", "--limit", "pxe1", "--install-timeout", "1500",
+                                  "--state-dir", str(lab.pxe_state), timeout=2700)
+            lab.pxe_applied = time.time()
+            if r.returncode == 0:
+                with timings.stage("pxe: pxe1's first job"):
+                    if _first_job(lab.ssh["head1"]).stdout.strip() == "pxe1":
+                        lab.pxe_first_job = time.time()
+            return r
 
         background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pxe-apply")
         lab.pxe_apply = background.submit(pxe_apply)
@@ -871,15 +882,46 @@ def test_the_node_runs_from_its_own_disk_and_was_configured(lab: Lab) -> None:
     assert (lab.work / "id_ed25519.pub").read_text().split()[1] in keys
 
 
+def _first_job(head: Ssh) -> subprocess.CompletedProcess[str]:
+    """Once slurmd on pxe1 has registered with the controller on head1 (munge with the
+    cluster's key) and the node is idle, ``srun hostname`` on it."""
+    return head.run("for i in $(seq 60); do s=$(sinfo -h -n pxe1 -o %T); case $s in idle*) break;; esac; "
+                    "sleep 2; done; timeout 180 srun -w pxe1 -N 1 -t 2 hostname", timeout=420, check=False)
+
+
 def test_srun_runs_on_the_deployed_node(lab: Lab) -> None:
     _pxe(lab)
     head = lab.ssh["head1"]
-    # slurmd registered with the controller on head1 (munge with the cluster's key)
-    state = head.out("for i in $(seq 60); do s=$(sinfo -h -n pxe1 -o %T); case $s in idle*) break;; esac; "
-                     "sleep 3; done; sinfo -h -n pxe1 -o %T", timeout=240).strip()
+    state = head.out("sinfo -h -n pxe1 -o %T").strip()
     assert state.startswith("idle"), head.out("sinfo -N -l; scontrol show node pxe1")
     r = head.run("timeout 180 srun -w pxe1 -N 1 -t 2 hostname", timeout=240)
     assert r.stdout.strip() == "pxe1", r.stdout + r.stderr
+    # the first one ran right after apply (the phases below end with it)
+    assert lab.pxe_first_job is not None, _first_job(head).stdout
+
+
+def test_power_on_to_first_job_by_phase(lab: Lab) -> None:
+    """Issue 35: the deployed node from BMC power-on to its first srun, split by phase from
+    the PXE server's log, the agent's console lines and the host's clock; the table is
+    printed and kept as pxe1-phases.json in the lab's work directory."""
+    r = _pxe(lab)
+    machine, head = lab.machine, lab.ssh["head1"]
+    assert machine is not None and machine.powered_on is not None and lab.pxe_applied is not None
+    if lab.pxe_first_job is None:
+        pytest.fail("pxe1 ran no first job (test_srun_runs_on_the_deployed_node says why)")
+    before = time.time()
+    clock = float(head.out("date +%s.%N"))
+    offset = clock - (before + time.time()) / 2
+    took = re.search(r"pxe1\W+ok\W+done\W+(\d+)", r.stdout)
+    assert took, _recap(r)
+    found = phases.pxe_phases(
+        phases.requests(head.out("cat /var/log/nginx/pxe.access.log"), PXE1),
+        phases.deploy_steps(machine.vm.console.read_text(errors="replace")), node="pxe1",
+        image=f"debian-12{BUILT_IMAGE_EXT}", powered_on=machine.powered_on, ssh_up=machine.powered_on + int(took[1]),
+        applied=lab.pxe_applied, first_job=lab.pxe_first_job, offset=offset)
+    print(f"\n{phases.table(found)}")
+    (lab.work / "pxe1-phases.json").write_text(json.dumps([vars(p) for p in found], indent=1))
+    assert all(p.seconds > -5 for p in found), found  # one clock after the other (within the clocks' offset)
 
 
 # --------------------------------------------------------------------------- people
