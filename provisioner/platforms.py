@@ -5,13 +5,17 @@ Ansible gives it (``ansible_facts.distribution`` and its major version, which na
 OS variables: ``vars/<Distribution>-<major>.yml`` where the release differs from its family,
 else ``vars/<Distribution>.yml``). Everything else that names a release reads this
 table: the manifest's ``os:`` field, the CLI's ``--os`` choices, the image recipes, the
-Ubuntu installer media, the packages table. Per-release facts that belong to one area (the
-Slurm release Ubuntu ships, a kernel's flavour, node_exporter's version) stay in that area,
-keyed by these names; ``tests/test_platforms.py`` holds every such table to this one.
+Ubuntu installer media, the packages table. A row also says what the release's archive ships
+that the areas decide on (its GA kernel series, its Slurm, its node_exporter); what follows
+from the family alone (a kernel's flavour, NVIDIA's and Docker's repository names) the areas
+derive from the row. Tables that stay per release in an area (the image recipes, NVIDIA's
+CUDA and NCCL builds) are keyed by these names; ``tests/test_platforms.py`` holds every such
+table to this one.
 
 A new release of a known family: a row here, the ``OsName`` literal below (mypy and
-pydantic read literals, not tables; a test holds the two equal), the area tables the test
-names, and a release file in the roles whose facts differ between the family's releases.
+pydantic read literals, not tables; a test holds the two equal), its image recipe and
+NVIDIA's builds for it (the tables the test names), and a release file in the roles whose
+facts differ between the family's releases.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ class Platform:
     family: Family
     version: str  # "22.04", "12"
     codename: str  # the archive's suite: "jammy", "bookworm"
+    kernel: str  # the release's GA kernel series: "5.15" (Ubuntu's HWE kernels are newer)
+    slurm: str  # the Slurm major release its archive ships (slurm-wlm): "21.08"
+    node_exporter: tuple[int, int, int]  # the node_exporter its archive ships (prometheus-node-exporter)
 
     @property
     def name(self) -> str:
@@ -57,12 +64,14 @@ class Platform:
         return f"{self.distribution}-{self.major}.yml", f"{self.distribution}.yml"
 
 
-# sources: Ubuntu's releases https://wiki.ubuntu.com/Releases (22.04 jammy, 24.04 noble);
-# Debian's https://www.debian.org/releases/ (12 bookworm)
+# sources: Ubuntu's releases https://wiki.ubuntu.com/Releases (22.04 jammy, 24.04 noble; GA
+# kernels 5.15 and 6.8); Debian's https://www.debian.org/releases/ (12 bookworm, kernel 6.1).
+# Slurm and node_exporter: the archives' slurm-wlm and prometheus-node-exporter
+# (packages.ubuntu.com/{jammy,noble}/..., Debian 12's apt-cache policy; docs/versions.md).
 PLATFORMS: dict[OsName, Platform] = {
-    "ubuntu-22.04": Platform("ubuntu", "22.04", "jammy"),
-    "ubuntu-24.04": Platform("ubuntu", "24.04", "noble"),
-    "debian-12": Platform("debian", "12", "bookworm"),
+    "ubuntu-22.04": Platform("ubuntu", "22.04", "jammy", kernel="5.15", slurm="21.08", node_exporter=(1, 3, 1)),
+    "ubuntu-24.04": Platform("ubuntu", "24.04", "noble", kernel="6.8", slurm="23.11", node_exporter=(1, 7, 0)),
+    "debian-12": Platform("debian", "12", "bookworm", kernel="6.1", slurm="22.05", node_exporter=(1, 5, 0)),
 }
 OS_NAMES: tuple[OsName, ...] = tuple(PLATFORMS)
 UBUNTU_RELEASES: tuple[UbuntuName, ...] = get_args(UbuntuName)

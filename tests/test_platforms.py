@@ -57,16 +57,39 @@ def test_each_platform_names_itself_as_ansible_does() -> None:
 
 
 @pytest.mark.parametrize("table", [
-    "recipe.OS_IMAGES", "monitoring.NODE_EXPORTER_VERSIONS", "build.BUILD_DEPS",
-    "build.BUILD_COMPONENTS", "releases.SLURM_VERSION_BY_OS", "driver.KERNEL_ABI_RE", "driver.GA_KERNEL",
-    "driver.DEFAULT_KERNEL_FLAVOUR", "tables.AUTO_SOURCES", "tables.CUDA_REPO_DIST", "tables.CUDA_REPO_VERSIONS",
-    "tables.CUDA_DEFAULTS", "tables.NCCL_APT_BUILDS", "tables.DOCKER_REPO",
+    "recipe.OS_IMAGES", "tables.CUDA_REPO_VERSIONS", "tables.CUDA_DEFAULTS", "tables.NCCL_APT_BUILDS",
 ])
 def test_every_per_release_table_covers_every_release(table: str) -> None:
     module, name = table.split(".")
     value = getattr({"recipe": recipe, "monitoring": monitoring, "build": build,
                      "releases": releases, "driver": driver, "tables": tables}[module], name)
     assert set(value) == set(OS_NAMES), table
+
+
+def test_what_the_areas_derive_from_a_row_is_what_the_vendors_name() -> None:
+    """The areas' per-release facts come from the platform table: the archives' own (GA
+    kernel, Slurm, node_exporter) as the rows say, the rest from the family and version."""
+    assert releases.SLURM_VERSION_BY_OS == {"ubuntu-22.04": "21.08", "ubuntu-24.04": "23.11", "debian-12": "22.05"}
+    assert monitoring.NODE_EXPORTER_VERSIONS == {"ubuntu-22.04": (1, 3, 1), "ubuntu-24.04": (1, 7, 0),
+                                                 "debian-12": (1, 5, 0)}
+    assert driver.GA_KERNEL == {"ubuntu-22.04": "5.15", "ubuntu-24.04": "6.8", "debian-12": "6.1"}
+    assert driver.DEFAULT_KERNEL_FLAVOUR == {"ubuntu-22.04": "generic", "ubuntu-24.04": "generic",
+                                             "debian-12": "amd64"}
+    assert driver.kernel_flavour("ubuntu-22.04", "6.8.0-50-generic") == "generic-hwe-22.04"
+    assert driver.kernel_flavour("debian-12", "6.12.12+bpo-cloud-amd64") == "cloud-amd64"
+    # developer.download.nvidia.com/compute/cuda/repos/<dist>/x86_64/
+    assert tables.CUDA_REPO_DIST == {"ubuntu-22.04": "ubuntu2204", "ubuntu-24.04": "ubuntu2404",
+                                     "debian-12": "debian12"}
+    assert tables.DOCKER_REPO == {"ubuntu-22.04": ("https://download.docker.com/linux/ubuntu", "jammy"),
+                                  "ubuntu-24.04": ("https://download.docker.com/linux/ubuntu", "noble"),
+                                  "debian-12": ("https://download.docker.com/linux/debian", "bookworm")}
+    assert tables.AUTO_SOURCES["ubuntu-24.04"] == {"driver": "ubuntu-signed", "cuda": "cuda-repo", "nccl": "apt",
+                                                   "docker": "docker-ce"}
+    assert tables.AUTO_SOURCES["debian-12"] == {"driver": "debian", "cuda": "debian", "nccl": "pypi",
+                                                "docker": "distro"}
+    assert build.BUILD_COMPONENTS["ubuntu-22.04"] == ("main", "universe", "multiverse")
+    assert build.BUILD_COMPONENTS["debian-12"] == ("main", "contrib", "non-free")
+    assert set(build.BUILD_DEPS) == set(OS_NAMES)
 
 
 def test_the_image_recipes_take_family_and_suites_from_the_table() -> None:

@@ -27,6 +27,7 @@ from provisioner.areas.gpu.tables import (
     resolve_source,
     version_tuple,
 )
+from provisioner.platforms import PLATFORMS, Family
 
 
 # --------------------------------------------------------------------------- results
@@ -285,16 +286,18 @@ def kernel_module_package(source: str, branch: str, use_open: bool, release: str
     return f"linux-headers-{release}"
 
 
-#: Kernel release -> (ABI flavour, kernel metas' flavour) per OS: the release without its
-#: version and ABI (``5.15.0-91-generic``, ``6.1.0-18-cloud-amd64``, ``6.12.12+bpo-amd64``).
-KERNEL_ABI_RE: dict[OsName, str] = {
-    "ubuntu-22.04": r"^[0-9.]+-[0-9]+-",
-    "ubuntu-24.04": r"^[0-9.]+-[0-9]+-",
-    "debian-12": r"^[0-9.]+(-[0-9]+|[+]bpo)-",
+#: Kernel release -> (ABI flavour, kernel metas' flavour) per family: the release without its
+#: version and ABI (``5.15.0-91-generic``, ``6.1.0-18-cloud-amd64``, ``6.12.12+bpo-amd64``),
+#: and the flavour of the family's usual kernel metas.
+_KERNEL_NAMES: dict[Family, tuple[str, str]] = {
+    "ubuntu": (r"^[0-9.]+-[0-9]+-", "generic"),
+    "debian": (r"^[0-9.]+(-[0-9]+|[+]bpo)-", "amd64"),
 }
-#: The release's GA kernel series; Ubuntu's metas of a newer (HWE) kernel are <flavour>-hwe-<release>.
-GA_KERNEL: dict[OsName, str] = {"ubuntu-22.04": "5.15", "ubuntu-24.04": "6.8", "debian-12": "6.1"}
-DEFAULT_KERNEL_FLAVOUR: dict[OsName, str] = {"ubuntu-22.04": "generic", "ubuntu-24.04": "generic", "debian-12": "amd64"}
+KERNEL_ABI_RE: dict[OsName, str] = {name: _KERNEL_NAMES[p.family][0] for name, p in PLATFORMS.items()}
+DEFAULT_KERNEL_FLAVOUR: dict[OsName, str] = {name: _KERNEL_NAMES[p.family][1] for name, p in PLATFORMS.items()}
+#: The release's GA kernel series (the platform table); Ubuntu's metas of a newer (HWE) kernel
+#: are <flavour>-hwe-<release>.
+GA_KERNEL: dict[OsName, str] = {name: p.kernel for name, p in PLATFORMS.items()}
 
 
 def kernel_flavour(os_name: str, kernel_release: str) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from provisioner.platforms import OS_NAMES, OsName
+from provisioner.platforms import OS_NAMES, PLATFORMS, Family, OsName
 
 __all__ = ["OS_NAMES", "OsName"]  # the GPU stack's modules import them from here
 
@@ -99,19 +99,16 @@ CUDA_SOURCES = ("cuda-repo", "debian")
 NCCL_SOURCES = ("apt", "pypi")
 DOCKER_SOURCES = ("docker-ce", "distro")
 
-#: What "auto" means per OS, per component (CUDA's "auto" also follows a cuda-repo driver).
-AUTO_SOURCES: dict[OsName, dict[str, str]] = {
-    "ubuntu-22.04": {"driver": "ubuntu-signed", "cuda": "cuda-repo", "nccl": "apt", "docker": "docker-ce"},
-    "ubuntu-24.04": {"driver": "ubuntu-signed", "cuda": "cuda-repo", "nccl": "apt", "docker": "docker-ce"},
-    "debian-12": {"driver": "debian", "cuda": "debian", "nccl": "pypi", "docker": "distro"},
+#: What "auto" means per family, per component (CUDA's "auto" also follows a cuda-repo driver).
+_AUTO_BY_FAMILY: dict[Family, dict[str, str]] = {
+    "ubuntu": {"driver": "ubuntu-signed", "cuda": "cuda-repo", "nccl": "apt", "docker": "docker-ce"},
+    "debian": {"driver": "debian", "cuda": "debian", "nccl": "pypi", "docker": "distro"},
 }
+AUTO_SOURCES: dict[OsName, dict[str, str]] = {name: _AUTO_BY_FAMILY[p.family] for name, p in PLATFORMS.items()}
 
-#: Directory of NVIDIA's CUDA network repository per OS (developer.download.nvidia.com).
-CUDA_REPO_DIST: dict[OsName, str] = {
-    "ubuntu-22.04": "ubuntu2204",
-    "ubuntu-24.04": "ubuntu2404",
-    "debian-12": "debian12",
-}
+#: Directory of NVIDIA's CUDA network repository per OS (developer.download.nvidia.com): the
+#: family and the version without its dot, ``ubuntu2204``, ``debian12``.
+CUDA_REPO_DIST: dict[OsName, str] = {name: f"{p.family}{p.version.replace('.', '')}" for name, p in PLATFORMS.items()}
 CUDA_REPO_URL = "https://developer.download.nvidia.com/compute/cuda/repos/{dist}/x86_64/"
 
 #: CUDA toolkit versions (cuda-toolkit-X-Y) in NVIDIA's repository per OS.
@@ -150,11 +147,9 @@ NCCL_PREFIX_ROOT = "/opt/nccl"
 
 DOCKER_CE_PACKAGES = ("docker-ce", "docker-ce-cli", "containerd.io", "docker-buildx-plugin", "docker-compose-plugin")
 DOCKER_DISTRO_PACKAGES = ("docker.io",)
-DOCKER_REPO: dict[OsName, tuple[str, str]] = {  # (URL, suite)
-    "ubuntu-22.04": ("https://download.docker.com/linux/ubuntu", "jammy"),
-    "ubuntu-24.04": ("https://download.docker.com/linux/ubuntu", "noble"),
-    "debian-12": ("https://download.docker.com/linux/debian", "bookworm"),
-}
+#: Docker's repository per OS (URL, suite): one per family, the release's own suite.
+DOCKER_REPO: dict[OsName, tuple[str, str]] = {
+    name: (f"https://download.docker.com/linux/{p.family}", p.codename) for name, p in PLATFORMS.items()}
 
 #: GPUs that only run with the open kernel modules (Blackwell) and their first branch.
 

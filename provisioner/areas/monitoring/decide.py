@@ -31,6 +31,7 @@ from provisioner.manifest.monitoring import AlertReceiver, EmailReceiver, Monito
 from provisioner.manifest.nodes import Node
 from provisioner.manifest.select import select_nodes
 from provisioner.manifest.source import PathKey
+from provisioner.platforms import PLATFORMS
 from provisioner.secretfile import private_file_text
 from provisioner.state import StateDir
 
@@ -71,8 +72,8 @@ NODE_AGENT_PACKAGES = (
 # (node_exporter 1.7.0) knows the tcp and udp transports only: one NFS mount over RDMA fails
 # the whole mountstats collector on that node (every scrape logs 'invalid NFS protocol "rdma"'
 # and no mount keeps its series; found in the VM lab, reproduced against Debian's binary).
-# The version each distribution ships:
-NODE_EXPORTER_VERSIONS = {"debian-12": (1, 5, 0), "ubuntu-22.04": (1, 3, 1), "ubuntu-24.04": (1, 7, 0)}
+# The version each release ships (the platform table):
+NODE_EXPORTER_VERSIONS: dict[str, tuple[int, int, int]] = {name: p.node_exporter for name, p in PLATFORMS.items()}
 MOUNTSTATS_READS_RDMA_SINCE = (1, 7, 0)
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from provisioner.image.recipe import KEYRINGS, OS_IMAGES
 from provisioner.manifest.model import Manifest
+from provisioner.platforms import OS_NAMES, PLATFORMS, Family
 
 
 @dataclass(frozen=True)
@@ -103,18 +104,14 @@ _COMMON_DEPS: dict[str, tuple[str, ...]] = {
     "hwloc": ("libhwloc-dev",),
     "lua": ("liblua5.3-dev",),
 }
-BUILD_DEPS: dict[str, dict[str, tuple[str, ...]]] = {
-    "debian-12": _COMMON_DEPS,
-    "ubuntu-22.04": _COMMON_DEPS,
-    "ubuntu-24.04": _COMMON_DEPS,
+BUILD_DEPS: dict[str, dict[str, tuple[str, ...]]] = {name: _COMMON_DEPS for name in OS_NAMES}
+# Archive components the chroot needs for those packages, per family (libnvidia-ml-dev:
+# Debian non-free, Ubuntu multiverse).
+_COMPONENTS_BY_FAMILY: dict[Family, tuple[str, ...]] = {
+    "debian": ("main", "contrib", "non-free"),
+    "ubuntu": ("main", "universe", "multiverse"),
 }
-# Archive components the chroot needs for those packages (libnvidia-ml-dev: Debian non-free,
-# Ubuntu multiverse).
-BUILD_COMPONENTS: dict[str, tuple[str, ...]] = {
-    "debian-12": ("main", "contrib", "non-free"),
-    "ubuntu-22.04": ("main", "universe", "multiverse"),
-    "ubuntu-24.04": ("main", "universe", "multiverse"),
-}
+BUILD_COMPONENTS: dict[str, tuple[str, ...]] = {name: _COMPONENTS_BY_FAMILY[p.family] for name, p in PLATFORMS.items()}
 
 
 def build_packages(os_name: str) -> tuple[str, ...]:

@@ -14,14 +14,12 @@ from provisioner.areas.slurm.decide import client_nodes, controller, slurm_nodes
 from provisioner.areas.slurm.hostlist import hostlist
 from provisioner.manifest.model import Manifest
 from provisioner.manifest.nodes import Node
+from provisioner.platforms import PLATFORMS
 
-# Slurm shipped by each supported OS (package slurm-wlm). 21.08 has no cgroup/v2 plugin
-# (added in 22.05) and Ubuntu 22.04 boots with the unified (v2) hierarchy by default.
-SLURM_VERSION_BY_OS: dict[str, str] = {
-    "debian-12": "22.05",
-    "ubuntu-22.04": "21.08",
-    "ubuntu-24.04": "23.11",
-}
+# Slurm shipped by each supported OS (package slurm-wlm; the platform table). 21.08 has no
+# cgroup/v2 plugin (added in 22.05) and Ubuntu 22.04 boots with the unified (v2) hierarchy by
+# default.
+SLURM_VERSION_BY_OS: dict[str, str] = {name: p.slurm for name, p in PLATFORMS.items()}
 CGROUP_V2_MIN_VERSION = (22, 5)
 # Slurm's major releases in order. A release works with (and upgrades in place from) its own and
 # the two previous major releases; from 24.11 on, the three previous ones (SchedMD's upgrade
