@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import pytest
 import yaml
 
@@ -68,3 +69,6 @@ def test_ofed_reconfigures_only_its_ipoib_interface() -> None:
         ubuntu = yaml.safe_load(found.read_text())
         assert ubuntu["__ofed_ipoib_apply"] == [["netplan", "generate"], ["networkctl", "reload"]]
         assert ubuntu["__ofed_ipoib_reconfigure"] is True
+        # DOCA's repository names the release as ubuntu22.04 (linux.mellanox.com/public/repo/doca/)
+        facts = {"distribution_version": PLATFORMS[name].version}
+        assert jinja2.Template(ubuntu["__ofed_doca_os"]).render(ansible_facts=facts) == name.replace("-", "")

@@ -406,6 +406,21 @@ def _role_vars(role: str, os_name: str) -> dict[str, Any]:
     return data
 
 
+def _os_facts(os_name: str) -> dict[str, Any]:
+    """The facts a role's OS variables read, as Ansible gathers them on ``os_name``."""
+    p = PLATFORMS[os_name]
+    return {"ansible_facts": {"distribution_version": p.version, "distribution_major_version": p.major}}
+
+
+@pytest.mark.parametrize("os_name", gpu.OS_NAMES)
+def test_the_roles_name_nvidias_repository_as_the_area_does(os_name: str) -> None:
+    """nccl and gpu_metrics derive the repository's directory from the node's facts."""
+    for role in ("nccl", "gpu_metrics"):
+        data = _role_vars(role, os_name)
+        key = "__nccl_os_repo_dist" if role == "nccl" else "__gpu_metrics_os_cuda_repo_dist"
+        assert _render(data[key], _os_facts(os_name)) == gpu.CUDA_REPO_DIST[os_name], role
+
+
 def _drop_empty(items: list[str]) -> tuple[str, ...]:
     return tuple(i for i in items if i)
 
@@ -498,7 +513,7 @@ def test_cuda_packages_agree(os_name: str) -> None:
 def test_nccl_names_agree(os_name: str, version: str, cuda: str) -> None:
     data = _role_vars("nccl", os_name)
     assert data["__nccl_os_auto_source"] == gpu.AUTO_SOURCES[os_name]["nccl"]
-    assert data["__nccl_os_repo_dist"] == gpu.CUDA_REPO_DIST[os_name]
+    assert _render(data["__nccl_os_repo_dist"], _os_facts(os_name)) == gpu.CUDA_REPO_DIST[os_name]
     ranges = {int(k): (tuple(map(int, lo.split("."))), tuple(map(int, hi.split("."))) if hi else None)
               for k, (lo, hi) in data["__nccl_wheel_range"].items()}
     assert ranges == gpu.NCCL_WHEEL_RANGE

@@ -27,7 +27,6 @@ from provisioner.platforms import PLATFORMS, os_vars_path
 
 ROOT = Path(__file__).resolve().parents[3]
 ROLES = ROOT / "roles"
-OS_FACTS = {"ubuntu-22.04": ("Ubuntu", "22.04"), "ubuntu-24.04": ("Ubuntu", "24.04"), "debian-12": ("Debian", "12")}
 
 
 def _env() -> jinja2.Environment:
@@ -49,8 +48,9 @@ class RoleVars:
         assert os_vars is not None, (role, os_name)
         for path in (ROLES / role / "vars" / "main.yml", os_vars):
             self.values.update(yaml.safe_load(path.read_text()))
-        distribution, version = OS_FACTS[os_name]
-        self.values["ansible_facts"] = {"distribution": distribution, "distribution_version": version, **facts}
+        p = PLATFORMS[os_name]
+        self.values["ansible_facts"] = {"distribution": p.distribution, "distribution_version": p.version,
+                                        "distribution_major_version": p.major, **facts}
         self.values["ansible_managed"] = "Ansible managed"
 
     def __getitem__(self, name: str) -> Any:
