@@ -471,57 +471,64 @@ def _timers_held(ssh: Ssh, pattern: str) -> Iterator[None]:
             ssh.run(f"systemctl start {' '.join(timers)}", timeout=120)
 
 
-def test_snapshots_are_taken_and_only_ours_beyond_the_count_are_pruned(lab: Lab) -> None:
+@pytest.fixture
+def zfs_timers_held(lab: Lab) -> Iterator[None]:
+    """store1's ZFS timers (snapshots, replication, scrubs) held while a ZFS test runs their
+    services."""
+    with _timers_held(lab.ssh["store1"], "provision-zfs-*.timer"):
+        yield
+
+
+def test_snapshots_are_taken_and_only_ours_beyond_the_count_are_pruned(lab: Lab, zfs_timers_held: None) -> None:
     """Issue 31: the pool's policy (hourly: 2, daily: 1 in lab.yaml) on tank's real datasets.
     apply took each dataset's first snapshot; one run of the hourly service takes another;
     an operator's snapshot, a look-alike name and an old snapshot of ours beyond the count
     are added; the next run destroys only ours beyond the count, and verify's check of the
     newest snapshot's age passes (judged by the check verify runs, on store1's output)."""
     store = lab.ssh["store1"]
-    with _timers_held(store, "provision-zfs-snapshot@*.timer"):
-        datasets = ("tank/a", "tank/b")
+    datasets = ("tank/a", "tank/b")
 
-        def listed(dataset: str) -> list[str]:
-            return store.out(f"zfs list -H -o name -t snapshot -d 1 {dataset}").split()
+    def listed(dataset: str) -> list[str]:
+        return store.out(f"zfs list -H -o name -t snapshot -d 1 {dataset}").split()
 
-        def hourly(dataset: str) -> list[str]:
-            return [s.name for s in snapshots.ours(dataset, listed(dataset)) if s.frequency == "hourly"]
+    def hourly(dataset: str) -> list[str]:
+        return [s.name for s in snapshots.ours(dataset, listed(dataset)) if s.frequency == "hourly"]
 
-        assert lab.applies["first"].returncode == 0, "the first apply failed"
-        # apply's --missing took one each; the hourly timer may have fired since (the lab is long)
-        first = {ds: hourly(ds) for ds in datasets}
-        assert all(1 <= len(names) <= 2 for names in first.values()), first
-        store.run("systemctl start provision-zfs-snapshot@hourly.service", timeout=120)
-        for ds in datasets:
-            now = hourly(ds)
-            assert len(now) == 2 and now[-1] not in first[ds], (ds, listed(ds))
-        foreign = ["tank/a@lab-operator", "tank/a@provision-hourly-keep"]
-        old = "tank/a@provision-hourly-20200101T000000Z"
-        store.run(f"zfs snapshot {foreign[0]} && zfs snapshot {foreign[1]} && zfs snapshot {old}")
-        before = hourly("tank/a")
-        assert len(before) == 3 and before[0] == old, before
-        store.run("sleep 1 && systemctl start provision-zfs-snapshot@hourly.service", timeout=120)
-        after = listed("tank/a")
-        kept = hourly("tank/a")
-        gone = set(before) - set(kept)
-        # the count (2) of ours stays: the old one and the oldest of the rest went, only those
-        assert len(kept) == 2 and old in gone and len(gone) == 2, (before, after)
-        assert all(g < k for g in gone for k in kept), (before, after)  # same prefix: names sort by time
-        assert set(foreign) <= set(after), after
-        prom = store.out("cat /var/lib/prometheus/node-exporter/provision_zfs_snapshots.prom")
-        assert 'provision_zfs_snapshot_run_success{frequency="hourly"} 1' in prom, prom
-        # verify's check, as `provision verify` builds and judges it, on the node's output
-        checks = catalog.plan(load_manifest(lab.manifest).manifest)
-        for ds in datasets:
-            (check,) = [c for c in checks if c.node == "store1" and c.name == f"snapshots:{ds}"]
-            assert check.command is not None
-            r = store.run(check.command.text, timeout=check.command.timeout)
-            outcome = check.judge(Output(r.returncode, r.stdout, r.stderr))
-            assert outcome.status == "PASS", outcome
-        store.run(f"zfs destroy {foreign[0]} && zfs destroy {foreign[1]}")
+    assert lab.applies["first"].returncode == 0, "the first apply failed"
+    # apply's --missing took one each; the hourly timer may have fired since (the lab is long)
+    first = {ds: hourly(ds) for ds in datasets}
+    assert all(1 <= len(names) <= 2 for names in first.values()), first
+    store.run("systemctl start provision-zfs-snapshot@hourly.service", timeout=120)
+    for ds in datasets:
+        now = hourly(ds)
+        assert len(now) == 2 and now[-1] not in first[ds], (ds, listed(ds))
+    foreign = ["tank/a@lab-operator", "tank/a@provision-hourly-keep"]
+    old = "tank/a@provision-hourly-20200101T000000Z"
+    store.run(f"zfs snapshot {foreign[0]} && zfs snapshot {foreign[1]} && zfs snapshot {old}")
+    before = hourly("tank/a")
+    assert len(before) == 3 and before[0] == old, before
+    store.run("sleep 1 && systemctl start provision-zfs-snapshot@hourly.service", timeout=120)
+    after = listed("tank/a")
+    kept = hourly("tank/a")
+    gone = set(before) - set(kept)
+    # the count (2) of ours stays: the old one and the oldest of the rest went, only those
+    assert len(kept) == 2 and old in gone and len(gone) == 2, (before, after)
+    assert all(g < k for g in gone for k in kept), (before, after)  # same prefix: names sort by time
+    assert set(foreign) <= set(after), after
+    prom = store.out("cat /var/lib/prometheus/node-exporter/provision_zfs_snapshots.prom")
+    assert 'provision_zfs_snapshot_run_success{frequency="hourly"} 1' in prom, prom
+    # verify's check, as `provision verify` builds and judges it, on the node's output
+    checks = catalog.plan(load_manifest(lab.manifest).manifest)
+    for ds in datasets:
+        (check,) = [c for c in checks if c.node == "store1" and c.name == f"snapshots:{ds}"]
+        assert check.command is not None
+        r = store.run(check.command.text, timeout=check.command.timeout)
+        outcome = check.judge(Output(r.returncode, r.stdout, r.stderr))
+        assert outcome.status == "PASS", outcome
+    store.run(f"zfs destroy {foreign[0]} && zfs destroy {foreign[1]}")
 
 
-def test_replication_sends_full_then_incremental_and_destroys_nothing_not_ours(lab: Lab) -> None:
+def test_replication_sends_full_then_incremental_and_destroys_nothing_not_ours(lab: Lab, zfs_timers_held: None) -> None:
     """Issue 31: tank's datasets replicated to store1's second pool (lab.yaml), over SSH as the
     account whose key allows only the program's serve. The first run sends our newest snapshot
     in full; after an operator's snapshot and a new one of ours the next goes incrementally and
@@ -529,73 +536,71 @@ def test_replication_sends_full_then_incremental_and_destroys_nothing_not_ours(l
     operator's snapshot on the replica makes the run fail rather than destroy it; the key
     allows nothing but list/recv/abort; the metrics and verify's replica check agree."""
     store = lab.ssh["store1"]
-    with _timers_held(store, "provision-zfs-snapshot@*.timer"):
-        datasets = {"tank/a": "backup/a", "tank/b": "backup/b"}
+    datasets = {"tank/a": "backup/a", "tank/b": "backup/b"}
 
-        def listed(dataset: str) -> list[str]:
-            return store.out(f"zfs list -H -o name -t snapshot -s createtxg -d 1 {dataset}").split()
+    def listed(dataset: str) -> list[str]:
+        return store.out(f"zfs list -H -o name -t snapshot -s createtxg -d 1 {dataset}").split()
 
-        def ours(dataset: str) -> list[str]:
-            return [s.name.split("@")[1] for s in snapshots.ours(dataset, listed(dataset))]
+    def ours(dataset: str) -> list[str]:
+        return [s.name.split("@")[1] for s in snapshots.ours(dataset, listed(dataset))]
 
-        def replicate(check: bool = True) -> subprocess.CompletedProcess[str]:
-            r = store.run("systemctl start provision-zfs-replicate.service", timeout=300, check=False)
-            # this run's lines only: its invocation's
-            journal = store.out("journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID="
-                                "$(systemctl show -P InvocationID provision-zfs-replicate.service)")
-            assert not check or r.returncode == 0, journal
-            return subprocess.CompletedProcess(r.args, r.returncode, journal, r.stderr)
+    def replicate(check: bool = True) -> subprocess.CompletedProcess[str]:
+        r = store.run("systemctl start provision-zfs-replicate.service", timeout=300, check=False)
+        # this run's lines only: its invocation's
+        journal = store.out("journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID="
+                            "$(systemctl show -P InvocationID provision-zfs-replicate.service)")
+        assert not check or r.returncode == 0, journal
+        return subprocess.CompletedProcess(r.args, r.returncode, journal, r.stderr)
 
-        # the timer may have run during the lab: start from no replica, with the timer held
-        store.run("systemctl stop provision-zfs-replicate.timer provision-zfs-replicate.service", timeout=120)
-        store.run("zfs destroy -r backup/a; zfs destroy -r backup/b; true", timeout=120)
-        full = replicate().stdout
-        assert "full send" in full, full
-        for source, replica in datasets.items():
-            assert [n.split("@")[1] for n in listed(replica)] == ours(source)[-1:], (listed(source), listed(replica))
-        assert store.out("zfs get -H -o value mounted backup/a").strip() == "no"  # received with -u
-        # an operator's snapshot, then one of ours: the next run sends both, incrementally
-        store.run("zfs snapshot tank/a@lab-operator-replicated && sleep 1 "
-                  "&& systemctl start provision-zfs-snapshot@hourly.service", timeout=120)
-        incremental = replicate().stdout
-        assert "incremental from" in incremental and "full send" not in incremental, incremental
-        replica = [n.split("@")[1] for n in listed("backup/a")]
-        assert "lab-operator-replicated" in replica, replica
-        assert replica[-1] == ours("tank/a")[-1], (replica, listed("tank/a"))
-        # the source's retention (hourly: 2, daily: 1) on the replica, ours only
-        hourly = [n for n in ours("backup/a") if n.startswith("provision-hourly-")]
-        # at most the two the source keeps, the newest being the one just sent
-        assert hourly and hourly[-1] == replica[-1] and len(hourly) <= 2, (hourly, replica)
-        # an operator's snapshot on the replica: the run fails and says why, and destroys nothing
-        store.run("zfs snapshot backup/a@lab-operator-on-replica && sleep 1 "
-                  "&& systemctl start provision-zfs-snapshot@hourly.service", timeout=120)
-        refused = replicate(check=False)
-        assert refused.returncode != 0 and "is newer than" in refused.stdout, refused.stdout
-        assert "backup/a@lab-operator-on-replica" in listed("backup/a")
-        prom = store.out("cat /var/lib/prometheus/node-exporter/provision_zfs_replication.prom")
-        assert 'provision_zfs_replication_run_success{dataset="tank/a",target="store1:backup/a"} 0' in prom, prom
-        assert 'provision_zfs_replication_run_success{dataset="tank/b",target="store1:backup/b"} 1' in prom, prom
-        store.run("zfs destroy backup/a@lab-operator-on-replica")
-        replicate()
-        prom = store.out("cat /var/lib/prometheus/node-exporter/provision_zfs_replication.prom")
-        assert 'provision_zfs_replication_run_success{dataset="tank/a",target="store1:backup/a"} 1' in prom, prom
-        # the key: the forced command, nothing else (not a shell, not another dataset)
-        ssh = ("ssh -i /etc/provision/zfs-replication.key -o BatchMode=yes -o IdentitiesOnly=yes "
-               "-o UserKnownHostsFile=/var/lib/provision/zfs-replication.known_hosts zfsrecv@10.213.9.11 ")
-        assert store.out(ssh + "list backup/a").startswith("token=-")
-        for bad in ("id", "zfs destroy -r backup/a", "recv tank/a"):
-            r = store.run(ssh + shlex.quote(bad), check=False, timeout=60)
-            assert r.returncode != 0 and "refused" in r.stderr, (bad, r.stdout, r.stderr)
-        # verify's replica checks, as `provision verify` builds and judges them, on store1's output
-        checks = catalog.plan(load_manifest(lab.manifest).manifest)
-        for replica_ds in datasets.values():
-            (check,) = [c for c in checks if c.node == "store1" and c.name == f"replica:{replica_ds}"]
-            assert check.command is not None
-            r = store.run(check.command.text, timeout=check.command.timeout)
-            outcome = check.judge(Output(r.returncode, r.stdout, r.stderr))
-            assert outcome.status == "PASS", outcome
-        store.run("zfs destroy tank/a@lab-operator-replicated; systemctl start provision-zfs-replicate.timer",
-                  timeout=120)
+    # the timer may have run during the lab: start from no replica (the timer is held)
+    store.run("systemctl stop provision-zfs-replicate.service", timeout=120)
+    store.run("zfs destroy -r backup/a; zfs destroy -r backup/b; true", timeout=120)
+    full = replicate().stdout
+    assert "full send" in full, full
+    for source, replica in datasets.items():
+        assert [n.split("@")[1] for n in listed(replica)] == ours(source)[-1:], (listed(source), listed(replica))
+    assert store.out("zfs get -H -o value mounted backup/a").strip() == "no"  # received with -u
+    # an operator's snapshot, then one of ours: the next run sends both, incrementally
+    store.run("zfs snapshot tank/a@lab-operator-replicated && sleep 1 "
+              "&& systemctl start provision-zfs-snapshot@hourly.service", timeout=120)
+    incremental = replicate().stdout
+    assert "incremental from" in incremental and "full send" not in incremental, incremental
+    replica = [n.split("@")[1] for n in listed("backup/a")]
+    assert "lab-operator-replicated" in replica, replica
+    assert replica[-1] == ours("tank/a")[-1], (replica, listed("tank/a"))
+    # the source's retention (hourly: 2, daily: 1) on the replica, ours only
+    hourly = [n for n in ours("backup/a") if n.startswith("provision-hourly-")]
+    # at most the two the source keeps, the newest being the one just sent
+    assert hourly and hourly[-1] == replica[-1] and len(hourly) <= 2, (hourly, replica)
+    # an operator's snapshot on the replica: the run fails and says why, and destroys nothing
+    store.run("zfs snapshot backup/a@lab-operator-on-replica && sleep 1 "
+              "&& systemctl start provision-zfs-snapshot@hourly.service", timeout=120)
+    refused = replicate(check=False)
+    assert refused.returncode != 0 and "is newer than" in refused.stdout, refused.stdout
+    assert "backup/a@lab-operator-on-replica" in listed("backup/a")
+    prom = store.out("cat /var/lib/prometheus/node-exporter/provision_zfs_replication.prom")
+    assert 'provision_zfs_replication_run_success{dataset="tank/a",target="store1:backup/a"} 0' in prom, prom
+    assert 'provision_zfs_replication_run_success{dataset="tank/b",target="store1:backup/b"} 1' in prom, prom
+    store.run("zfs destroy backup/a@lab-operator-on-replica")
+    replicate()
+    prom = store.out("cat /var/lib/prometheus/node-exporter/provision_zfs_replication.prom")
+    assert 'provision_zfs_replication_run_success{dataset="tank/a",target="store1:backup/a"} 1' in prom, prom
+    # the key: the forced command, nothing else (not a shell, not another dataset)
+    ssh = ("ssh -i /etc/provision/zfs-replication.key -o BatchMode=yes -o IdentitiesOnly=yes "
+           "-o UserKnownHostsFile=/var/lib/provision/zfs-replication.known_hosts zfsrecv@10.213.9.11 ")
+    assert store.out(ssh + "list backup/a").startswith("token=-")
+    for bad in ("id", "zfs destroy -r backup/a", "recv tank/a"):
+        r = store.run(ssh + shlex.quote(bad), check=False, timeout=60)
+        assert r.returncode != 0 and "refused" in r.stderr, (bad, r.stdout, r.stderr)
+    # verify's replica checks, as `provision verify` builds and judges them, on store1's output
+    checks = catalog.plan(load_manifest(lab.manifest).manifest)
+    for replica_ds in datasets.values():
+        (check,) = [c for c in checks if c.node == "store1" and c.name == f"replica:{replica_ds}"]
+        assert check.command is not None
+        r = store.run(check.command.text, timeout=check.command.timeout)
+        outcome = check.judge(Output(r.returncode, r.stdout, r.stderr))
+        assert outcome.status == "PASS", outcome
+    store.run("zfs destroy tank/a@lab-operator-replicated", timeout=120)
 
 
 # --------------------------------------------------------------------------- nfs + mergerfs
