@@ -3,6 +3,7 @@ with Mitogen's.
 
 Run: .venv/bin/python bench/bench_apply.py [--strategies linear mitogen] [--json FILE]
      [--doc docs/benchmarks.md]
+     .venv/bin/python bench/bench_apply.py --nodes 32 [--strategies linear] [--json FILE] [--doc ...]
      (``--from-json FILE [--doc ...]`` prints or writes the figures of an earlier run)
 
 Needs the test bed (tests/testbed/setup.sh: podman, localhost/provision-base:bookworm, the
@@ -20,8 +21,20 @@ Figures, per strategy (fresh containers for each), next to the goals of issue 14
 * on the e2e's cluster of 4 (a head and three compute nodes): a no-op re-apply and
   ``apply --full``.
 
+With ``--nodes N`` (issue 35) it measures growth instead, on a cluster with Slurm (a head with
+slurmctld, compute nodes with slurmd in privileged containers, as the rolling end-to-end test
+has them; no convenience packages): the first converge of a head and one compute node, a node
+added to it, grown to 4 and a no-op re-apply of the 4; then, on fresh containers, the first
+converge of N (a head and N-1 compute nodes), a no-op re-apply of N, ``apply --full`` of N,
+a node added to N, and a rolling change of every compute node (``apply --rolling --batch 8``:
+drained, their plays, verify, resumed). Every container shares this machine's cores: the
+figures of N say how the controller's cost grows and, by the CPU split, what the nodes cost.
+
 Each apply is timed from the command's start to its end; the per-task times Ansible
-recorded (the run's job events) say where the time went and are written to the JSON.
+recorded (the run's job events) say where the time went and are written to the JSON. Each
+apply runs in a cgroup of its own (v1 cpuacct or v2): its CPU time (the SSH masters it
+starts included) and its peak memory (the processes' PSS summed, sampled every 0.25 s) are
+the controller's; the containers' cgroups give the nodes' CPU time.
 Not a test: it asserts nothing about time (it exits 1 only when an apply fails).
 """
 
@@ -35,10 +48,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -68,6 +82,21 @@ GOALS = {  # issue 14
 }
 DOC_BEGIN = "<!-- bench_apply: begin (written by bench/bench_apply.py --doc) -->"
 DOC_END = "<!-- bench_apply: end -->"
+
+SCALE_GOALS = {  # issue 35: the cost that grows with the cluster
+    "noop_ratio": 2.5,  # no-op re-apply of N / of 4
+    "add_ratio": 1.2,  # a node added to N / to 1
+    "converge_ratio": 3.0,  # first converge of N / of 1
+}
+SCALE_APPLY_TIMEOUT = 3600  # seconds, one `provision apply` of the N-node cluster
+SCALE_BATCH = 8  # the rolling change's batch
+SCALE_DOC_BEGIN = "<!-- bench_apply scale: begin (written by bench/bench_apply.py --nodes N --doc) -->"
+SCALE_DOC_END = "<!-- bench_apply scale: end -->"
+CGROUP_NAME = "bench-apply-controller"
+SAMPLE_EVERY = 0.25  # seconds between two samples of the controller's memory
+# the rolling change: node-local for every compute node (their common role re-runs)
+CHANGED_LIMITS = [{"domain": "*", "type": "soft", "item": "memlock", "value": "unlimited"},
+                  {"domain": "*", "type": "hard", "item": "memlock", "value": "unlimited"}]
 
 
 class BenchError(RuntimeError):
@@ -115,14 +144,16 @@ class Testbed:
     addresses: dict[str, str] = field(default_factory=dict)
     network: bool = False
     next_host: int = 10
+    cgroups: dict[str, Path] = field(default_factory=dict)  # container: its CPU usage file
 
     def open(self) -> None:
         podman("network", "rm", "-f", NETWORK, check=False)  # a leftover of an interrupted run of ours
         podman("network", "create", "--subnet", SUBNET, "--gateway", GATEWAY, NETWORK)
         self.network = True
 
-    def start(self, names: Sequence[str]) -> None:
-        """Start a systemd container per node name, each with our key for root; wait for SSH."""
+    def start(self, names: Sequence[str], privileged: Sequence[str] = ()) -> None:
+        """Start a systemd container per node name, each with our key for root; wait for SSH.
+        ``privileged``: these run privileged (slurmd's cgroup plugins write their cgroups)."""
         pub = self.key.with_suffix(".pub").read_text()
         for name in names:
             ip = f"10.213.30.{self.next_host}"
@@ -130,8 +161,12 @@ class Testbed:
             container = PREFIX + name
             podman("rm", "-f", "-t", "0", container, check=False)
             self.containers.append(container)
+            rights = ["--privileged"] if name in privileged else ["--cap-add", "NET_ADMIN"]
             podman("run", "-d", "--name", container, "--hostname", name, "--network", NETWORK, "--ip", ip,
-                   "--systemd=always", "--cap-add", "NET_ADMIN", IMAGE, "/sbin/init")
+                   "--systemd=always", *rights, IMAGE, "/sbin/init")
+            usage = cpu_usage_file(podman("inspect", "--format", "{{.State.CgroupPath}}", container).stdout.strip())
+            if usage is not None:
+                self.cgroups[container] = usage
             podman("exec", "-i", container, "bash", "-c", "mkdir -p -m 700 /root/.ssh && "
                    "cat > /root/.ssh/authorized_keys && chmod 600 /root/.ssh/authorized_keys", stdin=pub)
             self.addresses[name] = ip
@@ -156,21 +191,161 @@ class Testbed:
         podman("exec", PREFIX + name, "bash", "-ec", script, timeout=timeout)
         return time.perf_counter() - start
 
+    def nodes_cpu_s(self) -> float | None:
+        """CPU seconds the running containers have used so far (None: their cgroups are unknown)."""
+        if not self.cgroups:
+            return None
+        return sum(cpu_seconds(usage) for usage in self.cgroups.values())
+
     def remove(self, names: Sequence[str]) -> None:
         for name in names:
             container = PREFIX + name
             podman("rm", "-f", "-t", "0", container, check=False)
             if container in self.containers:
                 self.containers.remove(container)
+            self.cgroups.pop(container, None)
             self.addresses.pop(name, None)
 
     def close(self) -> None:
         for container in list(self.containers):
             podman("rm", "-f", "-t", "0", container, check=False)
         self.containers.clear()
+        self.cgroups.clear()
         if self.network:
             podman("network", "rm", "-f", NETWORK, check=False)
             self.network = False
+
+
+INOTIFY_INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
+INOTIFY_PER_CONTAINER = 16  # systemd and its units in one container hold several each
+
+
+def make_inotify_room(containers: int) -> None:
+    """Every container's systemd takes inotify instances from root's one budget; at the usual
+    128 the 17th container's init exits at once (255, no log). Raise the budget for this many."""
+    need = 128 + INOTIFY_PER_CONTAINER * containers
+    have = int(INOTIFY_INSTANCES.read_text())
+    if have < need:
+        INOTIFY_INSTANCES.write_text(f"{need}\n")
+        print(f"bench_apply: fs.inotify.max_user_instances {have} -> {need} for {containers} containers",
+              flush=True)
+
+
+# --------------------------------------------------------------------------- CPU and memory
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def cgroup_v2() -> bool:
+    return (CGROUP_ROOT / "cgroup.controllers").is_file()
+
+
+def cpu_usage_file(cgroup: str) -> Path | None:
+    """The file with a cgroup's CPU usage (``cgroup``: its path below the hierarchy's root)."""
+    if not cgroup:
+        return None
+    rel = cgroup.lstrip("/")
+    usage = CGROUP_ROOT / rel / "cpu.stat" if cgroup_v2() else CGROUP_ROOT / "cpuacct" / rel / "cpuacct.usage"
+    return usage if usage.is_file() else None
+
+
+def cpu_seconds(usage: Path) -> float:
+    """CPU seconds from a cgroup's cpu.stat (v2: usage_usec) or cpuacct.usage (v1: nanoseconds)."""
+    try:
+        text = usage.read_text()
+    except OSError:  # the container went away
+        return 0.0
+    if usage.name == "cpu.stat":
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "usage_usec":
+                return int(value) / 1e6
+        return 0.0
+    return int(text.strip() or 0) / 1e9
+
+
+def pss_kib(pid: int) -> int:
+    """A process's proportional set size (shared pages split between their users), KiB."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):  # the process ended between the listing and the read
+        pass
+    return 0
+
+
+class Controller:
+    """A cgroup of the bench's own for each apply's process tree: its CPU time (the SSH masters
+    it leaves running included) and its peak memory (the processes' PSS summed, sampled)."""
+
+    def __init__(self) -> None:
+        base = CGROUP_ROOT if cgroup_v2() else CGROUP_ROOT / "cpuacct"
+        self.path: Path | None = base / CGROUP_NAME
+        try:
+            self.path.mkdir(exist_ok=True)
+        except OSError as exc:
+            print(f"bench_apply: no cgroup for the controller ({exc}): its CPU and memory are not measured",
+                  file=sys.stderr)
+            self.path = None
+        self.peak_kib = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def wrap(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` run inside the cgroup (the shell moves itself in, then execs it)."""
+        if self.path is None:
+            return list(argv)
+        return ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(self.path), *argv]
+
+    def cpu_s(self) -> float | None:
+        if self.path is None:
+            return None
+        return cpu_seconds(self.path / ("cpu.stat" if cgroup_v2() else "cpuacct.usage"))
+
+    def pids(self) -> list[int]:
+        if self.path is None:
+            return []
+        try:
+            return [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+        except OSError:
+            return []
+
+    def _sample(self) -> None:
+        while not self._stop.wait(SAMPLE_EVERY):
+            self.peak_kib = max(self.peak_kib, sum(pss_kib(pid) for pid in self.pids()))
+
+    @contextmanager
+    def measured(self) -> Iterator[dict[str, float | None]]:
+        """Around one apply: yields a dict that holds its CPU seconds and peak MiB afterwards."""
+        got: dict[str, float | None] = {}
+        before = self.cpu_s()
+        self.peak_kib = 0
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        try:
+            yield got
+        finally:
+            self._stop.set()
+            self._thread.join()
+            after = self.cpu_s()
+            got["controller_cpu_s"] = None if before is None or after is None else round(after - before, 2)
+            got["controller_peak_mib"] = round(self.peak_kib / 1024, 1) if self.path is not None else None
+
+    def close(self) -> None:
+        """End what is left in the cgroup (the applies' SSH masters), then remove it."""
+        if self.path is None:
+            return
+        for pid in self.pids():
+            with suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while self.pids() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        try:
+            self.path.rmdir()
+        except OSError as exc:
+            print(f"bench_apply: {self.path} stays: {exc}", file=sys.stderr)
 
 
 # --------------------------------------------------------------------------- clusters
@@ -202,6 +377,22 @@ def manifest(name: str, nodes: Sequence[str], addresses: dict[str, str], key: Pa
     }
 
 
+def scale_manifest(name: str, nodes: Sequence[str], addresses: dict[str, str], key: Path,
+                   changed: Sequence[str] = ()) -> dict[str, Any]:
+    """The rolling end-to-end test's shape: Slurm on (no accounting), compute nodes of one CPU and
+    4 GiB (slurmd's hardware check passes on any machine), no convenience packages; ``changed``:
+    these nodes get a node-local change (pam limits)."""
+    data = manifest(name, nodes, addresses, key)
+    for node in data["nodes"][1:]:
+        node["hardware"] = {"cpu": {"sockets": 1, "cores_per_socket": 1, "threads_per_core": 1}, "memory_gb": 4}
+    data["cluster"]["admin_users"] = data["cluster"]["admin_users"][:1]
+    data["slurm"] = {"accounting": False, "partitions": [{"name": "batch", "nodes": ["@compute"], "default": True}]}
+    data["role_vars"] = {"all": {"common_packages": []}}
+    for node in changed:
+        data["role_vars"][node] = {"common_limits": CHANGED_LIMITS}
+    return data
+
+
 def provision_exe() -> str:
     script = Path(sys.executable).parent / "provision"
     if not script.is_file():
@@ -209,17 +400,19 @@ def provision_exe() -> str:
     return str(script)
 
 
-def where_time_went(state_dir: Path, run_id: str) -> dict[str, Any]:
-    """From the run's job events: seconds until Ansible's first task started, and the tasks
-    that took longest (summed over hosts; a task runs on the hosts at once)."""
-    events_dir = state_dir / "runs" / run_id / "artifacts" / "artifacts" / "job_events"
+def where_time_went(state_dir: Path, run_ids: Sequence[str]) -> dict[str, Any]:
+    """From the runs' job events: how many task results, and the tasks that took longest
+    (the longest host's seconds, and the seconds summed over hosts; a task runs on the hosts
+    at once)."""
     events = []
-    for path in events_dir.glob("*.json"):
-        try:
-            events.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            continue
-    events.sort(key=lambda e: e.get("counter", 0))
+    for run_id in run_ids:
+        events_dir = state_dir / "runs" / run_id / "artifacts" / "artifacts" / "job_events"
+        for path in events_dir.glob("*.json"):
+            try:
+                events.append(json.loads(path.read_text()))
+            except (OSError, ValueError):
+                continue
+    events.sort(key=lambda e: (str(e.get("runner_ident", "")), e.get("counter", 0)))
     per_task: dict[str, float] = defaultdict(float)
     wall_per_task: dict[str, float] = defaultdict(float)
     tasks_run = 0
@@ -248,15 +441,26 @@ class Cluster:
     bed: Testbed
     strategy: str
     nodes: list[str] = field(default_factory=list)
+    scale: bool = False  # the --nodes shape (Slurm on)
+    changed: list[str] = field(default_factory=list)  # with scale: nodes with the node-local change
+    controller: Controller | None = None  # measures each apply's CPU and memory
+    timeout: float = APPLY_TIMEOUT
 
     @property
     def path(self) -> Path:
         return self.folder / "cluster.yaml"
 
+    @property
+    def state_file(self) -> Path:
+        return self.folder / ".provision" / "state.json"
+
     def write(self, nodes: Sequence[str]) -> None:
         self.nodes = list(nodes)
         self.folder.mkdir(parents=True, exist_ok=True)
-        data = manifest(self.name, self.nodes, self.bed.addresses, self.bed.key)
+        if self.scale:
+            data = scale_manifest(self.name, self.nodes, self.bed.addresses, self.bed.key, self.changed)
+        else:
+            data = manifest(self.name, self.nodes, self.bed.addresses, self.bed.key)
         self.path.write_text(yaml.safe_dump(data, sort_keys=False))
 
     def keep(self, folder: Path | None) -> None:
@@ -268,19 +472,31 @@ class Cluster:
     def apply(self, *extra: str) -> dict[str, Any]:
         """One timed ``provision apply``: seconds, what it changed, where the time went."""
         argv = [provision_exe(), "apply", str(self.path), "--yes", "--strategy", self.strategy, *extra]
+        runs_before = len(json.loads(self.state_file.read_text())["runs"]) if self.state_file.is_file() else 0
+        usage: dict[str, float | None] = {}
+        nodes_before = self.bed.nodes_cpu_s()
         start = time.perf_counter()
-        r = run(argv, APPLY_TIMEOUT, check=False, cwd=self.folder)
+        if self.controller is None:
+            r = run(argv, self.timeout, check=False, cwd=self.folder)
+        else:
+            with self.controller.measured() as usage:
+                r = run(self.controller.wrap(argv), self.timeout, check=False, cwd=self.folder)
         seconds = time.perf_counter() - start
-        state = json.loads((self.folder / ".provision" / "state.json").read_text())
-        last = state["runs"][-1]
+        nodes_after = self.bed.nodes_cpu_s()
+        if nodes_before is not None and nodes_after is not None and self.controller is not None:
+            usage["nodes_cpu_s"] = round(nodes_after - nodes_before, 2)
+        state = json.loads(self.state_file.read_text())
+        ran = state["runs"][runs_before:]  # a rolling apply records a run per batch
         if r.returncode != 0:
             raise BenchError(f"apply {' '.join(extra)} on {self.name} failed (exit {r.returncode}): "
                              + (r.stdout + r.stderr)[-1500:])
         return {
             "seconds": round(seconds, 2),
-            "targets": last.get("targets", []),
-            "changed": sum(last.get("changed", {}).values()),
-            **where_time_went(self.folder / ".provision", last["id"]),
+            "targets": sorted({t for one in ran for t in one.get("targets", [])}),
+            "changed": sum(sum(one.get("changed", {}).values()) for one in ran),
+            "runs": len(ran),
+            **usage,
+            **where_time_went(self.folder / ".provision", [one["id"] for one in ran]),
         }
 
 
@@ -346,6 +562,138 @@ def one_strategy(bed: Testbed, work: Path, strategy: str, out: dict[str, Any],
     bed.remove(big)
 
 
+def at_scale(bed: Testbed, work: Path, strategy: str, n: int, out: dict[str, Any],
+             on_result: Callable[[], None] | None = None, keep: Path | None = None) -> None:
+    """The growth figures (``--nodes n``) with one strategy, into ``out``: a small cluster (a head
+    and one compute node, one added, grown to 4), then a fresh one of ``n`` nodes (a head and
+    n-1 compute nodes): first converge, no-op, --full, one node added, a rolling change."""
+    tag = "l" if strategy == "linear" else "m"
+    make_inotify_room(n + 1)
+    controller = Controller()
+
+    def note(key: str, result: dict[str, Any]) -> None:
+        out[key] = result
+        if on_result is not None:
+            on_result()
+        print(f"[{strategy} x{n}] {key}: {result['seconds']:.1f} s, {result['changed']} changed, "
+              f"{len(result['targets'])} targets, controller CPU {result.get('controller_cpu_s')} s, "
+              f"peak {result.get('controller_peak_mib')} MiB, nodes CPU {result.get('nodes_cpu_s')} s", flush=True)
+
+    try:
+        small = [f"b{tag}sh", *(f"b{tag}s{i}" for i in range(1, 4))]
+        bed.start(small, privileged=small[1:])
+        one = Cluster(f"bench{tag}small", work / strategy / "small", bed, strategy, scale=True,
+                      controller=controller, timeout=SCALE_APPLY_TIMEOUT)
+        one.write(small[:2])
+        note("first_converge_1", one.apply())
+        one.write(small[:3])
+        note("add_to_1", one.apply())
+        one.write(small)
+        note("grow_to_4", one.apply())
+        note("noop_4", one.apply())
+        one.keep(keep)
+        bed.remove(small)
+
+        width = len(str(n))
+        compute = [f"b{tag}c{i:0{width}d}" for i in range(1, n + 1)]  # n-1 in the cluster, then one added
+        big = [f"b{tag}head", *compute]
+        bed.start(big, privileged=compute)
+        many = Cluster(f"bench{tag}many", work / strategy / "many", bed, strategy, scale=True,
+                       controller=controller, timeout=SCALE_APPLY_TIMEOUT)
+        many.write(big[:n])
+        note(f"first_converge_{n}", many.apply())
+        note(f"noop_{n}", many.apply())
+        note(f"full_{n}", many.apply("--full"))
+        many.write(big)
+        note(f"add_to_{n}", many.apply())
+        many.changed = [f"b{tag}c[{1:0{width}d}-{n:0{width}d}]"]  # every compute node: a range
+        many.write(big)
+        note(f"rolling_{n}", many.apply("--rolling", "--batch", str(SCALE_BATCH)))
+        many.keep(keep)
+        bed.remove(big)
+    finally:
+        controller.close()
+
+
+def failed_row(label: str, error: object) -> tuple[str, str, str, str]:
+    """The row of figures an apply's failure left unmeasured (the error, fit for a table cell)."""
+    return (label, "an apply failed: " + str(error)[:100].replace("|", "/"), "", "NOT measured")
+
+
+def figures_table(rows: list[tuple[str, str, str, str]]) -> list[str]:
+    return ["| figure | measured | goal | |", "|---|---|---|---|",
+            *(f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows)]
+
+
+def scale_nodes(got: dict[str, Any]) -> int | None:
+    """N of a --nodes run's figures (from its first_converge_N key)."""
+    for key in got:
+        if key.startswith("first_converge_") and key != "first_converge_1":
+            return int(key.rsplit("_", 1)[1])
+    return None
+
+
+def scale_figures(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(figure, measured, goal, verdict) rows of a --nodes run."""
+    rows: list[tuple[str, str, str, str]] = []
+
+    def ratio(label: str, big: dict[str, Any], small: dict[str, Any], goal: float) -> None:
+        a, b = float(big["seconds"]), float(small["seconds"])
+        rows.append((label, f"{a:.1f} s / {b:.1f} s = {a / b:.2f} x", f"<= {goal} x",
+                     "met" if a / b <= goal else "NOT met"))
+        ca, cb = big.get("controller_cpu_s"), small.get("controller_cpu_s")
+        if ca is not None and cb:
+            rows.append((f"{label}, controller CPU", f"{ca:.1f} s / {cb:.1f} s = {ca / cb:.2f} x", "", ""))
+
+    for strategy, got in result["strategies"].items():
+        n = scale_nodes(got)
+        if n is None:
+            if "error" in got:
+                rows.append(failed_row(f"{strategy}: the figures", got["error"]))
+            continue
+        if f"noop_{n}" in got and "noop_4" in got:
+            ratio(f"{strategy}: no-op re-apply of {n} / of 4", got[f"noop_{n}"], got["noop_4"],
+                  SCALE_GOALS["noop_ratio"])
+        if f"add_to_{n}" in got and "add_to_1" in got:
+            ratio(f"{strategy}: add 1 node to {n} / to 1", got[f"add_to_{n}"], got["add_to_1"],
+                  SCALE_GOALS["add_ratio"])
+        if "first_converge_1" in got:
+            ratio(f"{strategy}: first converge of {n} / of 1", got[f"first_converge_{n}"], got["first_converge_1"],
+                  SCALE_GOALS["converge_ratio"])
+        for key in (f"full_{n}", f"rolling_{n}"):
+            if key in got:
+                rows.append((f"{strategy}: {key.replace('_', ' of ')}", f"{float(got[key]['seconds']):.1f} s", "", ""))
+        if "error" in got:
+            rows.append(failed_row(f"{strategy}: the rest", got["error"]))
+    return rows
+
+
+def scale_markdown(result: dict[str, Any]) -> str:
+    mach = result["machine"]
+    lines = [
+        f"Measured {mach['date']} on {mach['cpus']} cores ({mach['cpu_model'] or 'unknown CPU'}), "
+        f"{mach.get('memory_gib', '?')} GiB, load average {mach['load_1m_start']} at the start and "
+        f"{mach['load_1m_end']} at the end; containers from {IMAGE}, apt through the host apt-cacher-ng; one run.",
+        "",
+        *figures_table(scale_figures(result)),
+        "",
+        "Every timed apply: wall seconds; the controller's CPU seconds (its cgroup: Ansible, its forks, "
+        "the SSH masters) and peak memory (PSS summed); the nodes' CPU seconds (every container's "
+        "cgroup); changed tasks; the slowest task (its longest host):",
+        "",
+        "| strategy | apply | targets | seconds | controller CPU s | peak MiB | nodes CPU s | changed | slowest task |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for strategy, got in result["strategies"].items():
+        for key, value in got.items():
+            if isinstance(value, dict):
+                slow = value["slowest_tasks_s"][0] if value["slowest_tasks_s"] else ["-", 0, 0]
+                lines.append(f"| {strategy} | {key} | {len(value['targets'])} | {value['seconds']:.1f} | "
+                             f"{value.get('controller_cpu_s')} | {value.get('controller_peak_mib')} | "
+                             f"{value.get('nodes_cpu_s')} | {value['changed']} | {slow[0]} ({slow[1]:.1f} s) |")
+    return "\n".join(lines)
+
+
 def figures(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     """(figure, measured, goal, verdict) rows; a figure whose applies failed says so."""
     rows: list[tuple[str, str, str, str]] = []
@@ -372,8 +720,7 @@ def figures(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                          f"{first / bare:.2f} x", f"<= {GOALS['converge_ratio']} x",
                          verdict(first / bare, GOALS["converge_ratio"])))
         if "error" in got:
-            rows.append((f"{strategy}: the rest", "an apply failed: " + str(got["error"])[:100].replace("|", "/"),
-                         "", "NOT measured"))
+            rows.append(failed_row(f"{strategy}: the rest", got["error"]))
     return rows
 
 
@@ -384,9 +731,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"{mach['load_1m_start']} at the start and {mach['load_1m_end']} at the end; containers from {IMAGE}, apt "
         f"{mach.get('apt', 'through the host apt-cacher-ng (warm)')}; one run.",
         "",
-        "| figure | measured | goal | |",
-        "|---|---|---|---|",
-        *(f"| {a} | {b} | {c} | {d} |" for a, b, c, d in figures(result)),
+        *figures_table(figures(result)),
         "",
         "Every timed apply (seconds; changed tasks; the slowest task and its seconds):",
         "",
@@ -402,12 +747,12 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_doc(doc: Path, block: str) -> None:
+def write_doc(doc: Path, block: str, begin: str = DOC_BEGIN, end_marker: str = DOC_END) -> None:
     text = doc.read_text()
-    start, end = text.find(DOC_BEGIN), text.find(DOC_END)
+    start, end = text.find(begin), text.find(end_marker)
     if start < 0 or end < start:
-        raise SystemExit(f"{doc}: no block between {DOC_BEGIN!r} and {DOC_END!r} to refresh")
-    doc.write_text(text[: start + len(DOC_BEGIN)] + "\n" + block + "\n" + text[end:])
+        raise SystemExit(f"{doc}: no block between {begin!r} and {end_marker!r} to refresh")
+    doc.write_text(text[: start + len(begin)] + "\n" + block + "\n" + text[end:])
 
 
 def machine() -> dict[str, Any]:
@@ -419,8 +764,9 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    return {"cpus": os.cpu_count(), "cpu_model": model, "load_1m_start": round(os.getloadavg()[0], 2),
-            "date": time.strftime("%Y-%m-%d %H:%M")}
+    pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    return {"cpus": os.cpu_count(), "cpu_model": model, "memory_gib": round(pages * page_size / 2**30, 1),
+            "load_1m_start": round(os.getloadavg()[0], 2), "date": time.strftime("%Y-%m-%d %H:%M")}
 
 
 @contextmanager
@@ -444,14 +790,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--keep-runs", type=Path, metavar="DIR", help="copy every run's Ansible artifacts here")
     parser.add_argument("--from-json", type=Path, metavar="FILE",
                         help="measure nothing: print (and with --doc, write) the figures of an earlier run's --json")
+    parser.add_argument("--nodes", type=int, metavar="N",
+                        help="measure growth instead: clusters with Slurm of 1, 4 and N nodes (N >= 8; issue 35)")
     args = parser.parse_args(argv)
+    if args.nodes is not None and not 8 <= args.nodes <= 200:
+        parser.error("--nodes: between 8 and 200 (the bench network's addresses)")
     if args.from_json:
         return report(json.loads(args.from_json.read_text()), args.doc)
     missing = testbed_missing()
     if missing:
         print(f"bench_apply: {missing}", file=sys.stderr)
         return 2
-    result: dict[str, Any] = {"machine": machine(), "packages": role_packages(), "strategies": {}}
+    result: dict[str, Any] = {"machine": machine(), "strategies": {}}
+    if args.nodes is not None:
+        result["nodes"] = args.nodes
+    else:
+        result["packages"] = role_packages()
     failed = False
     with terminated_cleanly(), tempfile.TemporaryDirectory(prefix="bench-apply-") as tmp:
         work = Path(tmp)
@@ -460,9 +814,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         bed = Testbed(key)
         try:
             bed.open()
-            result |= bare_install(bed, result["packages"])
-            print(f"bare apt-get install of {len(result['packages'])} packages: {result['bare_apt_s']:.1f} s "
-                  f"(warm-up {result['warmup_s']:.1f} s)", flush=True)
+            if args.nodes is None:
+                result |= bare_install(bed, result["packages"])
+                print(f"bare apt-get install of {len(result['packages'])} packages: {result['bare_apt_s']:.1f} s "
+                      f"(warm-up {result['warmup_s']:.1f} s)", flush=True)
+
             def save() -> None:  # after every figure: a run stopped half-way keeps what it measured
                 if args.json:
                     args.json.write_text(json.dumps(result, indent=2) + "\n")
@@ -471,7 +827,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 got: dict[str, Any] = {}
                 result["strategies"][strategy] = got
                 try:
-                    one_strategy(bed, work, strategy, got, save, args.keep_runs)
+                    if args.nodes is None:
+                        one_strategy(bed, work, strategy, got, save, args.keep_runs)
+                    else:
+                        at_scale(bed, work, strategy, args.nodes, got, save, args.keep_runs)
                 except BenchError as exc:
                     failed = True
                     got["error"] = str(exc)
@@ -490,11 +849,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def report(result: dict[str, Any], doc: Path | None) -> int:
     """Print the figures next to their goals; with ``doc``, refresh its results block."""
     print()
-    rows = figures(result)
+    scale = "nodes" in result
+    rows = scale_figures(result) if scale else figures(result)
     width = max((len(r[0]) for r in rows), default=10)
     for figure, measured, goal, verdict in rows:
         print(f"{figure:<{width}}  {measured:<32} {goal:<9} {verdict}")
-    if doc:
+    if doc and scale:
+        write_doc(doc, scale_markdown(result), SCALE_DOC_BEGIN, SCALE_DOC_END)
+    elif doc:
         write_doc(doc, markdown(result))
     return 0
 
