@@ -67,6 +67,7 @@ from provisioner.runner import (
     run_playbook,
     scan_for_secrets,
 )
+from provisioner.settings import DEFAULT_STRATEGY
 from provisioner.state import RunRecord, State, StateDir, atomic_write, now
 from provisioner.verify.remote import node_targets
 
@@ -92,7 +93,7 @@ class ApplyOptions:
     # seconds any task may take on a node (the stall guard); None: DEFAULT_STALL_TIMEOUT for
     # tasks without a bound of their own, the roles' own bounds for the rest
     stall_timeout: int | None = None
-    strategy: str = "linear"  # Ansible's execution strategy: linear, or mitogen
+    strategy: str = DEFAULT_STRATEGY  # Ansible's execution strategy: mitogen or linear
     verbosity: int = 0  # -v count: Ansible's own output at that verbosity instead of the live table
 
 

@@ -18,7 +18,7 @@ try:  # a Ctrl-C while this module's own imports run (before main's handling): o
     from typing import Any
 
     from provisioner.platforms import OS_NAMES
-    from provisioner.settings import DEFAULT_STALL_TIMEOUT, STRATEGIES
+    from provisioner.settings import DEFAULT_STALL_TIMEOUT, DEFAULT_STRATEGY, STRATEGIES
 
     # a Ctrl-C that a C callback swallowed (see _unraisable), raised again once the imports end
     _SWALLOWED_CTRL_C: list[bool] = []
@@ -142,9 +142,10 @@ def _parser() -> argparse.ArgumentParser:
                          "the long package and build steps); the other nodes go on. Default: "
                          f"{DEFAULT_STALL_TIMEOUT} for tasks without a bound of their own, the roles' own "
                          "bound (*_package_timeout, ...) for the rest")
-    ap.add_argument("--strategy", choices=STRATEGIES, default=os.environ.get("PROVISION_STRATEGY", "linear"),
-                    help="Ansible execution strategy: linear (Ansible's own) or mitogen (one persistent Python "
-                         "per node: fewer round trips per task); default $PROVISION_STRATEGY or linear")
+    ap.add_argument("--strategy", choices=STRATEGIES, default=os.environ.get("PROVISION_STRATEGY", DEFAULT_STRATEGY),
+                    help="Ansible execution strategy: mitogen (one persistent Python per node: fewer round trips "
+                         "per task) or linear (Ansible's own, the fallback); default $PROVISION_STRATEGY or "
+                         f"{DEFAULT_STRATEGY}")
     ap.add_argument("--rolling", action="store_true",
                     help="Slurm compute nodes with node-local changes go a batch at a time: drained (jobs waited "
                          "for), their plays, a reboot when needed and cluster.allow_reboot, verify, resumed; a "
@@ -191,7 +192,7 @@ def _parser() -> argparse.ArgumentParser:
     rm.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     rm.add_argument("--drain-timeout", type=_positive_int, metavar="SECONDS", default=600,
                     help="wait this long for a drained node's Slurm jobs to end (default 600); they are never killed")
-    rm.add_argument("--strategy", choices=STRATEGIES, default=os.environ.get("PROVISION_STRATEGY", "linear"),
+    rm.add_argument("--strategy", choices=STRATEGIES, default=os.environ.get("PROVISION_STRATEGY", DEFAULT_STRATEGY),
                     help="Ansible execution strategy of the apply (as apply --strategy)")
     rm.add_argument("--json", action="store_true",
                     help="print what remove did as JSON on stdout (the messages go to stderr)")

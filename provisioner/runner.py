@@ -32,7 +32,7 @@ import ansible_runner
 from provisioner import proctree
 from provisioner.content import ansible_paths, project_root
 from provisioner.errors import ProvisionError, errno_text_reason, network_reason
-from provisioner.settings import DEFAULT_STALL_TIMEOUT, STRATEGIES, TASK_CAP_ENV
+from provisioner.settings import DEFAULT_STALL_TIMEOUT, DEFAULT_STRATEGY, STRATEGIES, TASK_CAP_ENV
 from provisioner.state import StateDir
 
 SECRET_ENV_RE = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN|CREDENTIAL|PRIVATE_KEY|_PASS$)", re.IGNORECASE)
@@ -322,7 +322,7 @@ def ansible_env(
     root: Path,
     node_count: int,
     stall_timeout: int | None = None,
-    strategy: str = "linear",
+    strategy: str = DEFAULT_STRATEGY,
 ) -> dict[str, str]:
     """Ansible's environment for a run. ``stall_timeout``: None bounds the tasks without a
     ``timeout:`` of their own by DEFAULT_STALL_TIMEOUT (the roles bound the rest); a number
@@ -635,7 +635,7 @@ def run_playbook(
     tracker: Tracker,
     secret_names: set[str] | None = None,
     stall_timeout: int | None = None,
-    strategy: str = "linear",
+    strategy: str = DEFAULT_STRATEGY,
     stop: Callable[[], int | None] | None = None,
     verbosity: int = 0,
 ) -> RunResult:

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from provisioner import apply as apply_mod
 from provisioner.errors import Diagnostic, ManifestError
 from provisioner.validate import Loaded, load_text
 
@@ -225,6 +226,16 @@ def _processes_with(marker: str) -> list[int]:
             if marker in cmdline:
                 found.append(int(entry.name))
     return found
+
+
+@pytest.fixture(autouse=True)
+def _no_ssh_from_in_process_applies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under Mitogen, the default strategy, apply first records new nodes' host keys by an SSH
+    login (runner.first_contact). The nodes of an apply run in-process here are fakes, the
+    examples' site addresses among them, and tests send traffic to loopback only: that login
+    is left out (each one waited out its 20 s connect timeout). first_contact itself is tested
+    in test_runner.py, and for real by every apply of the end-to-end tests and the VM lab."""
+    monkeypatch.setattr(apply_mod, "first_contact", lambda known_hosts, targets, timeout=20: {})
 
 
 @pytest.fixture

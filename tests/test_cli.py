@@ -168,6 +168,18 @@ def test_every_command_takes_json() -> None:
     assert [" ".join(path) for path, p in leaves.items() if "--json" not in p._option_string_actions] == []
 
 
+def test_mitogen_is_the_default_strategy_and_linear_the_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 35 item 1: apply and remove run Mitogen's strategy unless told otherwise, by the
+    option or by PROVISION_STRATEGY."""
+    monkeypatch.delenv("PROVISION_STRATEGY", raising=False)
+    leaves = leaf_commands(cli_mod._parser())
+    for verb, argv in (("apply", ["m.yaml"]), ("remove", ["m.yaml", "gpu03"])):
+        assert leaves[(verb,)].parse_args(argv).strategy == "mitogen"
+        assert leaves[(verb,)].parse_args([*argv, "--strategy", "linear"]).strategy == "linear"
+    monkeypatch.setenv("PROVISION_STRATEGY", "linear")
+    assert leaf_commands(cli_mod._parser())[("apply",)].parse_args(["m.yaml"]).strategy == "linear"
+
+
 def test_validate_json(capsys: Capsys, kit: Any, tmp_path: Path) -> None:
     """--json on every verb that reports (issue 27 item 13), with null for what is unknown."""
     code, out, _ = run(capsys, "validate", str(kit.examples / "music-lab.yaml"), "--json")

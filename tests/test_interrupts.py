@@ -122,13 +122,18 @@ class BannerServer:
 def stand_in_project(root: Path, marker: str) -> Path:
     (root / "playbooks").mkdir(parents=True)
     (root / "roles").mkdir()
+    # each node a path of this Python of its own: Mitogen serves local-connection hosts that
+    # share an interpreter from one context, one task at a time; with one each they run side
+    # by side, as two real nodes do
+    for node in ("n1", "n2"):
+        (root / f"python-{node}").symlink_to(sys.executable)
+    interpreter = {"ansible_python_interpreter": f"{root}/python-{{{{ inventory_hostname }}}}"}
     plays = [
         {"name": "common - base system", "hosts": "all:&{{ provision_targets | default('all') }}",
-         "connection": "local", "gather_facts": False,
-         "vars": {"ansible_python_interpreter": sys.executable},
+         "connection": "local", "gather_facts": False, "vars": interpreter,
          "tasks": [{"name": "Wait", "ansible.builtin.command": f"sleep {marker}"}]},
         {"name": "common - cluster-wide files", "hosts": "all", "connection": "local", "gather_facts": False,
-         "vars": {"ansible_python_interpreter": sys.executable},
+         "vars": interpreter,
          "tasks": [{"name": "Render", "ansible.builtin.debug": {"msg": "never reached"}}]},
     ]
     (root / "playbooks" / "site.yml").write_text(yaml.safe_dump(plays, sort_keys=False))
@@ -168,19 +173,20 @@ def banner() -> Iterator[BannerServer]:
         server.close()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize(("sig", "strategy"), [(signal.SIGINT, "mitogen"), (signal.SIGTERM, "mitogen"),
+                                               (signal.SIGHUP, "mitogen"), (signal.SIGTERM, "linear")])
 def test_a_signal_stops_the_whole_run_records_it_and_frees_the_lock(processes_with: Callable[[str], list[int]],
-    tmp_path: Path, banner: BannerServer, sig: signal.Signals
+    tmp_path: Path, banner: BannerServer, sig: signal.Signals, strategy: str
 ) -> None:
-    marker = f"{9000 + int(sig) * 10 + os.getpid() % 10}"
+    marker = f"{9000 + int(sig) * 20 + (strategy == 'linear') * 10 + os.getpid() % 10}"
     project = stand_in_project(tmp_path / "project", marker)
     path = tmp_path / "cluster dir" / "cluster.yaml"  # a space in the path, too (item 10)
     path.parent.mkdir()
     path.write_text(yaml.safe_dump(manifest(banner.port), sort_keys=False))
     env = dict(os.environ, PROVISION_HOME=str(project))
     exe = Path(sys.executable).parent / "provision"
-    proc = subprocess.Popen([str(exe), "apply", str(path), "--yes"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen([str(exe), "apply", str(path), "--yes", "--strategy", strategy], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 90
         while len(processes_with(f"sleep {marker}")) < 2:
@@ -212,7 +218,7 @@ def test_a_signal_stops_the_whole_run_records_it_and_frees_the_lock(processes_wi
 def test_nohup_apply_goes_on_after_sighup(processes_with: Callable[[str], list[int]], tmp_path: Path,
                                           banner: BannerServer) -> None:
     """Started as by nohup (SIGHUP ignored): a SIGHUP changes nothing, a SIGTERM still stops it."""
-    marker = f"{9300 + os.getpid() % 10}"
+    marker = f"{9400 + os.getpid() % 10}"  # beside the signal cases' 9020-9319
     project = stand_in_project(tmp_path / "project", marker)
     path = tmp_path / "cluster" / "cluster.yaml"
     path.parent.mkdir()

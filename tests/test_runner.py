@@ -204,7 +204,7 @@ def test_forks_for(nodes: int, forks: int) -> None:
 
 def test_ansible_env(tmp_path: Path) -> None:
     sd = StateDir(tmp_path / ".provision")
-    env = ansible_env(sd, tmp_path / "root", 12)
+    env = ansible_env(sd, tmp_path / "root", 12, strategy="linear")
     assert env["ANSIBLE_FORKS"] == "12"
     assert env["ANSIBLE_ROLES_PATH"] == str(tmp_path / "root" / "roles")
     assert env["ANSIBLE_CACHE_PLUGIN"] == "jsonfile"
@@ -442,8 +442,9 @@ def test_first_contact_records_only_new_nodes(tmp_path: Path, monkeypatch: pytes
 
 def test_mitogen_runs_without_ssh_multiplexing(tmp_path: Path) -> None:
     sd = StateDir(tmp_path)
-    linear = ansible_env(sd, tmp_path, 3)["ANSIBLE_SSH_ARGS"]
+    linear = ansible_env(sd, tmp_path, 3, strategy="linear")["ANSIBLE_SSH_ARGS"]
     mitogen = ansible_env(sd, tmp_path, 3, strategy="mitogen")["ANSIBLE_SSH_ARGS"]
+    assert ansible_env(sd, tmp_path, 3)["ANSIBLE_SSH_ARGS"] == mitogen  # the default
     assert "ControlMaster=auto" in linear and "ControlPersist=120s" in linear
     assert "ControlMaster=no" in mitogen and "ControlPersist" not in mitogen
     assert f"UserKnownHostsFile=\"{sd.known_hosts}\"" in mitogen

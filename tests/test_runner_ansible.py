@@ -94,11 +94,25 @@ def test_the_stall_cap_bounds_tasks_that_carry_a_larger_timeout_of_their_own(tmp
     assert took < 25, took  # not the 30 s of the sleep, let alone the 600 s of the role's bound
 
 
-def test_a_stopped_run_leaves_no_process_behind(processes_with: Callable[[str], list[int]], tmp_path: Path) -> None:
+def own_interpreter(tmp_path: Path, host: str) -> str:
+    """A path of this Python of the host's own: Mitogen serves the local-connection hosts that
+    share an interpreter from one context, one task at a time; with one each they run side by
+    side, as two real nodes do."""
+    link = tmp_path / f"python-{host}"
+    link.symlink_to(sys.executable)
+    return str(link)
+
+
+@pytest.mark.parametrize("strategy", ["mitogen", "linear"])
+def test_a_stopped_run_leaves_no_process_behind(processes_with: Callable[[str], list[int]], tmp_path: Path,
+                                                strategy: str) -> None:
     """Issue 18 items 7 and 9: stopping a run (a signal) must end ansible-playbook, its
-    workers (each in a session of its own) and what they started, before it returns."""
+    workers (each in a session of its own) and what they started, before it returns; under
+    either strategy (Mitogen's: its connection processes and their children)."""
     marker = f"{os.getpid() % 1000 + 7001}"  # a sleep length no other test uses
-    inventory = write(tmp_path / "hosts.yml", {"all": {"hosts": {"a": local(), "b": local()}}})
+    inventory = write(tmp_path / "hosts.yml", {"all": {"hosts": {
+        "a": local(ansible_python_interpreter=own_interpreter(tmp_path, "a")),
+        "b": local(ansible_python_interpreter=own_interpreter(tmp_path, "b"))}}})
     playbook = write(tmp_path / "site.yml", [
         {"name": "slow", "hosts": "all", "gather_facts": False,
          "tasks": [{"name": "Wait", "ansible.builtin.command": f"sleep {marker}"},
@@ -115,7 +129,7 @@ def test_a_stopped_run_leaves_no_process_behind(processes_with: Callable[[str], 
     tracker = Tracker(["a", "b"])
     start = time.monotonic()
     result = run_playbook(state=state, run_id="r1", playbook=playbook, inventory=inventory, hosts=["a", "b"],
-                          tracker=tracker, stop=stop, stall_timeout=60)
+                          tracker=tracker, stop=stop, stall_timeout=60, strategy=strategy)
     took = time.monotonic() - start
     assert result.interrupted == signal.SIGTERM and not result.finished
     assert processes_with(f"sleep {marker}") == []

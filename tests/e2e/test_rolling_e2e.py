@@ -7,7 +7,9 @@ rollnode2 (and only them) a node-local change (role_vars: an extra pam limit, wh
 their node-local plays) and `provision apply --rolling --batch 1` rolls them: one drained,
 applied, verified and resumed before the other is drained (the roll's table, Slurm's own
 log and the runs recorded in the state say so), the job on rollnode3 keeps running and then
-completes, both end idle, and the roll changed nothing on rollnode3 or the head.
+completes, both end idle, and the roll changed nothing on rollnode3 or the head. Every
+apply here runs the default strategy (Mitogen's; the apply end-to-end test runs the
+`linear` fallback).
 
 The acceptance gate (``verify.gate: [gpu.dcgm]``) on the same run: rollnode1 gets a device
 file /dev/nvidia0 and a stand-in ``dcgmi`` whose first diagnostic fails (DCGM 4's JSON: the
