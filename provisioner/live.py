@@ -15,7 +15,8 @@ from typing import Any
 from provisioner.areas import registry
 from provisioner.drain import why_failed
 from provisioner.manifest.model import Manifest
-from provisioner.state import State
+from provisioner.state import State, StateDir
+from provisioner.verify.remote import children_end_with_the_command, node_targets, ssh_executor
 from provisioner.verify.run import Execute
 
 COMMAND_TIMEOUT = 30  # seconds per read-only command on the service's node
@@ -63,3 +64,14 @@ def read(m: Manifest, state: State, execute: Execute) -> list[LiveRead]:
             except ValueError as exc:  # output the parsers do not know
                 out.append(LiveRead(live.name, node, error=f"{live.name} on {node}: {exc}"))
     return out
+
+
+def over_ssh(m: Manifest, state: State, state_dir: StateDir) -> list[LiveRead]:
+    """:func:`read` over SSH, as verify reaches nodes (no SSH at all when the manifest has no
+    such service); a signal ends the ssh at once."""
+    services = registry.live_drifts(m)
+    if not services:
+        return []
+    targets = node_targets(m, {s.node(m).name for s in services})
+    with children_end_with_the_command():
+        return read(m, state, ssh_executor(targets, state_dir.known_hosts, grace=5))

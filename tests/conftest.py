@@ -238,6 +238,15 @@ def _no_ssh_from_in_process_applies(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(apply_mod, "first_contact", lambda known_hosts, targets, timeout=20: {})
 
 
+@pytest.fixture(autouse=True)
+def _no_live_reads_from_in_process_applies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An apply whose plan has no change reads the live services (slurmdbd's accounts) over
+    SSH before it decides that nothing is to run; for the same reason as above, in-process
+    applies read nothing (their fakes match the manifest). The read itself is tested with
+    plan's (tests/commands/test_plan.py), the decision in tests/test_apply.py."""
+    monkeypatch.setattr(apply_mod, "live_reads", lambda loaded, st, state: [])
+
+
 @pytest.fixture
 def processes_with() -> Callable[[str], list[int]]:
     """Finds processes by a marker in their command line (a stand-in's unique argument), to

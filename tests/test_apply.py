@@ -15,11 +15,20 @@ import pytest
 from rich.console import Console
 
 from provisioner import apply as apply_mod
-from provisioner.apply import ApplyOptions, Installs, confirm, install_phase, missing_secrets, probe_installs
+from provisioner.apply import (
+    ApplyOptions,
+    Installs,
+    confirm,
+    install_phase,
+    missing_secrets,
+    nothing_to_run,
+    probe_installs,
+)
 from provisioner.areas.baremetal import install as baremetal
 from provisioner.errors import ProvisionError
 from provisioner.interrupts import Interrupted, Signals
-from provisioner.plan import compute
+from provisioner.live import PENDING_KINDS, LiveRead
+from provisioner.plan import NodePlan, Plan, Upgrade, compute
 from provisioner.runner import HostProgress, Reach, RunResult
 from provisioner.state import State, StateDir
 
@@ -257,3 +266,35 @@ def test_confirmation_is_refused_without_a_terminal(setup: Any, monkeypatch: pyt
     with pytest.raises(ProvisionError, match=r"refusing to install over PXE \(wiping node02\)"):
         confirm(console, plan, Installs(["node02"]), ApplyOptions())
     confirm(console, plan, Installs(["node02"]), ApplyOptions(yes=True))
+
+
+# --------------------------------------------------------------------------- nothing to run
+def test_an_apply_without_a_change_runs_nothing_unless_told_or_a_service_drifted() -> None:
+    """Issue 35: a no-op re-apply ran the light plays on every node (1.7 s of the controller's
+    CPU per node, 56 s at 32 nodes). It runs nothing when the plan has no change and every
+    service read live matches; --full, a change, an upgrade, a drift or an unread service runs."""
+    settled = Plan([NodePlan("head01", "unchanged", [], "configured")], False, [])
+    calls: list[int] = []
+
+    def reads(*found: LiveRead) -> Any:
+        def read() -> list[LiveRead]:
+            calls.append(1)
+            return list(found)
+        return read
+
+    clean = LiveRead("slurmdbd", "head01")
+    drift = LiveRead("slurmdbd", "head01", [(sorted(PENDING_KINDS)[0], "account ml: missing")])
+    unread = LiveRead("slurmdbd", "head01", error="sacctmgr on head01: timed out")
+    assert nothing_to_run(settled, ApplyOptions(), reads(clean)) is True
+    assert nothing_to_run(settled, ApplyOptions(), reads()) is True
+    assert nothing_to_run(settled, ApplyOptions(), reads(clean, drift)) is False
+    assert nothing_to_run(settled, ApplyOptions(), reads(unread)) is False
+    assert len(calls) == 4
+    assert nothing_to_run(settled, ApplyOptions(full=True), reads(clean)) is False
+    assert nothing_to_run(settled, ApplyOptions(reinstall=["head01"]), reads(clean)) is False
+    assert nothing_to_run(Plan(settled.nodes, True, []), ApplyOptions(), reads(clean)) is False
+    new = Plan([NodePlan("gpu01", "new", ["node"], "new", heavy=True)], False, ["gpu01"])
+    assert nothing_to_run(new, ApplyOptions(), reads(clean)) is False
+    upgrade = Plan(settled.nodes, False, [], upgrades=[Upgrade("slurm", ["slurmdbd first"], "")])
+    assert nothing_to_run(upgrade, ApplyOptions(), reads(clean)) is False
+    assert len(calls) == 4  # the plan alone decided: nothing read

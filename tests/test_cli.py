@@ -474,6 +474,14 @@ def test_apply_yes_records_state_and_then_plans_nothing(
     assert "apply finished: 5 ok, 0 failed, 5 changed" in out
     code, _, _ = run(capsys, "plan", str(example), "--detailed-exitcode")
     assert code == 0
+    # nothing to change: no playbook runs and no run is recorded; --full runs every play again
+    code, out, err = run(capsys, "apply", str(example), "--yes")
+    assert code == 0, err
+    assert len(no_ansible) == 1 and len(sd.load().runs) == 1
+    assert "nothing to change" in out and "apply --full" in out
+    code, _, err = run(capsys, "apply", str(example), "--yes", "--full")
+    assert code == 0, err
+    assert len(no_ansible) == 2 and no_ansible[1]["hosts"] == call["hosts"] and len(sd.load().runs) == 2
 
 
 def test_apply_with_limit_passes_it_on(capsys: Capsys, example: Path, no_ansible: list[dict[str, Any]]) -> None:

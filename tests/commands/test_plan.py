@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from provisioner import live as live_mod
 from provisioner.cli import main
-from provisioner.commands import plan as plan_cmd
 from provisioner.nodecheck.check import Output
 from provisioner.plan import cluster_fingerprint, node_sections
 from provisioner.runner import SshTarget
@@ -53,7 +53,7 @@ def slurmdbd(monkeypatch: pytest.MonkeyPatch, assoc: str = "sacctmgr-assoc.txt")
             return Output(stdout=(DATA / name).read_text())
         return execute
 
-    monkeypatch.setattr(plan_cmd, "ssh_executor", executor)
+    monkeypatch.setattr(live_mod, "ssh_executor", executor)
     return asked
 
 
@@ -103,7 +103,7 @@ def test_an_unreadable_slurmdbd_is_said_and_changes_nothing_else(manifest: Path,
     def executor(targets: dict[str, SshTarget], known_hosts: Path, grace: float = 0) -> Execute:
         return lambda host, text, timeout: Output(rc=-1, error="timed out after 35 s (no answer from head01)")
 
-    monkeypatch.setattr(plan_cmd, "ssh_executor", executor)
+    monkeypatch.setattr(live_mod, "ssh_executor", executor)
     assert main(["plan", str(manifest), "--detailed-exitcode"]) == 0
     out = capsys.readouterr().out
     assert "slurmdbd: not read: sacctmgr on head01: timed out after 35 s (no answer from head01)" in out, out

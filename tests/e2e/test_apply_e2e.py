@@ -157,13 +157,19 @@ def test_second_apply_changes_nothing(cluster: Path) -> None:
     manifest = cluster / "cluster.yaml"
     plan = _provision("plan", str(manifest), "--detailed-exitcode", cwd=cluster)
     assert plan.returncode == 0, plan.stdout + plan.stderr
-    r = _provision("apply", str(manifest), "--yes", cwd=cluster)
+    before = _state(cluster)["runs"]
+    assert isinstance(before, list)
+    r = _provision("apply", str(manifest), "--yes", cwd=cluster)  # the plan has no change: nothing runs
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "nothing to change" in r.stdout, r.stdout
+    assert _state(cluster)["runs"] == before
+    r = _provision("apply", str(manifest), "--yes", "--full", cwd=cluster)  # every play again: no change
     assert r.returncode == 0, r.stdout + r.stderr
     runs = _state(cluster)["runs"]
     assert isinstance(runs, list)
     last = runs[-1]
     assert last["result"] == "ok"
-    assert last["targets"] == []
+    assert sorted(last["targets"]) == ["e2ehead", "e2enode1", "e2enode2"], last["targets"]
     assert sum(last["changed"].values()) == 0, last["changed"]
 
 
