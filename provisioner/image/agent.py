@@ -269,6 +269,12 @@ def signatures(run: Run, device: str) -> list[str]:
     return found
 
 
+# the deploy's steps in their order (the docstring above says what each does): the names the
+# console lines and the failure reports carry, which the VM lab's phase split reads back
+STEPS = ("identify", "disks", "download", "partition", "filesystem", "extract", "identity", "bootloader",
+         "hostkeys")
+
+
 class Steps:
     """The deploy's current step, and on the console (the unit's output) each finished step
     with its seconds: an operator watching a node's screen sees where its deploy is, and

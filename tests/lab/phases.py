@@ -13,11 +13,14 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from provisioner.image import agent
+
 # nginx's "combined" format: addr - user [time_local] "request" status bytes ...
 _NGINX = re.compile(r'^(?P<addr>\S+) \S+ \S+ \[(?P<time>[^\]]+)\] "(?P<method>[A-Z]+) (?P<path>\S+) [^"]*" '
                     r"(?P<status>\d{3}) (?P<bytes>\d+)")
 _STEP = re.compile(r"provision-deploy: (?P<step>[a-z]+) done in (?P<s>\d+) s")
-DEPLOY_STEPS = ("download", "partition", "filesystem", "extract", "identity", "bootloader", "hostkeys")
+# the agent's steps from the image download on (those before it take no time worth a row)
+DEPLOY_STEPS = agent.STEPS[agent.STEPS.index("download"):]
 
 
 @dataclass(frozen=True)
