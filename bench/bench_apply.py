@@ -660,9 +660,10 @@ def scale_figures(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         if "first_converge_1" in got:
             ratio(f"{strategy}: first converge of {n} / of 1", got[f"first_converge_{n}"], got["first_converge_1"],
                   SCALE_GOALS["converge_ratio"])
-        for key in (f"full_{n}", f"rolling_{n}"):
+        for key, label in ((f"full_{n}", f"`apply --full` of {n}"),
+                           (f"rolling_{n}", f"rolling change of {n} compute nodes, batches of {SCALE_BATCH}")):
             if key in got:
-                rows.append((f"{strategy}: {key.replace('_', ' of ')}", f"{float(got[key]['seconds']):.1f} s", "", ""))
+                rows.append((f"{strategy}: {label}", f"{float(got[key]['seconds']):.1f} s", "", ""))
         if "error" in got:
             rows.append(failed_row(f"{strategy}: the rest", got["error"]))
     return rows
@@ -677,8 +678,8 @@ def scale_markdown(result: dict[str, Any]) -> str:
         "",
         *figures_table(scale_figures(result)),
         "",
-        "Every timed apply: wall seconds; the controller's CPU seconds (its cgroup: Ansible, its forks, "
-        "the SSH masters) and peak memory (PSS summed); the nodes' CPU seconds (every container's "
+        "Every timed apply: wall seconds; the controller's CPU seconds (its cgroup: provision, Ansible's "
+        "workers, the SSH clients) and peak memory (PSS summed); the nodes' CPU seconds (every container's "
         "cgroup); changed tasks; the slowest task (its longest host):",
         "",
         "| strategy | apply | targets | seconds | controller CPU s | peak MiB | nodes CPU s | changed | slowest task |",
