@@ -279,7 +279,9 @@ class Controller:
     it leaves running included) and its peak memory (the processes' PSS summed, sampled)."""
 
     def __init__(self) -> None:
-        base = CGROUP_ROOT if cgroup_v2() else CGROUP_ROOT / "cpuacct"
+        v2 = cgroup_v2()
+        base = CGROUP_ROOT if v2 else CGROUP_ROOT / "cpuacct"
+        self.usage = "cpu.stat" if v2 else "cpuacct.usage"  # the file of its CPU time
         self.path: Path | None = base / CGROUP_NAME
         try:
             self.path.mkdir(exist_ok=True)
@@ -300,7 +302,7 @@ class Controller:
     def cpu_s(self) -> float | None:
         if self.path is None:
             return None
-        return cpu_seconds(self.path / ("cpu.stat" if cgroup_v2() else "cpuacct.usage"))
+        return cpu_seconds(self.path / self.usage)
 
     def pids(self) -> list[int]:
         if self.path is None:
@@ -522,18 +524,25 @@ def bare_install(bed: Testbed, packages: Sequence[str]) -> dict[str, float]:
     return {"warmup_s": round(warm, 2), "bare_apt_s": round(bare, 2)}
 
 
+def recorder(out: dict[str, Any], on_result: Callable[[], None] | None,
+             line: Callable[[str, dict[str, Any]], str]) -> Callable[[str, dict[str, Any]], None]:
+    """Keeps each figure in ``out`` under its key, calls ``on_result`` (the JSON is saved) and
+    prints ``line`` of it."""
+    def note(key: str, result: dict[str, Any]) -> None:
+        out[key] = result
+        if on_result is not None:
+            on_result()
+        print(line(key, result), flush=True)
+    return note
+
+
 def one_strategy(bed: Testbed, work: Path, strategy: str, out: dict[str, Any],
                  on_result: Callable[[], None] | None = None, keep: Path | None = None) -> None:
     """Every apply figure with one strategy, on fresh containers, into ``out``; ``on_result``
     after each figure; ``keep``: copy each cluster's run artifacts there."""
     tag = "l" if strategy == "linear" else "m"
-
-    def note(key: str, result: dict[str, Any]) -> None:
-        out[key] = result
-        if on_result is not None:
-            on_result()
-        print(f"[{strategy}] {key}: {result['seconds']:.1f} s, {result['changed']} changed, "
-              f"targets {result['targets']}", flush=True)
+    note = recorder(out, on_result, lambda key, result: f"[{strategy}] {key}: {result['seconds']:.1f} s, "
+                    f"{result['changed']} changed, targets {result['targets']}")
 
     # one node, then a second
     small = [f"b{tag}one1", f"b{tag}one2"]
@@ -570,14 +579,10 @@ def at_scale(bed: Testbed, work: Path, strategy: str, n: int, out: dict[str, Any
     tag = "l" if strategy == "linear" else "m"
     make_inotify_room(n + 1)
     controller = Controller()
-
-    def note(key: str, result: dict[str, Any]) -> None:
-        out[key] = result
-        if on_result is not None:
-            on_result()
-        print(f"[{strategy} x{n}] {key}: {result['seconds']:.1f} s, {result['changed']} changed, "
-              f"{len(result['targets'])} targets, controller CPU {result.get('controller_cpu_s')} s, "
-              f"peak {result.get('controller_peak_mib')} MiB, nodes CPU {result.get('nodes_cpu_s')} s", flush=True)
+    note = recorder(out, on_result, lambda key, result: (
+        f"[{strategy} x{n}] {key}: {result['seconds']:.1f} s, {result['changed']} changed, "
+        f"{len(result['targets'])} targets, controller CPU {result.get('controller_cpu_s')} s, "
+        f"peak {result.get('controller_peak_mib')} MiB, nodes CPU {result.get('nodes_cpu_s')} s"))
 
     try:
         small = [f"b{tag}sh", *(f"b{tag}s{i}" for i in range(1, 4))]
@@ -618,6 +623,15 @@ def at_scale(bed: Testbed, work: Path, strategy: str, n: int, out: dict[str, Any
 def failed_row(label: str, error: object) -> tuple[str, str, str, str]:
     """The row of figures an apply's failure left unmeasured (the error, fit for a table cell)."""
     return (label, "an apply failed: " + str(error)[:100].replace("|", "/"), "", "NOT measured")
+
+
+def timed_applies(result: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any], str]]:
+    """Every timed apply of a run: strategy, figure, its numbers, its slowest task in words."""
+    for strategy, got in result["strategies"].items():
+        for key, value in got.items():
+            if isinstance(value, dict):
+                slow = value["slowest_tasks_s"][0] if value["slowest_tasks_s"] else ["-", 0, 0]
+                yield strategy, key, value, f"{slow[0]} ({slow[1]:.1f} s)"
 
 
 def figures_table(rows: list[tuple[str, str, str, str]]) -> list[str]:
@@ -685,13 +699,10 @@ def scale_markdown(result: dict[str, Any]) -> str:
         "| strategy | apply | targets | seconds | controller CPU s | peak MiB | nodes CPU s | changed | slowest task |",
         "|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for strategy, got in result["strategies"].items():
-        for key, value in got.items():
-            if isinstance(value, dict):
-                slow = value["slowest_tasks_s"][0] if value["slowest_tasks_s"] else ["-", 0, 0]
-                lines.append(f"| {strategy} | {key} | {len(value['targets'])} | {value['seconds']:.1f} | "
-                             f"{value.get('controller_cpu_s')} | {value.get('controller_peak_mib')} | "
-                             f"{value.get('nodes_cpu_s')} | {value['changed']} | {slow[0]} ({slow[1]:.1f} s) |")
+    for strategy, key, value, slowest in timed_applies(result):
+        lines.append(f"| {strategy} | {key} | {len(value['targets'])} | {value['seconds']:.1f} | "
+                     f"{value.get('controller_cpu_s')} | {value.get('controller_peak_mib')} | "
+                     f"{value.get('nodes_cpu_s')} | {value['changed']} | {slowest} |")
     return "\n".join(lines)
 
 
@@ -739,12 +750,8 @@ def markdown(result: dict[str, Any]) -> str:
         "| strategy | apply | seconds | changed | slowest task |",
         "|---|---|---:|---:|---|",
     ]
-    for strategy, got in result["strategies"].items():
-        for key, value in got.items():
-            if isinstance(value, dict):
-                slow = value["slowest_tasks_s"][0] if value["slowest_tasks_s"] else ["-", 0, 0]
-                lines.append(f"| {strategy} | {key} | {value['seconds']:.1f} | {value['changed']} | "
-                             f"{slow[0]} ({slow[1]:.1f} s) |")
+    for strategy, key, value, slowest in timed_applies(result):
+        lines.append(f"| {strategy} | {key} | {value['seconds']:.1f} | {value['changed']} | {slowest} |")
     return "\n".join(lines)
 
 
