@@ -135,6 +135,35 @@ def live_reads(loaded: Loaded, st: State, state: StateDir) -> list[live.LiveRead
     return live.over_ssh(loaded.manifest, st, state)
 
 
+def disk_reads(loaded: Loaded, st: State, state: StateDir, names: list[str]) -> list[live.DiskVerdict]:
+    """The disks the plays may take on ``names``, read before anything runs (the areas'
+    disk reads: storage's new scratch volumes and pools)."""
+    return live.disks_over_ssh(loaded.manifest, st, state, names)
+
+
+def disk_refusal(plan: Plan, installs: list[str], reads: Callable[[list[str]], list[live.DiskVerdict]],
+                 console: Console) -> str:
+    """Why the apply stops before it runs anything ("" when it goes on): a disk that a node's
+    plays would take holds data or is in use, as its role would find when it got there. Read
+    on the nodes that get node-local plays (the plan's targets) and are not installed in
+    this run, where an area has disks to read; what could not be read or judged is said,
+    and left to the roles."""
+    names = [n for n in plan.targets if n not in installs]
+    if not names:
+        return ""
+    lines: list[str] = []
+    for verdict in reads(names):
+        if verdict.error:
+            console.print(f"{verdict.node}: disks not read before the apply ({verdict.error}); the roles check them",
+                          highlight=False, markup=False)
+        for note in verdict.notes:
+            console.print(f"{verdict.node}: {note}", highlight=False, markup=False)
+        lines += [f"{verdict.node}: {line}" for line in verdict.refused]
+    if not lines:
+        return ""
+    return "nothing was changed; disks the plays would take hold data or are in use:\n  " + "\n  ".join(lines)
+
+
 def nothing_to_run(plan: Plan, opts: ApplyOptions, reads: Callable[[], list[live.LiveRead]]) -> bool:
     """Whether this apply has nothing to run: no node-local play, the cluster-wide files as
     recorded, no install or upgrade, not ``--full``, and every service read live as the
@@ -468,6 +497,9 @@ def _apply(loaded: Loaded, state: StateDir, opts: ApplyOptions, console: Console
         if problems:
             raise ProvisionError("nothing was changed; this run needs secrets that are not there: "
                                  + "; ".join(problems))
+        refusal = disk_refusal(plan, installs.wipe, lambda names: disk_reads(loaded, st, state, names), console)
+        if refusal:
+            raise ProvisionError(refusal)
         # before anything is armed or powered: images proven, ramdisk drivers, disks, BMCs
         checks = install_preflight.run(m, state.root / "images", installs.wipe, bmc_answers)
         if install_preflight.failed(checks):

@@ -1,6 +1,8 @@
 """What ``provision plan`` reads from running services (the areas' :class:`LiveDrift`, e.g.
 slurmdbd's accounts, associations and QOS): the drift apply's reconcile would remove there,
-which no fingerprint of the nodes shows (someone ran ``sacctmgr`` by hand).
+which no fingerprint of the nodes shows (someone ran ``sacctmgr`` by hand). And what apply
+reads on a node before it runs anything (the areas' :class:`DiskRead`, e.g. the disks a new
+scratch volume or pool would take): a role's refusal, made before any play.
 
 The commands are read-only and bounded; the transport is given (``execute``: verify's SSH
 executor in the command, a fake in tests). A service that cannot be read is said so, with
@@ -8,7 +10,10 @@ the reason, and changes nothing else in the plan."""
 
 from __future__ import annotations
 
+import json
 import shlex
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +25,23 @@ from provisioner.verify.remote import children_end_with_the_command, node_target
 from provisioner.verify.run import Execute
 
 COMMAND_TIMEOUT = 30  # seconds per read-only command on the service's node
+MAX_PARALLEL = 16  # nodes read at once
+# The node runs a read's commands itself, in one SSH round trip: each with its own bound,
+# none through a shell, a missing command as a shell would say it (127).
+_RUN_EACH = (
+    "import json,os,subprocess,sys\n"
+    "env=dict(os.environ,LC_ALL='C',PATH='/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin')\n"
+    "out=[]\n"
+    "for a in json.loads(sys.argv[1]):\n"
+    "    try:\n"
+    "        r=subprocess.run(a,capture_output=True,text=True,timeout=int(sys.argv[2]),env=env)\n"
+    "        out.append([r.returncode,r.stdout])\n"
+    "    except FileNotFoundError:\n"
+    "        out.append([127,''])\n"
+    "    except subprocess.TimeoutExpired:\n"
+    "        out.append([124,''])\n"
+    "print(json.dumps(out))\n"
+)
 PENDING_KINDS = frozenset({"add", "change", "remove"})  # what apply would do ("kept": it would not)
 
 
@@ -75,3 +97,63 @@ def over_ssh(m: Manifest, state: State, state_dir: StateDir) -> list[LiveRead]:
     targets = node_targets(m, {s.node(m).name for s in services})
     with children_end_with_the_command():
         return read(m, state, ssh_executor(targets, state_dir.known_hosts, grace=5))
+
+
+@dataclass(frozen=True)
+class DiskVerdict:
+    """One node's read before an apply: why the apply may not go on (``refused``, lines),
+    what was left to the roles (``notes``), or why the node was not read (``error``)."""
+
+    node: str
+    refused: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    error: str = ""
+
+
+def run_each(execute: Execute, node: str, argvs: Sequence[tuple[str, ...]]
+             ) -> tuple[dict[tuple[str, ...], tuple[int, str]], str]:
+    """Run read-only ``argvs`` on ``node`` in one round trip: (each one's exit status and
+    output, "") or ({}, why they were not run)."""
+    text = shlex.join(["python3", "-c", _RUN_EACH, json.dumps([list(a) for a in argvs]), str(COMMAND_TIMEOUT)])
+    result = execute(node, text, COMMAND_TIMEOUT * len(argvs) + 10)
+    if result.error or result.rc != 0:
+        return {}, why_failed(result)
+    try:
+        rows = json.loads(result.stdout)
+        answers = {argv: (int(rc), str(out)) for argv, (rc, out) in zip(argvs, rows, strict=True)}
+    except (ValueError, TypeError) as exc:
+        return {}, f"unreadable answer from {node} ({exc})"
+    return answers, ""
+
+
+def read_disks(m: Manifest, state: State, names: Sequence[str], execute: Execute) -> list[DiskVerdict]:
+    """The areas' reads before an apply on those of ``names`` that are configured (a node
+    apply meets for the first time is left to its roles), several nodes at once."""
+    def one(name: str) -> DiskVerdict:
+        node = m.node(name)
+        refused: list[str] = []
+        notes: list[str] = []
+        for read in registry.disk_reads():
+            argvs = read.commands(m, node)
+            if not argvs:
+                continue
+            answers, error = run_each(execute, name, argvs)
+            if error:
+                return DiskVerdict(name, error=error)
+            lines, said = read.refusals(m, node, answers)
+            refused += lines
+            notes += said
+        return DiskVerdict(name, refused, notes)
+
+    wanted = [n for n in names if (ns := state.nodes.get(n)) is not None and ns.lifecycle == "configured"]
+    if not wanted:
+        return []
+    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(wanted))) as pool:
+        return list(pool.map(one, wanted))
+
+
+def disks_over_ssh(m: Manifest, state: State, state_dir: StateDir, names: Sequence[str]) -> list[DiskVerdict]:
+    """:func:`read_disks` over SSH, as verify reaches nodes; a signal ends the ssh at once."""
+    targets = node_targets(m, names)
+    with children_end_with_the_command():
+        return read_disks(m, state, names, ssh_executor(targets, state_dir.known_hosts, grace=5))

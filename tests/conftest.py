@@ -247,6 +247,16 @@ def _no_live_reads_from_in_process_applies(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(apply_mod, "live_reads", lambda loaded, st, state: [])
 
 
+@pytest.fixture(autouse=True)
+def _no_disk_reads_from_in_process_applies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An apply reads the disks of new pools and scratch volumes over SSH before it runs
+    anything; for the same reason as above, in-process applies read none (their fakes have
+    blank disks). The read is tested in tests/test_live.py, the judgement in
+    tests/areas/storage/test_precheck.py, the refusal in tests/commands/test_apply.py, real
+    disks in the VM lab."""
+    monkeypatch.setattr(apply_mod, "disk_reads", lambda loaded, st, state, names: [])
+
+
 @pytest.fixture
 def processes_with() -> Callable[[str], list[int]]:
     """Finds processes by a marker in their command line (a stand-in's unique argument), to

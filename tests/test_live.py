@@ -1,11 +1,16 @@
 """provisioner.live: what plan reads from running services (slurmdbd's accounts), through a
 given executor: here a fake one answering with sacctmgr's recorded output (the parsers meet
 the real slurmdbd's text in tests/areas/slurm, and the executor is verify's, proven by the
-e2e)."""
+e2e). And what apply reads before it runs anything (the disks of new pools and scratch
+volumes): the node-side runner for real on this machine, the storage area's judgement in
+tests/areas/storage/test_precheck.py, real disks in the VM lab."""
 
 from __future__ import annotations
 
+import json
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -97,3 +102,49 @@ def test_nothing_is_read_where_the_manifest_manages_no_accounts(kit: Any) -> Non
     m = kit.load(data).manifest
     answer = Slurmdbd()
     assert live.read(m, configured(m), answer) == [] and answer.asked == []
+
+
+def local(host: str, text: str, timeout: int) -> Output:
+    """An executor that runs the node's side here, as ssh runs it there (``sh -c``); the
+    node's python3 is this interpreter."""
+    r = subprocess.run(["sh", "-c", text.replace("python3 -c", shlex.quote(sys.executable) + " -c", 1)],
+                       capture_output=True, text=True, timeout=timeout)
+    return Output(rc=r.returncode, stdout=r.stdout, stderr=r.stderr)
+
+
+def test_the_node_runs_each_command_without_a_shell_and_answers_in_one_round() -> None:
+    argvs = [("echo", "a b", "$HOME"), ("sh", "-c", "exit 3"), ("no-such-command-here",), ("true",)]
+    answers, error = live.run_each(local, "n1", argvs)
+    assert error == ""
+    assert answers == {argvs[0]: (0, "a b $HOME\n"), argvs[1]: (3, ""), argvs[2]: (127, ""), argvs[3]: (0, "")}
+
+
+def test_a_node_that_does_not_answer_is_said() -> None:
+    def down(host: str, text: str, timeout: int) -> Output:
+        return Output(rc=255, error="ssh: connect to host 127.0.0.9 port 22: Connection refused")
+
+    def garbled(host: str, text: str, timeout: int) -> Output:
+        return Output(stdout="Welcome!\n" + json.dumps([[0, ""]]))
+
+    assert live.run_each(down, "n1", [("true",)]) == ({}, "ssh: connect to host 127.0.0.9 port 22: Connection refused")
+    answers, error = live.run_each(garbled, "n1", [("true",)])
+    assert answers == {} and error.startswith("unreadable answer from n1")
+
+
+def test_disks_are_read_on_configured_nodes_only(kit: Any) -> None:
+    m = kit.load(kit.base(storage=True)).manifest
+    st = State(cluster=m.cluster.name, nodes={"head01": NodeState(lifecycle="configured"),
+                                              "node01": NodeState(lifecycle="new")})
+    asked: list[str] = []
+
+    def blank(host: str, text: str, timeout: int) -> Output:
+        asked.append(host)
+        argvs = json.loads(shlex.split(text)[3])
+        rows = [[1, ""] if a[0] in ("systemd-detect-virt", "zpool") else
+                [0, json.dumps({"blockdevices": [{"name": "sda", "type": "disk"}]})] if a[0] == "lsblk" else [0, ""]
+                for a in argvs]
+        return Output(stdout=json.dumps(rows))
+
+    verdicts = live.read_disks(m, st, ["head01", "node01", "node02"], blank)
+    assert asked == ["head01"]
+    assert verdicts == [live.DiskVerdict("head01")]

@@ -33,6 +33,9 @@ An entry names, each optional but the role variables:
   from those records to the manifest, in order, or why it is refused (:class:`Upgrade`;
   slurm: its release);
 * ``destructive(m, node)``: what the area's plays may destroy on a node, in plan's words;
+  ``disk_read``: what apply reads on such a node before it runs anything, and the refusal
+  it makes of it (:class:`DiskRead`; storage: disks of new scratch volumes and pools that
+  hold data);
 * ``split_from``: the area this one was split out of, under whose name older states
   recorded both (``provisioner.plan.recorded_sections``; fabric: storage).
 """
@@ -163,6 +166,18 @@ class LiveDrift:
     changes: Callable[[Manifest, list[str]], list[tuple[str, str]]]
 
 
+@dataclass(frozen=True)
+class DiskRead:
+    """What apply reads on a configured node before it changes anything, to refuse at once
+    what a role would refuse halfway through the run: ``commands`` (m, node) are read-only
+    ([]: nothing to read there); ``refusals`` (m, node, each command's exit status and
+    output) say why the apply may not go on (lines; [] when it may) and what was left to
+    the roles (notes)."""
+
+    commands: Callable[[Manifest, Node], list[tuple[str, ...]]]
+    refusals: Callable[[Manifest, Node, Mapping[tuple[str, ...], tuple[int, str]]], tuple[list[str], list[str]]]
+
+
 Records = Mapping[str, Mapping[str, str] | None]  # per node: its state record (None: never configured)
 
 
@@ -266,6 +281,7 @@ class Area:
     install: Install | None = None
     # what the area's plays may destroy on a node (formatting disks), in plan's words ("": nothing)
     destructive: Callable[[Manifest, Node], str] | None = None
+    disk_read: DiskRead | None = None
     usage: UsageReport | None = None
     live: LiveDrift | None = None
     backup: HeadBackup | None = None

@@ -24,6 +24,7 @@ from provisioner.areas.common import rolevars as common
 from provisioner.areas.common import verify as common_verify
 from provisioner.areas.entry import (
     Area,
+    DiskRead,
     HeadBackup,
     Install,
     InstallSteps,
@@ -60,6 +61,7 @@ from provisioner.areas.slurm import rolevars as slurm
 from provisioner.areas.slurm import upgrade as slurm_upgrade
 from provisioner.areas.slurm import verify as slurm_verify
 from provisioner.areas.storage import checks as storage_checks
+from provisioner.areas.storage import precheck as storage_precheck
 from provisioner.areas.storage import replication_key as storage_replication_key
 from provisioner.areas.storage import rolevars as storage
 from provisioner.areas.storage import scratch as storage_scratch
@@ -135,6 +137,7 @@ AREAS: tuple[Area, ...] = (
          verify=fabric_verify.checks, split_from="storage"),
     Area("storage", storage.cluster_vars, storage.node_vars, groups=storage.groups, checks=storage_checks.CHECKS,
          verify=storage_verify.checks, destructive=storage_scratch.format_summary,
+         disk_read=DiskRead(storage_precheck.commands, storage_precheck.refusals),
          prepare=storage_replication_key.prepare, secret_values=storage_replication_key.secret_values,
          image_roles=("nfs_client",)),
     Area("people", people.cluster_vars, people.node_vars, people.LIGHT_KEYS, checks=people_checks.CHECKS,
@@ -231,6 +234,11 @@ def destructive(m: Manifest, node: Node) -> str:
     """What the areas' plays may destroy on ``node``, in plan's words ("": nothing)."""
     return "; ".join(text for area in AREAS if area.destructive is not None
                      if (text := area.destructive(m, node)))
+
+
+def disk_reads() -> list[DiskRead]:
+    """What the areas read on a node whose disks their plays may take, before an apply."""
+    return [area.disk_read for area in AREAS if area.disk_read is not None]
 
 
 def install() -> Install | None:

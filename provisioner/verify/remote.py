@@ -153,7 +153,11 @@ def children_end_with_the_command() -> Iterator[None]:
     The command's commands to one node share one SSH connection (ssh's ControlMaster, its
     socket in a private folder made here): a new connection costs a key exchange and a
     login each time, seconds on a busy or slow node (verify runs about 20 commands a node).
-    The shared connections are closed on the way out."""
+    The shared connections are closed on the way out. Opened inside another (an apply's
+    disk read inside a roll that drains), it is that one: the outer one ends and closes."""
+    if CHILDREN.shared is not None:
+        yield
+        return
     CHILDREN.reopen()
     try:
         CHILDREN.shared = Path(tempfile.mkdtemp(prefix="provision-ssh-"))

@@ -58,3 +58,35 @@ def test_a_dry_run_in_json(write_manifest: Any, kit: Any, ansible: list[list[str
     assert doc["check"] is True and [r["check"] for r in doc["runs"]] == [True]
     assert doc["nodes"] == [{"node": "head01", "result": "ok"}, {"node": "node01", "result": "failed"}]
     assert not (path.parent / ".provision").exists()  # a dry run leaves the state directory alone
+
+
+def test_a_disk_holding_data_stops_the_apply_before_any_play(write_manifest: Any, kit: Any,
+                                                              ansible: list[list[str]], capsys: Capsys,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A role would refuse the disk halfway through the run, after the plays before storage
+    ran everywhere; read first (the read: tests/test_live.py, the judgement:
+    tests/areas/storage/test_precheck.py), the apply stops with nothing run or recorded."""
+    asked: list[list[str]] = []
+
+    def reads(loaded: Any, st: Any, state: Any, names: list[str]) -> list[apply_mod.live.DiskVerdict]:
+        asked.append(names)
+        return [apply_mod.live.DiskVerdict("head01", ["REFUSED: pool tank is not made; its disks are missing, "
+                                                      "in use or hold data (...):",
+                                                      "ata-DISK_2: holds a ext4 signature"]),
+                apply_mod.live.DiskVerdict("node01", notes=["scratch volume 1 disk: not read before the apply "
+                                                            "(mdadm is not installed yet); the role checks its disks"]),
+                apply_mod.live.DiskVerdict("node02", error="ssh: connect to host 10.0.0.22 port 22: refused")]
+
+    monkeypatch.setattr(apply_mod, "disk_reads", reads)
+    path = write_manifest(kit.base(storage=True))
+    assert main(["apply", str(path), "--yes"]) != 0
+    captured = capsys.readouterr()
+    err = captured.err
+    assert asked == [["head01", "node01", "node02"]]  # the nodes whose plays may format
+    assert ansible == []
+    assert ("nothing was changed; disks the plays would take hold data or are in use:\n"
+            "  head01: REFUSED: pool tank is not made") in err
+    assert "  head01: ata-DISK_2: holds a ext4 signature" in err
+    assert "node01: scratch volume 1 disk: not read before the apply (mdadm is not installed yet)" in captured.out
+    assert "node02: disks not read before the apply (ssh: connect to host 10.0.0.22 port 22: refused)" in captured.out
+    assert not StateDir.beside(path).state_file.exists()

@@ -62,6 +62,8 @@ from provisioner.areas.fabric import decide as fabric
 from provisioner.areas.storage import snapshots
 from provisioner.manifest.cluster import BUILT_IMAGE_EXT
 from provisioner.nodecheck.check import Output
+from provisioner.runner import ansible_env
+from provisioner.state import StateDir
 from provisioner.validate import load_manifest
 from provisioner.verify import catalog
 
@@ -744,10 +746,16 @@ def _roce_args(lab: Lab) -> str:
 
 
 # --------------------------------------------------------------------------- disk safety
-def _refusals(lab: Lab) -> subprocess.CompletedProcess[str]:
-    """One apply, on store1 and store2 side by side, of a manifest that asks for disks with
-    a filesystem on them: a ZFS pool on store1's virtio-labdisk5, store2's scratch on
-    virtio-labkeep (instead of its own scratch disk). Run once, for both tests."""
+def _refusals(lab: Lab) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+    """A manifest that asks for disks with a filesystem on them: a ZFS pool on store1's
+    virtio-labdisk5, store2's scratch on virtio-labkeep (instead of its own scratch disk).
+    Made once, for both tests, and given to two runs on store1 and store2 side by side:
+
+    * ``provision apply``, which reads those disks before it runs anything (the storage
+      area's disk read, judged by the roles' own functions) and stops there: no play runs;
+    * the storage plays alone by ``ansible-playbook`` on `provision inventory`'s output
+      (a run without provision's read, as an operator may make one), in the environment
+      apply gives Ansible: the scratch and zfs roles refuse on the nodes themselves."""
     if "refusals" not in lab.applies:
         data = yaml.safe_load(lab.manifest.read_text())
         for node in data["nodes"]:
@@ -762,9 +770,20 @@ def _refusals(lab: Lab) -> subprocess.CompletedProcess[str]:
                                      "vdevs": {"type": "stripe", "width": 1, "disks": [f"virtio-{FS_DISK}"]}})
         changed = lab.work / "lab-scratch.yaml"
         changed.write_text(yaml.safe_dump(data, sort_keys=False))
-        with lab.timings.stage("provision apply of disks with data (store1, store2: refused)"):
+        with lab.timings.stage("provision apply of disks with data (store1, store2: refused before any play)"):
             lab.applies["refusals"] = lab.provision("apply", "--yes", "--limit", "store1,store2", manifest=changed)
-    return lab.applies["refusals"]
+        inventory = lab.work / "inventory-scratch"
+        r = lab.provision("inventory", "--out", str(inventory), manifest=changed)
+        assert r.returncode == 0, _recap(r)
+        env = dict(os.environ, **ansible_env(StateDir(lab.work / ".provision"), ROOT, 2,
+                                             strategy=os.environ.get("LAB_STRATEGY", "mitogen")),
+                   ANSIBLE_CACHE_PLUGIN_CONNECTION=str(lab.work / "facts-scratch"))  # ansible-runner's part
+        with lab.timings.stage("storage plays by ansible-playbook, same disks (store1, store2: refused by the roles)"):
+            lab.applies["role refusals"] = subprocess.run(
+                ["ansible-playbook", "-i", str(inventory), str(ROOT / "playbooks" / "storage.yml"),
+                 "--limit", "store1,store2"],
+                cwd=lab.work, env=env, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+    return lab.applies["refusals"], lab.applies["role refusals"]
 
 
 def test_scratch_disk_is_formatted_and_mounted_by_id(lab: Lab) -> None:
@@ -791,11 +810,16 @@ def test_scratch_disk_is_formatted_and_mounted_by_id(lab: Lab) -> None:
 
 def test_scratch_on_a_disk_with_a_filesystem_is_refused(lab: Lab) -> None:
     store2 = lab.ssh["store2"]
-    r = _refusals(lab)
+    r, roles = _refusals(lab)
     assert r.returncode != 0, _recap(r)
     out = r.stdout + r.stderr
-    assert "REFUSED: scratch volume" in out, _recap(r)
-    assert f"virtio-{KEEP_DISK}: holds a ext4 signature" in out, _recap(r)
+    assert "nothing was changed; disks the plays would take hold data or are in use" in out, _recap(r)
+    assert "store2: REFUSED: scratch volume" in out, _recap(r)
+    assert f"store2: virtio-{KEEP_DISK}: holds a ext4 signature" in out, _recap(r)
+    assert "recap (run" not in out, _recap(r)  # no play ran
+    assert roles.returncode != 0, _recap(roles)
+    assert "REFUSED: scratch volume" in roles.stdout, _recap(roles)
+    assert f"virtio-{KEEP_DISK}: holds a ext4 signature" in roles.stdout, _recap(roles)
     # the disk is untouched: its filesystem, no partition table
     blkid = store2.out(f"blkid -o export /dev/disk/by-id/virtio-{KEEP_DISK}")
     assert "TYPE=ext4" in blkid and "LABEL=keepme" in blkid, blkid
@@ -807,9 +831,13 @@ def test_scratch_on_a_disk_with_a_filesystem_is_refused(lab: Lab) -> None:
 
 def test_pool_on_a_disk_with_a_filesystem_is_refused(lab: Lab) -> None:
     store = lab.ssh["store1"]
-    r = _refusals(lab)
+    r, roles = _refusals(lab)
     assert r.returncode != 0, _recap(r)
-    assert re.search(rf"virtio-{FS_DISK}.*(ext4|signature|filesystem)", r.stdout + r.stderr, re.I), _recap(r)
+    assert "store1: REFUSED: pool scratch is not created" in r.stdout + r.stderr, _recap(r)
+    assert f"store1: virtio-{FS_DISK}: holds a ext4 signature" in r.stdout + r.stderr, _recap(r)
+    assert roles.returncode != 0, _recap(roles)
+    assert "REFUSED: pool scratch is not created" in roles.stdout, _recap(roles)
+    assert re.search(rf"virtio-{FS_DISK}.*(ext4|signature|filesystem)", roles.stdout, re.I), _recap(roles)
     assert store.run("zpool list scratch", check=False).returncode != 0
     blkid = store.out(f"blkid -o export /dev/disk/by-id/virtio-{FS_DISK}")
     assert "TYPE=ext4" in blkid and "LABEL=keepme" in blkid, blkid

@@ -90,6 +90,17 @@ def test_the_shared_connections_are_closed_and_their_folder_removed(
     assert f'-o ControlPath="{folder / "0123abcd"}" -O exit shared' in log.read_text()
 
 
+def test_one_opened_inside_another_is_that_one() -> None:
+    """An apply's disk read opens one inside a roll's (which drains over SSH): closing the
+    inner one left the outer one without its folder, and the roll ended in an internal error."""
+    with remote.children_end_with_the_command():
+        folder = remote.CHILDREN.shared
+        with remote.children_end_with_the_command():
+            assert remote.CHILDREN.shared == folder
+        assert remote.CHILDREN.shared == folder and folder is not None and folder.is_dir()
+    assert remote.CHILDREN.shared is None and not folder.exists()
+
+
 SIGNAL_WHILE_STARTING = """
 import os, signal, subprocess, sys
 from provisioner.interrupts import Interrupted
