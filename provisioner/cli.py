@@ -112,6 +112,8 @@ def _parser() -> argparse.ArgumentParser:
 
     inv = add("inventory", "write the Ansible inventory generated from the manifest")
     inv.add_argument("--out", type=Path, help="output folder (default: inventory/<cluster>/ beside the manifest)")
+    inv.add_argument("--state-dir", type=Path,
+                     help="state directory whose secrets/ the roles read (default: .provision/ beside the manifest)")
     inv.add_argument("--json", action="store_true", help="print the folder and the files written as JSON")
 
     plan = add("plan", "show what apply would change, per node")

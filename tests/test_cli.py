@@ -246,6 +246,12 @@ def test_inventory_out_writes_files(capsys: Capsys, example: Path, tmp_path: Pat
     assert "gpu03" in hosts["all"]["children"]["gpu"]["hosts"]
     provision = json.loads((out_dir / "group_vars/all/provision.json").read_text())
     assert provision["provision_manifest"] == str(example)
+    # the roles read the control machine's secrets there (a plain ansible-playbook run
+    # failed on 'provision_state_dir' is undefined): the state directory apply uses
+    assert provision["provision_state_dir"] == str(StateDir.beside(example).root)
+    run(capsys, "inventory", str(example), "--out", str(out_dir), "--state-dir", str(tmp_path / "st"))
+    provision = json.loads((out_dir / "group_vars/all/provision.json").read_text())
+    assert provision["provision_state_dir"] == str(StateDir.beside(example, tmp_path / "st").root)
 
 
 def test_inventory_default_folder_is_beside_the_manifest(

@@ -1,4 +1,7 @@
-"""`provision inventory MANIFEST [--out DIR]`: write the Ansible inventory."""
+"""`provision inventory MANIFEST [--out DIR] [--state-dir DIR]`: write the Ansible inventory,
+as apply writes it: it names the state directory (``provision_state_dir``), whose
+``secrets/`` the roles read on the control machine (the munge key, the replication key),
+so a plain ``ansible-playbook`` run with it works; no secret is in it."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from rich.console import Console
 
 from provisioner import inventory
 from provisioner.commands.common import guarded, load
+from provisioner.state import StateDir
 
 
 def default_inventory_dir(manifest: Path, cluster: str) -> Path:
@@ -21,7 +25,8 @@ def default_inventory_dir(manifest: Path, cluster: str) -> Path:
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     loaded = load(err, args.manifest)
     target = args.out or default_inventory_dir(args.manifest, loaded.manifest.cluster.name)
-    files = inventory.build(loaded.manifest, source=str(args.manifest))
+    state = StateDir.beside(args.manifest, args.state_dir)
+    files = inventory.build(loaded.manifest, source=str(args.manifest), state_dir=state.root.resolve())
     written = inventory.write(files, target)
     if args.json:  # {"ok", "cluster", "out": the folder, "files": paths relative to it}
         print(json.dumps({"ok": True, "cluster": loaded.manifest.cluster.name, "out": str(target.resolve()),
