@@ -4,22 +4,9 @@ machine's dpkg in tests/test_apt_skip.py."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
+from tests.areas.roletemplates import role_module
 
-PATH = Path(__file__).resolve().parents[3] / "roles" / "common" / "library" / "dpkg_package_facts.py"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("dpkg_package_facts", PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-FACTS = _load()
+FACTS = role_module("common", "dpkg_package_facts")
 
 
 def test_installed_packages_only_with_their_version_and_architecture() -> None:

@@ -8,10 +8,8 @@ sysfs tree.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import jinja2
@@ -23,6 +21,7 @@ from provisioner.areas.gpu import decide as gpu
 from provisioner.areas.gpu.decide import GpuStackError
 from provisioner.manifest.software import NvidiaDriver
 from provisioner.platforms import PLATFORMS, os_vars_path
+from tests.areas.roletemplates import role_module
 
 ROOT = Path(__file__).resolve().parents[3]
 ROLES = ROOT / "roles"
@@ -544,16 +543,7 @@ def test_docker_tables_agree(os_name: str) -> None:
 
 
 # --------------------------------------------------------------------------- the fact module
-def _load_module() -> ModuleType:
-    path = ROLES / "nvidia_driver" / "library" / "nvidia_gpu_facts.py"
-    spec = importlib.util.spec_from_file_location("nvidia_gpu_facts", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-FACTS = _load_module()
+FACTS = role_module("nvidia_driver", "nvidia_gpu_facts")
 
 
 def _pci(root: Path, address: str, vendor: str, pci_class: str, device: str = "0x2230") -> None:
