@@ -53,12 +53,16 @@ def test_the_prolog_diagnoses_a_gpu_job_and_a_failure_drains_the_node_and_requeu
         assert "DRAIN" in state and reason.startswith(REASON), (state, reason)
         assert reason.endswith(f"exited 226 (job {job})"), reason
 
+        # requeued: Restarts counts it at once, while the job stays COMPLETING until slurmd
+        # has cleaned up the failed launch (seconds on a loaded machine), then PENDING
         def requeued() -> str:
             shown: str = host.check_output(f"scontrol show job {job} --oneliner")
-            return shown if re.search(r"\bRestarts=[1-9]", shown) else ""
+            settled = re.search(r"\bRestarts=[1-9]", shown) and not re.search(r"\bJobState=COMPLETING\b", shown)
+            return shown if settled else ""
 
-        shown = wait_for("the job requeued", requeued, timeout=60)
+        shown = wait_for("the job requeued", requeued, timeout=90)
         assert re.search(r"\bJobState=PENDING\b", shown), shown  # requeued, never ran
+        assert re.search(r"\bRunTime=00:00:00\b", shown), shown
     except BaseException:  # what slurmd said about the prolog, for the log
         print(n.run("tail -n 40 /var/log/slurm/slurmd.log; systemctl show slurmd -p PrivateTmp -p ProtectSystem "
                     f"-p ReadWritePaths -p Environment; ls -l {DCGMI} {CALLS}; cat {CALLS}").stdout)
