@@ -683,12 +683,17 @@ def scale_figures(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+def measured_on(mach: dict[str, Any], memory: bool = False) -> str:
+    """The machine a result was measured on, in the tables' opening sentence."""
+    gib = f"{mach.get('memory_gib', '?')} GiB, " if memory else ""
+    return (f"Measured {mach['date']} on {mach['cpus']} cores ({mach['cpu_model'] or 'unknown CPU'}), {gib}"
+            f"load average {mach['load_1m_start']} at the start and {mach['load_1m_end']} at the end")
+
+
 def scale_markdown(result: dict[str, Any]) -> str:
     mach = result["machine"]
     lines = [
-        f"Measured {mach['date']} on {mach['cpus']} cores ({mach['cpu_model'] or 'unknown CPU'}), "
-        f"{mach.get('memory_gib', '?')} GiB, load average {mach['load_1m_start']} at the start and "
-        f"{mach['load_1m_end']} at the end; containers from {IMAGE}, apt through the host apt-cacher-ng; one run.",
+        f"{measured_on(mach, memory=True)}; containers from {IMAGE}, apt through the host apt-cacher-ng; one run.",
         "",
         *figures_table(scale_figures(result)),
         "",
@@ -739,8 +744,7 @@ def figures(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
 def markdown(result: dict[str, Any]) -> str:
     mach = result["machine"]
     lines = [
-        f"Measured {mach['date']} on {mach['cpus']} cores ({mach['cpu_model'] or 'unknown CPU'}), load average "
-        f"{mach['load_1m_start']} at the start and {mach['load_1m_end']} at the end; containers from {IMAGE}, apt "
+        f"{measured_on(mach)}; containers from {IMAGE}, apt "
         f"{mach.get('apt', 'through the host apt-cacher-ng (warm)')}; one run.",
         "",
         *figures_table(figures(result)),
