@@ -126,17 +126,30 @@ def run_each(execute: Execute, node: str, argvs: Sequence[tuple[str, ...]]
     return answers, ""
 
 
-def read_disks(m: Manifest, state: State, names: Sequence[str], execute: Execute) -> list[DiskVerdict]:
-    """The areas' reads before an apply on those of ``names`` that are configured (a node
-    apply meets for the first time is left to its roles), several nodes at once."""
+Reads = list[tuple[registry.DiskRead, list[tuple[str, ...]]]]
+
+
+def wanted_disk_reads(m: Manifest, state: State, names: Sequence[str]) -> dict[str, Reads]:
+    """Per node of ``names`` that is configured (a node apply meets for the first time is
+    left to its roles) and has disks to read: each area's read and its commands."""
+    out: dict[str, Reads] = {}
+    for name in names:
+        recorded = state.nodes.get(name)
+        if recorded is None or recorded.lifecycle != "configured":
+            continue
+        node = m.node(name)
+        reads = [(read, argvs) for read in registry.disk_reads() if (argvs := read.commands(m, node))]
+        if reads:
+            out[name] = reads
+    return out
+
+
+def _read_disks(m: Manifest, wanted: dict[str, Reads], execute: Execute) -> list[DiskVerdict]:
     def one(name: str) -> DiskVerdict:
         node = m.node(name)
         refused: list[str] = []
         notes: list[str] = []
-        for read in registry.disk_reads():
-            argvs = read.commands(m, node)
-            if not argvs:
-                continue
+        for read, argvs in wanted[name]:
             answers, error = run_each(execute, name, argvs)
             if error:
                 return DiskVerdict(name, error=error)
@@ -145,15 +158,23 @@ def read_disks(m: Manifest, state: State, names: Sequence[str], execute: Execute
             notes += said
         return DiskVerdict(name, refused, notes)
 
-    wanted = [n for n in names if (ns := state.nodes.get(n)) is not None and ns.lifecycle == "configured"]
     if not wanted:
         return []
     with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(wanted))) as pool:
         return list(pool.map(one, wanted))
 
 
+def read_disks(m: Manifest, state: State, names: Sequence[str], execute: Execute) -> list[DiskVerdict]:
+    """The areas' reads before an apply on the nodes :func:`wanted_disk_reads` names, several
+    nodes at once."""
+    return _read_disks(m, wanted_disk_reads(m, state, names), execute)
+
+
 def disks_over_ssh(m: Manifest, state: State, state_dir: StateDir, names: Sequence[str]) -> list[DiskVerdict]:
-    """:func:`read_disks` over SSH, as verify reaches nodes; a signal ends the ssh at once."""
-    targets = node_targets(m, names)
+    """:func:`read_disks` over SSH, as verify reaches nodes (no SSH at all where no node has
+    disks to read); a signal ends the ssh at once."""
+    wanted = wanted_disk_reads(m, state, names)
+    if not wanted:
+        return []
     with children_end_with_the_command():
-        return read_disks(m, state, names, ssh_executor(targets, state_dir.known_hosts, grace=5))
+        return _read_disks(m, wanted, ssh_executor(node_targets(m, wanted), state_dir.known_hosts, grace=5))

@@ -24,7 +24,6 @@ from provisioner.areas.common import rolevars as common
 from provisioner.areas.common import verify as common_verify
 from provisioner.areas.entry import (
     Area,
-    DiskRead,
     HeadBackup,
     Install,
     InstallSteps,
@@ -74,6 +73,7 @@ from provisioner.state import StateDir
 
 # The entry's types the engine names (it imports no area module but this one).
 BuildJob = entry.BuildJob
+DiskRead = entry.DiskRead
 InstallOutcome = entry.InstallOutcome
 PackageRepo = entry.PackageRepo
 Preflight = entry.Preflight
